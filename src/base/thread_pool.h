@@ -1,0 +1,47 @@
+// ThreadPool: a fixed set of workers for data-parallel loops in ops. parallel_for blocks until every
+// index has run; the calling thread works too. Not re-entrant: a task must not call parallel_for on
+// the same pool (nested calls run inline on the calling thread instead).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kapitsa {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(size_t n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t size() const { return workers_.size() + 1; }
+
+  // Runs fn(begin, end) over [0, n) split into contiguous ranges of at least `grain` indices.
+  void parallel_for(size_t n, size_t grain, const std::function<void(size_t begin, size_t end)>& fn);
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const std::function<void(size_t, size_t)>* job_ = nullptr;
+  size_t job_n_ = 0, job_chunk_ = 0, next_chunk_ = 0, n_chunks_ = 0, chunks_done_ = 0;
+  size_t generation_ = 0;
+  bool stopping_ = false;
+};
+
+// The process-wide pool used by the CPU ops; its size is KAPITSA_THREADS or the number of cores.
+ThreadPool& default_thread_pool();
+
+// Convenience: default_thread_pool().parallel_for(...).
+void parallel_for(size_t n, size_t grain, const std::function<void(size_t begin, size_t end)>& fn);
+
+}  // namespace kapitsa

@@ -1,0 +1,15 @@
+// Each subcommand lives in its own file and registers itself on the CLI11 app here; main.cpp only
+// calls these. A subcommand's callback returns the process exit code through CommandResult.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kapitsa::cli {
+
+// Set by the subcommand that ran; main returns it.
+int& exit_code();
+
+void add_logits_command(CLI::App& app);
+void add_dev_command(CLI::App& app);  // kapitsa dev random-model ...
+
+}  // namespace kapitsa::cli

@@ -1,0 +1,12 @@
+// The reference backend: plain scalar C++ for every op in op_list.inc, written for clarity, not
+// speed (f64 accumulation where it costs nothing). The oracle every other backend is tested against.
+#pragma once
+
+#include "tensor/tensor.h"
+
+#include <cstdint>
+#include <span>
+
+namespace kapitsa::ops::ref {
+#include "ops/op_list.inc"
+}  // namespace kapitsa::ops::ref
