@@ -74,4 +74,10 @@ Buffer Buffer::zeros(DType dtype, Shape shape) {
   return b;
 }
 
+Buffer Buffer::copy_of(const Tensor& t) {
+  Buffer b = allocate(t.dtype(), t.shape());
+  if (t.nbytes() > 0) std::memcpy(b.view_.data(), t.data(), t.nbytes());
+  return b;
+}
+
 }  // namespace kapitsa

@@ -75,6 +75,8 @@ class Buffer {
   static Buffer allocate(DType dtype, Shape shape);
   // Same, filled with zeros.
   static Buffer zeros(DType dtype, Shape shape);
+  // A deep copy of a CPU tensor.
+  static Buffer copy_of(const Tensor& t);
 
   const Tensor& tensor() const { return view_; }
   Tensor& tensor() { return view_; }

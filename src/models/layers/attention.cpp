@@ -1,0 +1,76 @@
+// Attention layer forward: projections straight into the KV cache, norms, RoPE, the attention op,
+// output gate, output projection.
+#include "models/layers/attention.h"
+
+#include "ops/ops.h"
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace kapitsa::models {
+
+Expected<AttentionWeights> AttentionWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+                                                  const AttentionConfig& c) {
+  AttentionWeights w;
+  const int64_t q_rows = c.n_heads * c.head_dim * (c.output_gate ? 2 : 1);
+  KAPITSA_TRY(w.q_proj, ckpt.get(prefix + "q_proj.weight", {q_rows, c.hidden_size}));
+  KAPITSA_TRY(w.k_proj, ckpt.get(prefix + "k_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
+  KAPITSA_TRY(w.v_proj, ckpt.get(prefix + "v_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
+  KAPITSA_TRY(w.o_proj, ckpt.get(prefix + "o_proj.weight", {c.hidden_size, c.n_heads * c.head_dim}));
+  if (c.qk_norm) {
+    KAPITSA_TRY(w.q_norm, ckpt.get_f32(prefix + "q_norm.weight", {c.head_dim}));
+    KAPITSA_TRY(w.k_norm, ckpt.get_f32(prefix + "k_norm.weight", {c.head_dim}));
+  }
+  return w;
+}
+
+KvCache KvCache::allocate(const AttentionConfig& c, int64_t capacity) {
+  return KvCache{Buffer::zeros(DType::f32, {capacity, c.n_kv_heads, c.head_dim}),
+                 Buffer::zeros(DType::f32, {capacity, c.n_kv_heads, c.head_dim})};
+}
+
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
+                       KvCache& cache, const Tensor& out) {
+  const int64_t T = x.dim(0), Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+
+  // q (and the gate) — q_proj rows are laid out per head as [q_h | gate_h] when gated.
+  Buffer q = Buffer::allocate(DType::f32, {T, Hq, D});
+  Buffer gate;
+  if (c.output_gate) {
+    Buffer qg = Buffer::allocate(DType::f32, {T, Hq * 2 * D});
+    ops::matmul(x, w.q_proj, qg);
+    gate = Buffer::allocate(DType::f32, {T, Hq, D});
+    const Tensor parts[] = {q.tensor().reshape({T * Hq, D}), gate.tensor().reshape({T * Hq, D})};
+    ops::split_columns(qg.tensor().reshape({T * Hq, 2 * D}), parts);
+  } else {
+    ops::matmul(x, w.q_proj, q.tensor().reshape({T, Hq * D}));
+  }
+
+  // k, v go straight into the cache rows of these positions.
+  const Tensor k_new = cache.k.tensor().rows(pos0, pos0 + T);  // [T, Hkv, D]
+  const Tensor v_new = cache.v.tensor().rows(pos0, pos0 + T);
+  ops::matmul(x, w.k_proj, k_new.reshape({T, Hkv * D}));
+  ops::matmul(x, w.v_proj, v_new.reshape({T, Hkv * D}));
+
+  if (c.qk_norm) {
+    ops::rms_norm(q.tensor().reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,
+                  q.tensor().reshape({T * Hq, D}));
+    ops::rms_norm(k_new.reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset, k_new.reshape({T * Hkv, D}));
+  }
+  if (c.rotary_dim > 0) {
+    std::vector<int32_t> positions(static_cast<size_t>(T));
+    std::iota(positions.begin(), positions.end(), static_cast<int32_t>(pos0));
+    ops::rope_neox(q, positions, c.rotary_dim, c.rope_theta);
+    ops::rope_neox(k_new, positions, c.rotary_dim, c.rope_theta);
+  }
+
+  Buffer o = Buffer::allocate(DType::f32, {T, Hq, D});
+  ops::attention(q, cache.k.tensor().rows(0, pos0 + T), cache.v.tensor().rows(0, pos0 + T), pos0,
+                 1.0f / std::sqrt(static_cast<float>(D)), o);
+  const Tensor o_flat = o.tensor().reshape({T, Hq * D});
+  if (c.output_gate) ops::mul_sigmoid(o_flat, gate.tensor().reshape({T, Hq * D}), o_flat);
+  ops::matmul(o_flat, w.o_proj, out);
+}
+
+}  // namespace kapitsa::models

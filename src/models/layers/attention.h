@@ -1,0 +1,53 @@
+// Causal grouped-query attention, written once for both families: Qwen3.5/Qwen3-Next (per-head
+// q/k RMSNorm, partial NeoX RoPE, sigmoid output gate packed into q_proj as [q_h | gate_h] per head)
+// and Nemotron-H (none of those). The KV cache is a plain f32 buffer per layer for now.
+#pragma once
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+#include "weights/safetensors.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace kapitsa::models {
+
+struct AttentionConfig {
+  int64_t hidden_size = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool output_gate = false;  // q_proj emits [q_h | gate_h] per head; output *= sigmoid(gate)
+  bool qk_norm = false;      // RMSNorm per head on q and k before RoPE
+  float norm_eps = 1e-6f;
+  float norm_weight_offset = 0;  // 1 for Qwen's zero-centred norms
+  int rotary_dim = 0;            // 0: no RoPE (Nemotron)
+  float rope_theta = 10000;
+};
+
+struct AttentionWeights {
+  Tensor q_proj;  // [Hq·D·(gate ? 2 : 1), H]
+  Tensor k_proj;  // [Hkv·D, H]
+  Tensor v_proj;  // [Hkv·D, H]
+  Tensor o_proj;  // [H, Hq·D]
+  Buffer q_norm;  // [D] f32 (qk_norm only)
+  Buffer k_norm;  // [D] f32
+
+  // Reads PREFIX{q,k,v,o}_proj.weight (+ q_norm/k_norm) and checks their shapes.
+  static Expected<AttentionWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix,
+                                         const AttentionConfig& c);
+};
+
+struct KvCache {
+  Buffer k;  // [capacity, Hkv, D] f32
+  Buffer v;  // [capacity, Hkv, D] f32
+  static KvCache allocate(const AttentionConfig& c, int64_t capacity);
+};
+
+// out = Attention(x) for tokens at positions pos0 … pos0+T-1; writes their K/V into the cache.
+// x: [T, H];  out: [T, H].
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
+                       KvCache& cache, const Tensor& out);
+
+}  // namespace kapitsa::models

@@ -1,0 +1,57 @@
+// Gated DeltaNet mixer (Qwen3.5 / Qwen3-Next linear attention), written once for both projection
+// layouts: Qwen3.5's flat in_proj_qkv / in_proj_z / in_proj_b / in_proj_a and Qwen3-Next's packed
+// in_proj_qkvz / in_proj_ba grouped per key head (un-grouped on the activations, not the weights).
+// Recurrent state per sequence: conv window [K-1, conv_dim] and the f32 delta-rule state [Hv, Dk, Dv].
+#pragma once
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+#include "weights/safetensors.h"
+
+#include <string>
+
+namespace kapitsa::models {
+
+struct GdnConfig {
+  int64_t hidden_size = 0;
+  int64_t n_k_heads = 0;   // Hk
+  int64_t n_v_heads = 0;   // Hv (a multiple of Hk)
+  int64_t k_head_dim = 0;  // Dk
+  int64_t v_head_dim = 0;  // Dv
+  int64_t conv_kernel = 4;
+  float norm_eps = 1e-6f;
+  bool packed_projections = false;  // Qwen3-Next in_proj_qkvz / in_proj_ba
+
+  int64_t key_dim() const { return n_k_heads * k_head_dim; }
+  int64_t value_dim() const { return n_v_heads * v_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+struct GdnWeights {
+  // flat (Qwen3.5)
+  Tensor in_proj_qkv;   // [2·key_dim + value_dim, H]
+  Tensor in_proj_z;     // [value_dim, H]
+  Tensor in_proj_b;     // [Hv, H]
+  Tensor in_proj_a;     // [Hv, H]
+  // packed (Qwen3-Next), grouped per key head
+  Tensor in_proj_qkvz;  // [Hk · (2·Dk + 2·r·Dv), H]
+  Tensor in_proj_ba;    // [Hk · 2r, H]
+  Buffer conv;          // [conv_dim, K] f32 (the checkpoint's [conv_dim, 1, K])
+  Buffer A_log;         // [Hv] f32
+  Buffer dt_bias;       // [Hv] f32
+  Buffer norm;          // [Dv] f32
+  Tensor out_proj;      // [H, value_dim]
+
+  static Expected<GdnWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, const GdnConfig& c);
+};
+
+struct GdnState {
+  Buffer conv_window;  // [K-1, conv_dim] f32
+  Buffer ssm;          // [Hv, Dk, Dv] f32
+  static GdnState allocate(const GdnConfig& c);
+};
+
+// x: [T, H];  out: [T, H]. Advances the state by T tokens.
+void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnState& state, const Tensor& out);
+
+}  // namespace kapitsa::models

@@ -1,0 +1,27 @@
+// Dense feed-forward blocks.
+#include "models/layers/mlp.h"
+
+#include "ops/ops.h"
+
+namespace kapitsa::models {
+
+Expected<SwiGluWeights> SwiGluWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix, int64_t hidden,
+                                            int64_t intermediate) {
+  SwiGluWeights w;
+  KAPITSA_TRY(w.gate, ckpt.get(prefix + "gate_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.up, ckpt.get(prefix + "up_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.down, ckpt.get(prefix + "down_proj.weight", {hidden, intermediate}));
+  return w;
+}
+
+void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out) {
+  const int64_t T = x.dim(0), I = w.intermediate();
+  Buffer gate = Buffer::allocate(DType::f32, {T, I});
+  Buffer up = Buffer::allocate(DType::f32, {T, I});
+  ops::matmul(x, w.gate, gate);
+  ops::matmul(x, w.up, up);
+  ops::silu_mul(gate, up, gate);
+  ops::matmul(gate, w.down, out);
+}
+
+}  // namespace kapitsa::models

@@ -1,0 +1,27 @@
+// Dense feed-forward blocks written once: SwiGLU (Qwen: down(silu(gate(x)) · up(x))) and the
+// non-gated relu² MLP (Nemotron: down(relu(up(x))²)).
+#pragma once
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+#include "weights/safetensors.h"
+
+#include <string>
+
+namespace kapitsa::models {
+
+struct SwiGluWeights {
+  Tensor gate;  // [I, H]
+  Tensor up;    // [I, H]
+  Tensor down;  // [H, I]
+  int64_t intermediate() const { return gate.dim(0); }
+
+  // Reads PREFIX{gate,up,down}_proj.weight.
+  static Expected<SwiGluWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, int64_t hidden,
+                                      int64_t intermediate);
+};
+
+// x: [T, H];  out: [T, H].
+void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out);
+
+}  // namespace kapitsa::models

@@ -1,0 +1,55 @@
+// Softmax-routed MoE with a sigmoid-gated shared expert (Qwen3-Next / Qwen3.5-MoE).
+#include "models/layers/moe.h"
+
+#include "ops/ops.h"
+
+namespace kapitsa::models {
+
+Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+                                                    const SoftmaxMoeConfig& c) {
+  SoftmaxMoeWeights w;
+  const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim;
+  KAPITSA_TRY(w.router, ckpt.get(prefix + "gate.weight", {E, H}));
+  const std::string fused = prefix + "experts.gate_up_proj";
+  if (ckpt.contains(fused)) {
+    KAPITSA_TRY(Tensor gate_up, ckpt.get(fused, {E, 2 * I, H}));
+    KAPITSA_TRY(Tensor down, ckpt.get(prefix + "experts.down_proj", {E, H, I}));
+    for (int64_t e = 0; e < E; ++e) {
+      const Tensor gu = gate_up.index(e);  // [2I, H]: gate rows then up rows, no transpose
+      w.experts.push_back(SwiGluWeights{gu.rows(0, I), gu.rows(I, 2 * I), down.index(e)});
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      KAPITSA_TRY(SwiGluWeights expert, SwiGluWeights::load(ckpt, fmt::format("{}experts.{}.", prefix, e), H, I));
+      w.experts.push_back(expert);
+    }
+  }
+  if (c.shared_expert_dim > 0) {
+    KAPITSA_TRY(SwiGluWeights shared, SwiGluWeights::load(ckpt, prefix + "shared_expert.", H, c.shared_expert_dim));
+    w.shared = shared;
+    KAPITSA_TRY(w.shared_gate, ckpt.get(prefix + "shared_expert_gate.weight", {1, H}));
+  }
+  return w;
+}
+
+void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, const Tensor& x, const Tensor& out) {
+  const int64_t T = x.dim(0), E = c.n_experts, k = c.top_k, H = c.hidden_size;
+  Buffer logits = Buffer::allocate(DType::f32, {T, E});
+  ops::matmul(x, w.router, logits);
+  Buffer ids = Buffer::allocate(DType::i32, {T, k});
+  Buffer weights = Buffer::allocate(DType::f32, {T, k});
+  ops::moe_route_softmax(logits, static_cast<int>(k), c.renormalize, ids, weights);
+  run_routed_experts(E, ids, weights, x, out, [&](int64_t e, const Tensor& xe, const Tensor& ye) {
+    swiglu_forward(w.experts[static_cast<size_t>(e)], xe, ye);
+  });
+  if (w.shared) {
+    Buffer shared = Buffer::allocate(DType::f32, {T, H});
+    swiglu_forward(*w.shared, x, shared);
+    Buffer gate = Buffer::allocate(DType::f32, {T, 1});
+    ops::matmul(x, w.shared_gate, gate);
+    ops::mul_sigmoid(shared, gate, shared);
+    ops::add(out, shared, out);
+  }
+}
+
+}  // namespace kapitsa::models

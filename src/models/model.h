@@ -1,0 +1,66 @@
+// Model: the interface every architecture implements, and load_model(), which picks the architecture
+// from config.json through the registry. A Model is immutable after loading (weights are mmapped
+// views); everything a sequence accumulates lives in its SequenceState.
+#pragma once
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kapitsa::models {
+
+struct ModelInfo {
+  std::string model_type;       // config.json model_type, e.g. "qwen3_5"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t n_layers = 0;
+  int64_t max_position_embeddings = 0;
+  std::vector<int32_t> eos_token_ids;
+  std::string summary;          // one line for logs: layers, heads, experts
+};
+
+// Per-sequence memory: attention KV for every attention layer, conv windows and f32 recurrent state
+// for every recurrent layer. Architecture-specific inside; the runtime only sees this interface.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  int64_t n_past() const { return n_past_; }       // tokens already folded into the state
+  int64_t capacity() const { return capacity_; }   // most tokens it can hold
+  virtual size_t bytes() const = 0;
+  virtual std::unique_ptr<SequenceState> clone() const = 0;  // a snapshot (deep copy)
+
+ protected:
+  int64_t n_past_ = 0;
+  int64_t capacity_ = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+
+  // A fresh state for a sequence of up to `max_tokens` tokens.
+  virtual std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const = 0;
+
+  // Runs `ids` after what `state` already holds and advances it by ids.size().
+  //   logits: [T, V] f32 for every position, or [1, V] for the last position only.
+  //   hidden: empty, or [L+1, T, H] f32 receiving the residual stream (row 0 the embeddings, row i the
+  //           output of layer i-1, row L the final-normed output), as the reference fixtures lay it out.
+  // Errors (nothing is changed then): token ids outside the vocabulary, more tokens than the state holds.
+  virtual Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
+                         const Tensor& hidden = {}) const = 0;
+};
+
+// Loads the model in folder `dir` (config.json + safetensors). Unknown architectures, malformed configs,
+// missing or mis-shaped tensors are errors naming the file and field or tensor.
+Expected<std::unique_ptr<Model>> load_model(const std::string& dir);
+
+// The architectures load_model knows (model_type values), for help and error texts.
+std::vector<std::string> known_model_types();
+
+}  // namespace kapitsa::models

@@ -1,0 +1,210 @@
+// Qwen3.5 family: weights by name, per-sequence state and the forward pass.
+#include "models/qwen35/qwen35_model.h"
+
+#include "base/log.h"
+#include "models/layers/attention.h"
+#include "models/layers/gated_deltanet.h"
+#include "models/layers/mlp.h"
+#include "models/layers/moe.h"
+#include "models/qwen35/config.h"
+#include "ops/ops.h"
+#include "weights/safetensors.h"
+
+#include <optional>
+
+namespace kapitsa::models::qwen35 {
+namespace {
+
+struct Layer {
+  LayerKind kind;
+  Buffer input_norm;  // [H] f32
+  Buffer post_norm;   // [H] f32
+  std::optional<GdnWeights> gdn;
+  std::optional<AttentionWeights> attention;
+  std::optional<SwiGluWeights> mlp;
+  std::optional<SoftmaxMoeWeights> moe;
+};
+
+class Qwen35State final : public SequenceState {
+ public:
+  std::vector<std::optional<KvCache>> kv;    // per layer (attention layers only)
+  std::vector<std::optional<GdnState>> gdn;  // per layer (DeltaNet layers only)
+
+  size_t bytes() const override {
+    size_t total = 0;
+    for (const auto& c : kv)
+      if (c) total += c->k.tensor().nbytes() + c->v.tensor().nbytes();
+    for (const auto& s : gdn)
+      if (s) total += s->conv_window.tensor().nbytes() + s->ssm.tensor().nbytes();
+    return total;
+  }
+  std::unique_ptr<SequenceState> clone() const override {
+    auto copy = std::make_unique<Qwen35State>();
+    copy->n_past_ = n_past_;
+    copy->capacity_ = capacity_;
+    for (const auto& c : kv)
+      copy->kv.push_back(c ? std::optional<KvCache>(KvCache{Buffer::copy_of(c->k), Buffer::copy_of(c->v)}) : std::nullopt);
+    for (const auto& s : gdn)
+      copy->gdn.push_back(s ? std::optional<GdnState>(GdnState{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)})
+                            : std::nullopt);
+    return copy;
+  }
+  void advance(int64_t n) { n_past_ += n; }
+  void set_capacity(int64_t n) { capacity_ = n; }
+};
+
+class Qwen35Model final : public Model {
+ public:
+  Qwen35Model(Qwen35Config config, weights::Checkpoint checkpoint)
+      : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
+
+  Status load_weights();
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
+  Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
+                 const Tensor& hidden) const override;
+
+ private:
+  Qwen35Config config_;
+  weights::Checkpoint checkpoint_;
+  ModelInfo info_;
+  AttentionConfig attention_config_;
+  GdnConfig gdn_config_;
+  SoftmaxMoeConfig moe_config_;
+  Tensor embed_tokens_;  // [V, H]
+  Tensor lm_head_;       // [V, H] (the embedding when tied)
+  Buffer final_norm_;    // [H] f32
+  std::vector<Layer> layers_;
+};
+
+Status Qwen35Model::load_weights() {
+  const Qwen35Config& c = config_;
+  const int64_t H = c.hidden_size;
+  attention_config_ = AttentionConfig{H,          c.n_heads,       c.n_kv_heads, c.head_dim,
+                                      c.attn_output_gate, /*qk_norm=*/true, c.rms_norm_eps,
+                                      /*norm_weight_offset=*/1.0f, c.rotary_dim(), c.rope_theta};
+  gdn_config_ = GdnConfig{H, c.linear_k_heads, c.linear_v_heads, c.linear_k_head_dim, c.linear_v_head_dim,
+                          c.conv_kernel, c.rms_norm_eps, c.packed_gdn_projections};
+  moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
+                                 c.norm_topk_prob};
+
+  const std::string prefix =
+      checkpoint_.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  KAPITSA_TRY(embed_tokens_, checkpoint_.get(prefix + "embed_tokens.weight", {c.vocab_size, H}));
+  if (c.tie_word_embeddings && !checkpoint_.contains("lm_head.weight")) {
+    lm_head_ = embed_tokens_;
+  } else {
+    KAPITSA_TRY(lm_head_, checkpoint_.get("lm_head.weight", {c.vocab_size, H}));
+  }
+  KAPITSA_TRY(final_norm_, checkpoint_.get_f32(prefix + "norm.weight", {H}));
+
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    log::progress("loading layers", static_cast<size_t>(i + 1), static_cast<size_t>(c.n_layers));
+    const std::string p = fmt::format("{}layers.{}.", prefix, i);
+    Layer layer;
+    layer.kind = c.layer_kinds[static_cast<size_t>(i)];
+    KAPITSA_TRY(layer.input_norm, checkpoint_.get_f32(p + "input_layernorm.weight", {H}));
+    KAPITSA_TRY(layer.post_norm, checkpoint_.get_f32(p + "post_attention_layernorm.weight", {H}));
+    if (layer.kind == LayerKind::linear_attention) {
+      KAPITSA_TRY(GdnWeights gdn, GdnWeights::load(checkpoint_, p + "linear_attn.", gdn_config_));
+      layer.gdn = std::move(gdn);
+    } else {
+      KAPITSA_TRY(AttentionWeights attention, AttentionWeights::load(checkpoint_, p + "self_attn.", attention_config_));
+      layer.attention = std::move(attention);
+    }
+    if (c.layer_is_moe[static_cast<size_t>(i)]) {
+      KAPITSA_TRY(SoftmaxMoeWeights moe, SoftmaxMoeWeights::load(checkpoint_, p + "mlp.", moe_config_));
+      layer.moe = std::move(moe);
+    } else {
+      KAPITSA_TRY(SwiGluWeights mlp, SwiGluWeights::load(checkpoint_, p + "mlp.", H, c.intermediate_size));
+      layer.mlp = mlp;
+    }
+    layers_.push_back(std::move(layer));
+  }
+
+  int64_t n_attention = 0, n_moe = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    n_attention += layers_[i].kind == LayerKind::full_attention;
+    n_moe += c.layer_is_moe[i];
+  }
+  info_ = ModelInfo{c.model_type, c.vocab_size, H, c.n_layers, c.max_position_embeddings, c.eos_token_ids,
+                    fmt::format("{}: {} layers ({} DeltaNet, {} attention), hidden {}, vocab {}{}", c.model_type,
+                                c.n_layers, c.n_layers - n_attention, n_attention, H, c.vocab_size,
+                                n_moe ? fmt::format(", {} experts top-{} on {} layers", c.n_experts, c.top_k, n_moe)
+                                      : std::string())};
+  return ok_status();
+}
+
+std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens) const {
+  auto state = std::make_unique<Qwen35State>();
+  state->set_capacity(max_tokens);
+  for (const Layer& layer : layers_) {
+    if (layer.kind == LayerKind::full_attention) {
+      state->kv.push_back(KvCache::allocate(attention_config_, max_tokens));
+      state->gdn.push_back(std::nullopt);
+    } else {
+      state->kv.push_back(std::nullopt);
+      state->gdn.push_back(GdnState::allocate(gdn_config_));
+    }
+  }
+  return state;
+}
+
+Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& base_state, const Tensor& logits,
+                            const Tensor& hidden) const {
+  auto& state = static_cast<Qwen35State&>(base_state);
+  const int64_t T = static_cast<int64_t>(ids.size()), H = config_.hidden_size, V = config_.vocab_size;
+  const int64_t L = config_.n_layers, pos0 = state.n_past();
+  if (T == 0) return error("forward: no tokens given");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V) return error("token id {} at index {} is outside the vocabulary [0, {})", ids[i], i, V);
+  if (pos0 + T > state.capacity())
+    return error("sequence of {} tokens exceeds this state's capacity of {} tokens", pos0 + T, state.capacity());
+  KAPITSA_CHECK(logits.rank() == 2 && logits.dim(1) == V && (logits.dim(0) == T || logits.dim(0) == 1),
+                "logits {} for T={} V={}", logits.shape().str(), T, V);
+  KAPITSA_CHECK(hidden.empty() || hidden.shape() == Shape({L + 1, T, H}), "hidden {}", hidden.shape().str());
+
+  Buffer x = Buffer::allocate(DType::f32, {T, H});     // residual stream
+  Buffer normed = Buffer::allocate(DType::f32, {T, H});
+  Buffer mixed = Buffer::allocate(DType::f32, {T, H});
+  ops::embedding(embed_tokens_, ids, x);
+  if (!hidden.empty()) ops::copy(x, hidden.index(0));
+
+  for (int64_t i = 0; i < L; ++i) {
+    const Layer& layer = layers_[static_cast<size_t>(i)];
+    ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, 1.0f, normed);
+    if (layer.gdn) {
+      gdn_forward(gdn_config_, *layer.gdn, normed, *state.gdn[static_cast<size_t>(i)], mixed);
+    } else {
+      attention_forward(attention_config_, *layer.attention, normed, pos0, *state.kv[static_cast<size_t>(i)], mixed);
+    }
+    ops::add(x, mixed, x);
+    ops::rms_norm(x, layer.post_norm, config_.rms_norm_eps, 1.0f, normed);
+    if (layer.moe) {
+      softmax_moe_forward(moe_config_, *layer.moe, normed, mixed);
+    } else {
+      swiglu_forward(*layer.mlp, normed, mixed);
+    }
+    ops::add(x, mixed, x);
+    if (!hidden.empty() && i + 1 < L) ops::copy(x, hidden.index(i + 1));
+  }
+
+  ops::rms_norm(x, final_norm_, config_.rms_norm_eps, 1.0f, normed);
+  if (!hidden.empty()) ops::copy(normed, hidden.index(L));
+  const Tensor last = logits.dim(0) == 1 ? normed.tensor().rows(T - 1, T) : normed.tensor();
+  ops::matmul(last, lm_head_, logits);
+  state.advance(T);
+  return ok_status();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<Model>> load(const std::string& dir, const weights::HfConfig& config) {
+  KAPITSA_TRY(Qwen35Config parsed, parse_config(config));
+  KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));
+  auto model = std::make_unique<Qwen35Model>(std::move(parsed), std::move(checkpoint));
+  KAPITSA_RETURN_IF_ERROR(model->load_weights());
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace kapitsa::models::qwen35

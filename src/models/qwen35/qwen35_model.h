@@ -1,0 +1,17 @@
+// The Qwen3.5 family (Qwen3.5 dense and MoE, Qwen3-Next): pre-norm decoder layers, each a Gated
+// DeltaNet or gated attention mixer followed by a SwiGLU MLP or a softmax MoE, zero-centred RMSNorms.
+// Tensor names under model.language_model.* (VLM releases) or model.*; model.visual.* and mtp.* are
+// recognised and left unused.
+#pragma once
+
+#include "models/model.h"
+#include "weights/hf_config.h"
+
+#include <memory>
+#include <string>
+
+namespace kapitsa::models::qwen35 {
+
+Expected<std::unique_ptr<Model>> load(const std::string& dir, const weights::HfConfig& config);
+
+}  // namespace kapitsa::models::qwen35

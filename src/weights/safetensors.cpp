@@ -1,0 +1,238 @@
+// Safetensors reading and validation; checkpoint folders (single, sharded, globbed).
+#include "weights/safetensors.h"
+
+#include "base/json.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+namespace kapitsa::weights {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // as the reference reader
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+Expected<TensorEntry> parse_entry(const std::string& path, const std::string& name, const Json& value,
+                                  uint64_t data_size, size_t data_start) {
+  if (!value.is_object()) return error("{}: tensor '{}': header entry is not an object", path, name);
+  if (!value.contains("dtype") || !value["dtype"].is_string())
+    return error("{}: tensor '{}': missing or non-string 'dtype'", path, name);
+  if (!value.contains("shape") || !value["shape"].is_array())
+    return error("{}: tensor '{}': missing or non-array 'shape'", path, name);
+  if (!value.contains("data_offsets") || !value["data_offsets"].is_array() || value["data_offsets"].size() != 2)
+    return error("{}: tensor '{}': 'data_offsets' must be an array [begin, end]", path, name);
+
+  TensorEntry entry;
+  entry.name = name;
+  const std::string dtype_text = value["dtype"].get<std::string>();
+  auto dtype = dtype_from_name(dtype_text);
+  if (!dtype) return error("{}: tensor '{}': unsupported dtype '{}'", path, name, dtype_text);
+  entry.dtype = *dtype;
+
+  // numel with overflow checks: a malicious header must not wrap around.
+  uint64_t numel = 1;
+  for (const auto& d : value["shape"]) {
+    if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
+      return error("{}: tensor '{}': shape {} has a non-integer or negative dimension", path, name, value["shape"].dump());
+    const uint64_t dim = d.get<uint64_t>();
+    if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim)
+      return error("{}: tensor '{}': shape {} overflows", path, name, value["shape"].dump());
+    numel *= dim;
+    entry.shape.push_back(static_cast<int64_t>(dim));
+  }
+  const auto& offsets = value["data_offsets"];
+  if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+    return error("{}: tensor '{}': data_offsets must be non-negative integers", path, name);
+  const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+  if (begin > end) return error("{}: tensor '{}': data_offsets [{}, {}] run backwards", path, name, begin, end);
+  if (end > data_size)
+    return error("{}: tensor '{}': data_offsets [{}, {}] reach beyond the end of the file (data section is {} bytes)",
+                 path, name, begin, end, data_size);
+  const uint64_t size = dtype_size(entry.dtype);
+  if (numel > std::numeric_limits<uint64_t>::max() / size || numel * size != end - begin)
+    return error("{}: tensor '{}': shape {} × {} needs {} bytes but data_offsets give {}", path, name,
+                 shape_string(entry.shape), dtype_text, numel * size, end - begin);
+  entry.begin = data_start + begin;
+  entry.nbytes = end - begin;
+  return entry;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
+  auto result = std::make_unique<SafetensorsFile>();
+  KAPITSA_TRY(result->file_, MappedFile::open(path));
+  const auto bytes = result->file_.bytes();
+  if (bytes.size() < 8) return error("{}: truncated: {} bytes, too short for a safetensors header", path, bytes.size());
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);  // little-endian on every platform we build for
+  if (header_len > kMaxHeaderBytes) return error("{}: header length {} exceeds the 100 MB limit", path, header_len);
+  if (8 + header_len > bytes.size())
+    return error("{}: truncated: header claims {} bytes but the file has only {} after the length", path, header_len,
+                 bytes.size() - 8);
+  const std::string_view header(reinterpret_cast<const char*>(bytes.data() + 8), header_len);
+  if (header.empty() || header.front() != '{') return error("{}: header is not a JSON object", path);
+  Json json;
+  try {
+    json = Json::parse(header);
+  } catch (const Json::parse_error& e) {
+    return error("{}: malformed header JSON: {}", path, e.what());
+  }
+  if (!json.is_object()) return error("{}: header is not a JSON object", path);
+
+  const size_t data_start = 8 + header_len;
+  const uint64_t data_size = bytes.size() - data_start;
+  std::vector<const TensorEntry*> by_offset;
+  for (const auto& [name, value] : json.items()) {
+    if (name == "__metadata__") {
+      if (!value.is_object()) return error("{}: __metadata__ is not an object", path);
+      for (const auto& [k, v] : value.items())
+        result->metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
+      continue;
+    }
+    KAPITSA_TRY(TensorEntry entry, parse_entry(path, name, value, data_size, data_start));
+    auto [it, inserted] = result->entries_.emplace(name, std::move(entry));
+    by_offset.push_back(&it->second);
+  }
+
+  // Tensors must tile the data section exactly: no overlaps, no holes (empty tensors excepted).
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorEntry* a, const TensorEntry* b) { return a->begin < b->begin || (a->begin == b->begin && a->nbytes < b->nbytes); });
+  size_t cursor = data_start;
+  const TensorEntry* previous = nullptr;
+  for (const TensorEntry* e : by_offset) {
+    if (e->nbytes == 0) continue;
+    if (e->begin < cursor)
+      return error("{}: tensors '{}' and '{}' overlap (bytes {}..{} and {}..{} of the data section)", path,
+                   previous->name, e->name, previous->begin - data_start, cursor - data_start, e->begin - data_start,
+                   e->begin + e->nbytes - data_start);
+    if (e->begin > cursor)
+      return error("{}: {} unused bytes before tensor '{}' (offset {}): the data section has a hole", path,
+                   e->begin - cursor, e->name, e->begin - data_start);
+    cursor = e->begin + e->nbytes;
+    previous = e;
+  }
+  if (cursor != bytes.size())
+    return error("{}: {} bytes after the last tensor are not described by the header", path, bytes.size() - cursor);
+  return result;
+}
+
+Expected<Checkpoint> Checkpoint::open(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path index_path = fs::path(path) / "model.safetensors.index.json";
+    if (fs::exists(index_path)) {
+      KAPITSA_TRY(Json index, read_json_file(index_path.string()));
+      if (!index.contains("weight_map") || !index["weight_map"].is_object())
+        return error("{}: missing 'weight_map' object", index_path.string());
+      for (const auto& [tensor, file] : index["weight_map"].items()) {
+        if (!file.is_string()) return error("{}: weight_map['{}'] is not a file name", index_path.string(), tensor);
+        const std::string name = file.get<std::string>();
+        if (name.find('/') != std::string::npos || name.find("..") != std::string::npos)
+          return error("{}: weight_map['{}'] names '{}', which is outside the folder", index_path.string(), tensor, name);
+        const std::string full = (fs::path(path) / name).string();
+        if (std::find(files.begin(), files.end(), full) == files.end()) files.push_back(full);
+      }
+    } else {
+      for (const auto& item : fs::directory_iterator(path, ec))
+        if (item.path().extension() == ".safetensors" && item.path().filename().string().rfind("model", 0) == 0)
+          files.push_back(item.path().string());
+      std::sort(files.begin(), files.end());
+    }
+    if (files.empty()) return error("{}: no model*.safetensors files and no model.safetensors.index.json", path);
+  } else if (fs::exists(path, ec)) {
+    files.push_back(path);
+  } else {
+    return error("{}: no such file or folder", path);
+  }
+
+  Checkpoint checkpoint;
+  for (const auto& file : files) {
+    KAPITSA_TRY(std::unique_ptr<SafetensorsFile> opened, SafetensorsFile::open(file));
+    std::shared_ptr<SafetensorsFile> shared(std::move(opened));
+    for (const auto& [name, entry] : shared->entries()) {
+      if (checkpoint.index_.count(name))
+        return error("{}: tensor '{}' also appears in {}", file, name, checkpoint.file_of(name));
+      checkpoint.index_[name] = Location{shared.get(), &entry};
+    }
+    checkpoint.files_.push_back(std::move(shared));
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, location] : index_) out.push_back(name);
+  return out;
+}
+
+const TensorEntry* Checkpoint::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second.entry;
+}
+
+std::string Checkpoint::file_of(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? std::string("(checkpoint)") : it->second.file->path();
+}
+
+Expected<Tensor> Checkpoint::get_any_shape(const std::string& name, std::initializer_list<DType> allowed) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    const std::string where = files_.size() == 1 ? files_[0]->path() : fmt::format("{} files", files_.size());
+    return error("{}: missing tensor '{}'", where, name);
+  }
+  const auto& [file, entry] = it->second;
+  if (std::find(allowed.begin(), allowed.end(), entry->dtype) == allowed.end()) {
+    std::string names;
+    for (DType t : allowed) names += fmt::format("{}{}", names.empty() ? "" : "/", dtype_name(t));
+    return error("{}: tensor '{}' has dtype {}, expected {}", file->path(), name, dtype_name(entry->dtype), names);
+  }
+  if (entry->shape.size() > static_cast<size_t>(kMaxRank))
+    return error("{}: tensor '{}' has rank {}, more than {} is not supported", file->path(), name, entry->shape.size(),
+                 kMaxRank);
+  Shape shape;
+  shape.rank = static_cast<int>(entry->shape.size());
+  for (size_t i = 0; i < entry->shape.size(); ++i) shape.dims[i] = entry->shape[i];
+  return Tensor(entry->dtype, shape, const_cast<uint8_t*>(file->data(*entry)));
+}
+
+Expected<Tensor> Checkpoint::get(const std::string& name, const Shape& expected_shape,
+                                 std::initializer_list<DType> allowed) const {
+  KAPITSA_TRY(Tensor t, get_any_shape(name, allowed));
+  if (!(t.shape() == expected_shape))
+    return error("{}: tensor '{}' has shape {}, expected {}", file_of(name), name, t.shape().str(), expected_shape.str());
+  return t;
+}
+
+Expected<Buffer> Checkpoint::get_f32(const std::string& name, const Shape& expected_shape) const {
+  KAPITSA_TRY(Tensor t, get(name, expected_shape, {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3}));
+  Buffer b = Buffer::allocate(DType::f32, expected_shape);
+  convert_to_f32(t, b.f32());
+  return b;
+}
+
+void convert_to_f32(const Tensor& src, float* dst) {
+  const int64_t n = src.numel();
+  const uint8_t* p = src.data_as<const uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    switch (src.dtype()) {
+      case DType::f32: { float v; std::memcpy(&v, p + 4 * i, 4); dst[i] = v; break; }
+      case DType::bf16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); dst[i] = bf16_to_f32(v); break; }
+      case DType::f16: { uint16_t v; std::memcpy(&v, p + 2 * i, 2); dst[i] = f16_to_f32(v); break; }
+      case DType::f8_e4m3: dst[i] = f8_e4m3_to_f32(p[i]); break;
+      default: KAPITSA_CHECK(false, "convert_to_f32: {} is not a float dtype", dtype_name(src.dtype()));
+    }
+  }
+}
+
+}  // namespace kapitsa::weights
