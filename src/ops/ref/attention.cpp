@@ -1,0 +1,94 @@
+// Reference attention ops: partial NeoX RoPE and causal grouped-query attention.
+// RoPE reproduces transformers' float32 arithmetic step by step (inv_freq, angle, cos/sin all rounded
+// to float32) because logits at long positions are sensitive to the angle's rounding. Attention is
+// the naive two-pass softmax in double.
+#include "ops/ref/ref.h"
+#include "ops/ref/ref_util.h"
+
+#include <cmath>
+#include <vector>
+
+namespace kapitsa::ops::ref {
+using detail::check_f32;
+
+// x: [T, n_heads, D];  positions: [T].
+void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_dim, float theta) {
+  check_f32(x, "rope_neox", "x");
+  KAPITSA_CHECK(x.rank() == 3, "rope_neox: x must be [T, n_heads, D], got {}", x.shape().str());
+  const int64_t T = x.dim(0), n_heads = x.dim(1), D = x.dim(2);
+  KAPITSA_CHECK(static_cast<int64_t>(positions.size()) == T, "rope_neox: {} positions for {} tokens",
+                positions.size(), T);
+  KAPITSA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= D,
+                "rope_neox: rotary_dim {} must be even and within head_dim {}", rotary_dim, D);
+  const int half = rotary_dim / 2;
+  // transformers: inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    const float p = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+    inv_freq[static_cast<size_t>(i)] = 1.0f / p;
+  }
+  float* px = x.f32();
+  for (int64_t t = 0; t < T; ++t) {
+    const float pos = static_cast<float>(positions[static_cast<size_t>(t)]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[static_cast<size_t>(i)];  // float32 product, as torch
+      const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+      const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* head = px + (t * n_heads + h) * D;
+        const float x1 = head[i], x2 = head[i + half];
+        head[i] = x1 * c - x2 * s;         // q*cos + rotate_half(q)*sin, first half: -x2
+        head[i + half] = x2 * c + x1 * s;  // second half: +x1
+      }
+    }
+  }
+}
+
+// q: [T, Hq, D];  k, v: [S, Hkv, D];  o: [T, Hq, D].
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
+  check_f32(q, "attention", "q"), check_f32(k, "attention", "k"), check_f32(v, "attention", "v");
+  check_f32(o, "attention", "o");
+  KAPITSA_CHECK(q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && o.rank() == 3,
+                "attention: q {}, k {}, v {}, o {} must be rank 3", q.shape().str(), k.shape().str(),
+                v.shape().str(), o.shape().str());
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1);
+  KAPITSA_CHECK(k.shape() == v.shape(), "attention: k {} vs v {}", k.shape().str(), v.shape().str());
+  KAPITSA_CHECK(k.dim(2) == D, "attention: k head_dim {} vs q {}", k.dim(2), D);
+  KAPITSA_CHECK(o.shape() == q.shape(), "attention: o {} vs q {}", o.shape().str(), q.shape().str());
+  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: {} query heads not a multiple of {} kv heads", Hq, Hkv);
+  KAPITSA_CHECK(q_pos0 >= 0 && S >= q_pos0 + T, "attention: {} keys for queries at {}..{}", S, q_pos0,
+                q_pos0 + T);
+  KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention: o must not alias q");
+  const int64_t group = Hq / Hkv;
+  const float *pq = q.f32(), *pk = k.f32(), *pv = v.f32();
+  float* po = o.f32();
+  std::vector<double> scores, acc(static_cast<size_t>(D));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t n_keys = q_pos0 + t + 1;
+    scores.assign(static_cast<size_t>(n_keys), 0.0);
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t g = h / group;
+      const float* qh = pq + (t * Hq + h) * D;
+      double m = -INFINITY;
+      for (int64_t s = 0; s < n_keys; ++s) {
+        const float* ks = pk + (s * Hkv + g) * D;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(qh[d]) * ks[d];
+        scores[static_cast<size_t>(s)] = dot * scale;
+        m = std::max(m, dot * scale);
+      }
+      double sum = 0;
+      for (auto& sc : scores) sum += (sc = std::exp(sc - m));
+      acc.assign(static_cast<size_t>(D), 0.0);
+      for (int64_t s = 0; s < n_keys; ++s) {
+        const float* vs = pv + (s * Hkv + g) * D;
+        const double p = scores[static_cast<size_t>(s)] / sum;
+        for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += p * vs[d];
+      }
+      for (int64_t d = 0; d < D; ++d) po[(t * Hq + h) * D + d] = static_cast<float>(acc[static_cast<size_t>(d)]);
+    }
+  }
+}
+
+}  // namespace kapitsa::ops::ref

@@ -1,0 +1,66 @@
+// Reference normalisations: RMSNorm (plain and zero-centred via weight_offset), gated RMSNorm
+// (norm first, then · silu(z)), L2 norm. Row statistics in double; each output element is written
+// after its own input was read, so y may alias x.
+#include "ops/ref/ref.h"
+#include "ops/ref/ref_util.h"
+
+#include <cmath>
+
+namespace kapitsa::ops::ref {
+using detail::check_f32;
+
+// x, y: [R, D];  w: [D] f32.
+void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, const Tensor& y) {
+  check_f32(x, "rms_norm", "x"), check_f32(w, "rms_norm", "w"), check_f32(y, "rms_norm", "y");
+  const int64_t D = x.dim(-1), R = detail::rows_of(x);
+  KAPITSA_CHECK(w.numel() == D, "rms_norm: w {} for rows of {}", w.shape().str(), D);
+  KAPITSA_CHECK(y.numel() == x.numel(), "rms_norm: y {} vs x {}", y.shape().str(), x.shape().str());
+  const float *px = x.f32(), *pw = w.f32();
+  float* py = y.f32();
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(px[r * D + d]) * px[r * D + d];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(D) + eps);
+    for (int64_t d = 0; d < D; ++d)
+      py[r * D + d] = static_cast<float>(px[r * D + d] * inv * (static_cast<double>(weight_offset) + pw[d]));
+  }
+}
+
+// x, z, y: [R, D];  w: [D] f32.
+void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
+  check_f32(x, "rms_norm_gated", "x"), check_f32(z, "rms_norm_gated", "z");
+  check_f32(w, "rms_norm_gated", "w"), check_f32(y, "rms_norm_gated", "y");
+  const int64_t D = x.dim(-1), R = detail::rows_of(x);
+  KAPITSA_CHECK(w.numel() == D, "rms_norm_gated: w {} for rows of {}", w.shape().str(), D);
+  KAPITSA_CHECK(y.numel() == x.numel() && z.numel() == x.numel(), "rms_norm_gated: x {}, z {}, y {}",
+                x.shape().str(), z.shape().str(), y.shape().str());
+  const float *px = x.f32(), *pz = z.f32(), *pw = w.f32();
+  float* py = y.f32();
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(px[r * D + d]) * px[r * D + d];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(D) + eps);
+    for (int64_t d = 0; d < D; ++d) {
+      const double zz = pz[r * D + d];
+      const double silu = zz / (1.0 + std::exp(-zz));
+      py[r * D + d] = static_cast<float>(px[r * D + d] * inv * pw[d] * silu);
+    }
+  }
+}
+
+// x, y: [R, D].
+void l2_norm(const Tensor& x, float eps, float scale, const Tensor& y) {
+  check_f32(x, "l2_norm", "x"), check_f32(y, "l2_norm", "y");
+  const int64_t D = x.dim(-1), R = detail::rows_of(x);
+  KAPITSA_CHECK(y.numel() == x.numel(), "l2_norm: y {} vs x {}", y.shape().str(), x.shape().str());
+  const float* px = x.f32();
+  float* py = y.f32();
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(px[r * D + d]) * px[r * D + d];
+    const double f = static_cast<double>(scale) / std::sqrt(ss + eps);
+    for (int64_t d = 0; d < D; ++d) py[r * D + d] = static_cast<float>(px[r * D + d] * f);
+  }
+}
+
+}  // namespace kapitsa::ops::ref

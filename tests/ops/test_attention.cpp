@@ -1,0 +1,125 @@
+// Tests of RoPE and causal GQA attention: ref pinned on hand-computed cases (a single key returns v,
+// two keys mix by softmax weights, RoPE rotates by pos·inv_freq, future keys are ignored); cpu
+// against ref on random inputs (odd head dims, GQA ratios, decode and prefill, queries split in
+// pieces equal one call).
+#include "op_test_helpers.h"
+#include "ops/cpu/cpu.h"
+#include "ops/ref/ref.h"
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace kapitsa::ops {
+namespace {
+using kapitsa::testing::relative_error;
+using test::Rng;
+
+TEST(Rope, RefRotatesByKnownAngle) {
+  // D = 6, rotary_dim = 4: pairs (0, 2) with inv_freq 1 and (1, 3) with inv_freq 100^(-1/2) = 0.1.
+  float x[6] = {1, 1, 0, 0, 7, 8};
+  int32_t pos[1] = {10};
+  ref::rope_neox(Tensor(DType::f32, {1, 1, 6}, x), pos, 4, 100.0f);
+  EXPECT_NEAR(x[0], std::cos(10.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(10.0), 1e-6);
+  EXPECT_NEAR(x[1], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(x[3], std::sin(1.0), 1e-6);
+  EXPECT_EQ(x[4], 7.0f);  // beyond rotary_dim: untouched
+  EXPECT_EQ(x[5], 8.0f);
+}
+
+TEST(Rope, RefPositionZeroIsIdentityAndNormPreserved) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  Buffer x = test::random_f32(r, {3, 2, 256});
+  Buffer y = test::clone(x);
+  std::vector<int32_t> pos = {0, 174, 100000};
+  ref::rope_neox(y, pos, 64, 1e7f);
+  for (int64_t i = 0; i < 2 * 256; ++i) ASSERT_EQ(y.f32()[i], x.f32()[i]);  // angle 0
+  for (int64_t row = 2; row < 6; ++row) {  // rotation keeps each pair's norm
+    double a = 0, b = 0;
+    for (int i = 0; i < 256; ++i) {
+      a += double(x.f32()[row * 256 + i]) * x.f32()[row * 256 + i];
+      b += double(y.f32()[row * 256 + i]) * y.f32()[row * 256 + i];
+    }
+    EXPECT_NEAR(a, b, 1e-4 * a);
+  }
+}
+
+TEST(Rope, CpuMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (auto [T, H, D, rd] : std::vector<std::array<int, 4>>{{1, 1, 8, 8}, {7, 3, 256, 64}, {65, 2, 128, 32}, {5, 4, 34, 18}}) {
+    SCOPED_TRACE(fmt::format("T={} H={} D={} rd={}", T, H, D, rd));
+    Buffer x = test::random_f32(r, {T, H, D});
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    std::uniform_int_distribution<int32_t> pick(0, 300000);
+    for (auto& p : pos) p = pick(r.gen);
+    pos[0] = 174;
+    Buffer a = test::clone(x), b = test::clone(x);
+    ref::rope_neox(a, pos, rd, 1e7f);
+    cpu::rope_neox(b, pos, rd, 1e7f);
+    EXPECT_LE(relative_error(b, a), 1e-6);
+    EXPECT_LE(kapitsa::testing::max_abs_diff(b, a), 1e-6);
+  }
+}
+
+TEST(Attention, RefSingleKeyReturnsV) {
+  float q[4] = {3, -1, 2, 0.5f}, k[2] = {0.3f, 9}, v[2] = {-4, 0.25f}, o[4];
+  // Hq = 2, Hkv = 1, D = 2, one key
+  ref::attention(Tensor(DType::f32, {1, 2, 2}, q), Tensor(DType::f32, {1, 1, 2}, k), Tensor(DType::f32, {1, 1, 2}, v),
+                 0, 0.7f, Tensor(DType::f32, {1, 2, 2}, o));
+  EXPECT_FLOAT_EQ(o[0], -4); EXPECT_FLOAT_EQ(o[1], 0.25f); EXPECT_FLOAT_EQ(o[2], -4); EXPECT_FLOAT_EQ(o[3], 0.25f);
+}
+
+TEST(Attention, RefTwoKeysMixBySoftmaxAndIgnoresFuture) {
+  // Query at position 1 sees keys 0 and 1 (key 2 exists but is in the future).
+  float q[2] = {1, 0}, k[6] = {0, 0, 2, 0, 100, 0}, v[6] = {1, 0, 0, 1, 50, 50}, o[2];
+  ref::attention(Tensor(DType::f32, {1, 1, 2}, q), Tensor(DType::f32, {3, 1, 2}, k), Tensor(DType::f32, {3, 1, 2}, v), 1,
+                 0.5f, Tensor(DType::f32, {1, 1, 2}, o));
+  const double p1 = std::exp(1.0) / (1 + std::exp(1.0));  // scores 0 and 2·0.5
+  EXPECT_NEAR(o[0], 1 - p1, 1e-6);
+  EXPECT_NEAR(o[1], p1, 1e-6);
+}
+
+struct AttnCase {
+  int64_t T, Hq, Hkv, D, q_pos0, extra_keys;
+};
+
+TEST(Attention, CpuMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const std::vector<AttnCase> cases = {{1, 1, 1, 8, 0, 0},     {1, 8, 2, 64, 37, 5},   {1, 16, 4, 256, 700, 0},
+                                       {7, 6, 2, 33, 0, 3},    {7, 4, 4, 128, 11, 0},  {65, 4, 1, 64, 0, 0},
+                                       {65, 6, 3, 256, 90, 7}, {200, 2, 2, 16, 5, 0},  {3, 3, 1, 1, 2, 1}};
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(fmt::format("T={} Hq={} Hkv={} D={} pos0={}", c.T, c.Hq, c.Hkv, c.D, c.q_pos0));
+    const int64_t S = c.q_pos0 + c.T + c.extra_keys;
+    Buffer q = test::random_f32(r, {c.T, c.Hq, c.D}, -2, 2);
+    Buffer k = test::random_f32(r, {S, c.Hkv, c.D}, -2, 2);
+    Buffer v = test::random_f32(r, {S, c.Hkv, c.D});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    Buffer orf = Buffer::zeros(DType::f32, {c.T, c.Hq, c.D}), oc = Buffer::zeros(DType::f32, {c.T, c.Hq, c.D});
+    ref::attention(q, k, v, c.q_pos0, scale, orf);
+    cpu::attention(q, k, v, c.q_pos0, scale, oc);
+    EXPECT_LE(relative_error(oc, orf), 1e-5);
+    // Queries in pieces (with the matching q_pos0) equal one call.
+    Buffer op = Buffer::zeros(DType::f32, {c.T, c.Hq, c.D});
+    for (int64_t t0 = 0; t0 < c.T;) {
+      const int64_t n = std::min<int64_t>(c.T - t0, 1 + (t0 % 5) * 3);
+      cpu::attention(Tensor(q.tensor()).rows(t0, t0 + n), k, v, c.q_pos0 + t0, scale,
+                     Tensor(op.tensor()).rows(t0, t0 + n));
+      t0 += n;
+    }
+    EXPECT_LE(relative_error(op, orf), 1e-5) << "in pieces";
+    // Keys beyond the last query's position must not matter.
+    if (c.extra_keys > 0) {
+      for (int64_t i = (c.q_pos0 + c.T) * c.Hkv * c.D; i < S * c.Hkv * c.D; ++i) k.f32()[i] = 1e3f, v.f32()[i] = 1e3f;
+      cpu::attention(q, k, v, c.q_pos0, scale, op);
+      EXPECT_LE(relative_error(op, orf), 1e-5) << "future keys changed the result";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kapitsa::ops

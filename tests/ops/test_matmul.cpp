@@ -1,0 +1,66 @@
+// Tests of matmul (y = x·wᵀ): ref pinned on a hand-computed product; cpu against ref for f32/f16/bf16
+// weights over shapes that hit every code path (T = 1 GEMV, small and large token blocks, K not a
+// multiple of the SIMD width, N not a multiple of the row block).
+#include "op_test_helpers.h"
+#include "ops/cpu/cpu.h"
+#include "ops/ref/ref.h"
+
+#include <vector>
+
+namespace kapitsa::ops {
+namespace {
+using kapitsa::testing::relative_error;
+using test::Rng;
+
+TEST(Matmul, RefHandValues) {
+  float x[2 * 3] = {1, 2, 3, -1, 0, 2};
+  float w[2 * 3] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
+  float y[4];
+  ref::matmul(Tensor(DType::f32, {2, 3}, x), Tensor(DType::f32, {2, 3}, w), Tensor(DType::f32, {2, 2}, y));
+  EXPECT_FLOAT_EQ(y[0], -2); EXPECT_FLOAT_EQ(y[1], 3); EXPECT_FLOAT_EQ(y[2], -3); EXPECT_FLOAT_EQ(y[3], 0.5f);
+  // bf16 weights: 0x3f80 = 1, 0xc000 = -2
+  uint16_t wb[3] = {0x3f80, 0xc000, 0x3f80};
+  ref::matmul(Tensor(DType::f32, {2, 3}, x), Tensor(DType::bf16, {1, 3}, wb), Tensor(DType::f32, {2, 1}, y));
+  EXPECT_FLOAT_EQ(y[0], 0); EXPECT_FLOAT_EQ(y[1], 1);
+}
+
+TEST(Matmul, CpuMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  struct Case {
+    int64_t T, K, N;
+  };
+  const std::vector<Case> cases = {{1, 1, 1},    {1, 15, 3},   {1, 64, 17},   {1, 1031, 130}, {2, 33, 9},
+                                   {3, 256, 31}, {7, 100, 65}, {8, 64, 64},   {16, 1000, 23}, {65, 129, 67},
+                                   {64, 1024, 40}, {130, 48, 5}, {1, 4096, 300}};
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(fmt::format("{} T={} K={} N={}", dtype_name(dt), c.T, c.K, c.N));
+      Buffer x = test::random_f32(r, {c.T, c.K});
+      Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {c.N, c.K});
+      Buffer yr = Buffer::zeros(DType::f32, {c.T, c.N});
+      Buffer yc = Buffer::allocate(DType::f32, {c.T, c.N});
+      for (int64_t i = 0; i < c.T * c.N; ++i) yc.f32()[i] = 1e30f;  // garbage: y is written, not accumulated
+      ref::matmul(x, w, yr);
+      cpu::matmul(x, w, yc);
+      // f32 accumulation vs double: error grows like sqrt(K)·eps relative to the row norm.
+      EXPECT_LE(relative_error(yc, yr), 2e-6);
+      // every element, relative to the scale of the dot products (≈ sqrt(K/9))
+      const double scale = std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3;
+      EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr) / scale, 1e-5);
+    }
+}
+
+TEST(Matmul, AcceptsFlattenedLeadingDims) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  Buffer x = test::random_f32(r, {3, 5, 40});
+  Buffer w = kapitsa::testing::random_buffer(r.gen, DType::bf16, {24, 40});
+  Buffer yr = Buffer::zeros(DType::f32, {3, 5, 24}), yc = Buffer::zeros(DType::f32, {15, 24});
+  ref::matmul(x, w, yr);
+  cpu::matmul(x, w, yc);
+  EXPECT_LE(relative_error(yc, yr), 2e-6);
+}
+
+}  // namespace
+}  // namespace kapitsa::ops
