@@ -1,7 +1,103 @@
-// TEMPORARY: forwards to ops/ref until the fast path lands.
+// CPU matmul y = x·wᵀ with f32/bf16/f16 weights used in place, f32 accumulation.
+// T = 1 (decode GEMV) is memory-bound: rows are split across threads and each pass streams
+// kGemvRows weight rows against the cached x. T > 1 works on (row block × token chunk) tasks with
+// register tiles, so each weight row is read from memory once per token chunk, not once per token.
+#include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
+#include "ops/cpu/dot_tile.h"
+
+#include <algorithm>
 
 namespace kapitsa::ops::cpu {
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) { ref::matmul(x, w, y); }
+namespace {
+
+constexpr int kGemvRows = 8;  // rows per GEMV pass: 8 independent FMA chains, 8 prefetch streams
+
+template <class WL>
+void gemv(const float* x, const typename WL::T* w, float* y, int64_t K, int64_t N) {
+  const int64_t groups = (N + kGemvRows - 1) / kGemvRows;
+  const int64_t group_bytes = kGemvRows * K * static_cast<int64_t>(sizeof(typename WL::T));
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, group_bytes)));
+  parallel_for(static_cast<size_t>(groups), grain, [&](size_t begin, size_t end) {
+    for (size_t g = begin; g < end; ++g) {
+      const int64_t n0 = static_cast<int64_t>(g) * kGemvRows;
+      const int64_t nr = std::min<int64_t>(kGemvRows, N - n0);
+      if (nr == kGemvRows) {
+        dot_tile<WL, 1, kGemvRows>(x, K, w + n0 * K, K, K, y + n0, 0);
+      } else {
+        for (int64_t n = n0; n < n0 + nr; ++n) dot_tile<WL, 1, 1>(x, K, w + n * K, K, K, y + n, 0);
+      }
+    }
+  });
+}
+
+template <class WL>
+void gemm(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t K, int64_t N) {
+  const int64_t esize = static_cast<int64_t>(sizeof(typename WL::T));
+  // Token chunk: x chunk ≈ 256 KiB (L2), at least one tile, whole T when small.
+  int64_t tc = std::max<int64_t>(kTileT, ((256 << 10) / (4 * K)) / kTileT * kTileT);
+  tc = std::min<int64_t>(tc, 256);
+  if (T <= tc) tc = T;
+  const int64_t n_tc = (T + tc - 1) / tc;
+  // Row block: ≈ 128 KiB of weights (L2), but enough blocks to feed every thread.
+  const int64_t threads = static_cast<int64_t>(default_thread_pool().size());
+  int64_t nb = std::max<int64_t>(kTileR, ((128 << 10) / (esize * K)) / kTileR * kTileR);
+  const int64_t min_tasks = threads * 4;
+  if (n_tc * ((N + nb - 1) / nb) < min_tasks) {
+    const int64_t want_blocks = (min_tasks + n_tc - 1) / n_tc;
+    nb = std::max<int64_t>(kTileR, ((N + want_blocks - 1) / want_blocks + kTileR - 1) / kTileR * kTileR);
+  }
+  const int64_t n_nb = (N + nb - 1) / nb;
+  // Task order: row block major, so one thread's consecutive tasks reuse the same weights from cache.
+  parallel_for(static_cast<size_t>(n_nb * n_tc), 1, [&](size_t begin, size_t end) {
+    for (size_t task = begin; task < end; ++task) {
+      const int64_t b = static_cast<int64_t>(task) / n_tc, c = static_cast<int64_t>(task) % n_tc;
+      const int64_t n_begin = b * nb, n_end = std::min(N, n_begin + nb);
+      const int64_t t_begin = c * tc, t_end = std::min(T, t_begin + tc);
+      for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileR) {
+        const int rb = static_cast<int>(std::min<int64_t>(kTileR, n_end - n0));
+        const auto* wr = w + n0 * K;
+        int64_t t0 = t_begin;
+        if (rb == kTileR)
+          for (; t0 + kTileT <= t_end; t0 += kTileT)
+            dot_tile<WL, kTileT, kTileR>(x + t0 * K, K, wr, K, K, y + t0 * N + n0, N);
+        for (; t0 < t_end; t0 += kTileT) {
+          const int tb = static_cast<int>(std::min<int64_t>(kTileT, t_end - t0));
+          dot_tile_any<WL>(tb, rb, x + t0 * K, K, wr, K, K, y + t0 * N + n0, N);
+        }
+      }
+    }
+  });
+}
+
+template <class WL>
+void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t N) {
+  const auto* wt = static_cast<const typename WL::T*>(w);
+  if (T == 1)
+    gemv<WL>(x, wt, y, K, N);
+  else
+    gemm<WL>(x, wt, y, T, K, N);
+}
+
+}  // namespace
+
+// x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
+void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+  KAPITSA_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32, "matmul: x and y must be F32");
+  KAPITSA_CHECK(w.rank() == 2, "matmul: w must be [N, K], got {}", w.shape().str());
+  const int64_t N = w.dim(0), K = w.dim(1);
+  KAPITSA_CHECK(x.dim(-1) == K, "matmul: x {} does not match w {}", x.shape().str(), w.shape().str());
+  KAPITSA_CHECK(y.dim(-1) == N, "matmul: y {} does not match w {}", y.shape().str(), w.shape().str());
+  const int64_t T = K == 0 ? 0 : x.numel() / K;
+  KAPITSA_CHECK(y.numel() == T * N, "matmul: y {} has not the {} rows of x {}", y.shape().str(), T, x.shape().str());
+  KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
+  if (T == 0 || N == 0) return;
+  switch (w.dtype()) {
+    case DType::f32: return run<simd::LoadF32>(x.f32(), w.data(), y.f32(), T, K, N);
+    case DType::bf16: return run<simd::LoadBF16>(x.f32(), w.data(), y.f32(), T, K, N);
+    case DType::f16: return run<simd::LoadF16>(x.f32(), w.data(), y.f32(), T, K, N);
+    default: KAPITSA_CHECK(false, "matmul: weight dtype {} not supported", dtype_name(w.dtype()));
+  }
+}
+
 }  // namespace kapitsa::ops::cpu
