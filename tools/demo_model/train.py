@@ -1,0 +1,962 @@
+#!/usr/bin/env python3
+"""Train Kapitsa's bundled demo models (a Qwen3.5-architecture target and draft) from scratch.
+
+What it is: one script that, on one NVIDIA GPU with PyTorch + transformers 5.17 + tokenizers,
+  1. collects text that is on the machine anyway (the installed Python packages' *.py/*.md/*.rst),
+  2. trains a ~16k byte-level BPE tokenizer with the Qwen pre-tokenizer and the Qwen special tokens,
+  3. trains a ~11M-parameter hybrid model (Gated DeltaNet + gated attention, 3:1) and a ~3M draft,
+  4. saves both as real Hugging Face checkpoints in the released Qwen3.5 layout
+     (model_type "qwen3_5", Qwen3_5ForConditionalGeneration, nested text_config, tensors
+     "model.language_model.*", a tiny untrained vision tower, tied embeddings, bf16 safetensors),
+  5. reloads them with transformers and writes reference logits (float32, eager attention, CPU)
+     for a fixed prompt, plus held-out perplexities and the draft/target greedy agreement.
+What it is not: a recipe for a useful assistant. These are demonstration models.
+Invariants: seeded; the step counts printed as TARGET_STEPS/DRAFT_STEPS reproduce a run exactly
+  (pass them back with --target-steps/--draft-steps); --smoke runs every stage on tiny data.
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import site
+import sys
+import sysconfig
+import time
+from array import array
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+T_START = time.time()
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizer definition. The pipeline is copied verbatim from the Qwen3 tokenizer.json
+# (shared/tokenizers/qwen3/tokenizer.json): NFC, the Qwen Split regex, byte-level.
+# ----------------------------------------------------------------------------------------------
+QWEN_PIPELINE = json.loads(r'''{
+ "normalizer": {"type": "NFC"},
+ "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]},
+ "post_processor": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+ "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
+}''')
+
+# The Qwen3.5 added tokens, in Qwen's order (ids follow the learned vocabulary, as in Qwen).
+# The second field is the "special" flag as Qwen sets it (<think>, <tool_call>... are not special).
+ADDED_TOKENS = [
+    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
+    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
+    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+    ("<|image_pad|>", True), ("<|video_pad|>", True),
+    ("<tool_call>", False), ("</tool_call>", False),
+    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False), ("<|repo_name|>", False), ("<|file_sep|>", False),
+    ("<tool_response>", False), ("</tool_response>", False), ("<think>", False), ("</think>", False),
+    ("<|audio_start|>", True), ("<|audio_end|>", True), ("<tts_pad>", True), ("<tts_text_bos>", True),
+    ("<tts_text_eod>", True), ("<tts_text_bos_single>", True), ("<|audio_pad|>", True),
+]
+
+HERE = Path(__file__).resolve().parent
+CHAT_TEMPLATE_PATH = HERE / "qwen3.5.jinja"
+
+# ----------------------------------------------------------------------------------------------
+# Model shapes. layer_types: three Gated DeltaNet layers then one gated full-attention layer.
+# ----------------------------------------------------------------------------------------------
+TARGET_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                    linear_num_key_heads=2, linear_key_head_dim=64,
+                    linear_num_value_heads=4, linear_value_head_dim=64)
+DRAFT_SHAPE = dict(hidden_size=128, intermediate_size=320, num_hidden_layers=4,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                   linear_num_key_heads=2, linear_key_head_dim=32,
+                   linear_num_value_heads=4, linear_value_head_dim=32)
+
+# The fixed reference prompt: a chat turn rendered exactly as the Qwen3.5 template renders it
+# with add_generation_prompt=True (thinking on). About 80 tokens, so it crosses one GDN chunk (64).
+REF_USER = (
+    "Complete the following code:\n\n"
+    "```python\n"
+    "import os\n\n\n"
+    "def list_python_files(root):\n"
+    "    \"\"\"Return the paths of all .py files under root, sorted.\"\"\"\n"
+    "    result = []\n"
+    "    for dirpath, dirnames, filenames in os.walk(root):\n"
+    "```"
+)
+
+INSTRUCTIONS_CODE = ["Continue this code:", "Complete the following code:",
+                     "Here is the start of a file. Write the rest.", "What comes next?",
+                     "Finish this Python file:"]
+INSTRUCTIONS_DOC = ["Continue this document:", "Complete the following text:",
+                    "Here is the start of a document. Write the rest.", "What comes next?"]
+SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+def log(*a):
+    print(f"[{time.time() - T_START:7.1f}s]", *a, flush=True)
+
+
+def sha1(s):
+    return hashlib.sha1(s.encode("utf-8") if isinstance(s, str) else s).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# Chat formatting (mirrors shared/templates/qwen3.5.jinja for one user turn and one answer).
+# ----------------------------------------------------------------------------------------------
+def render_user_prompt(user, system=None, thinking=True):
+    s = ""
+    if system is not None:
+        s += "<|im_start|>system\n" + system.strip() + "<|im_end|>\n"
+    s += "<|im_start|>user\n" + user.strip() + "<|im_end|>\n<|im_start|>assistant\n"
+    s += "<think>\n" if thinking else "<think>\n\n</think>\n\n"
+    return s
+
+
+def chat_sample(text, ext, rng):
+    """A user turn holding the start of a file, the assistant turn its continuation."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) < 4:
+        return None
+    want_user = rng.randint(150, 1200)
+    k, acc = 0, 0
+    while k < len(lines) - 2 and acc + len(lines[k]) <= want_user:
+        acc += len(lines[k])
+        k += 1
+    k = max(k, 1)
+    want_answer = rng.randint(300, 2000)
+    answer, acc = [], 0
+    for line in lines[k:]:
+        if answer and acc + len(line) > want_answer:
+            break
+        answer.append(line)
+        acc += len(line)
+    user = "".join(lines[:k]).strip()
+    assistant = "".join(answer).lstrip("\r\n").rstrip()
+    if not user or not assistant.strip():
+        return None
+    if ext == ".py":
+        # Code goes in fences: the template trims each message, and a fence keeps the first
+        # line's indentation.
+        assistant = "```python\n" + assistant + "\n```"
+        if rng.random() < 0.6:
+            user = rng.choice(INSTRUCTIONS_CODE) + "\n\n```python\n" + "".join(lines[:k]).rstrip() + "\n```"
+    else:
+        assistant = assistant.strip()
+        if rng.random() < 0.5:
+            user = rng.choice(INSTRUCTIONS_DOC) + "\n\n" + user
+    system = SYSTEM_PROMPT if rng.random() < 0.1 else None
+    s = ""
+    if system is not None:
+        s += "<|im_start|>system\n" + system + "<|im_end|>\n"
+    s += "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+    # The template renders an answer without a think block; its generation prompt opens one.
+    # Most samples carry the empty think block so that both generation prompts lead to an answer.
+    if rng.random() < 0.85:
+        s += "<think>\n\n</think>\n\n"
+    s += assistant + "<|im_end|>\n"
+    return s
+
+
+# ----------------------------------------------------------------------------------------------
+# Data: the installed Python packages and the standard library.
+# ----------------------------------------------------------------------------------------------
+def source_roots():
+    roots = []
+    paths = sysconfig.get_paths()
+    cand = [("site", paths.get("purelib")), ("site", paths.get("platlib"))]
+    try:
+        cand += [("site", p) for p in site.getsitepackages()]
+    except Exception:
+        pass
+    cand.append(("stdlib", paths.get("stdlib")))
+    seen = set()
+    for label, p in cand:
+        if not p:
+            continue
+        rp = os.path.realpath(p)
+        if os.path.isdir(rp) and rp not in seen:
+            seen.add(rp)
+            roots.append((label, rp))
+    return roots
+
+
+def list_files(roots):
+    files = {}
+    root_set = {r for _, r in roots}
+    for label, root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames
+                                 if d not in ("__pycache__", ".git", "node_modules", "site-packages",
+                                              "dist-packages")
+                                 and os.path.join(dirpath, d) not in root_set)
+            for fn in filenames:
+                ext = os.path.splitext(fn)[1]
+                if ext not in (".py", ".md", ".rst"):
+                    continue
+                full = os.path.join(dirpath, fn)
+                try:
+                    size = os.path.getsize(full)
+                except OSError:
+                    continue
+                if 256 <= size <= 200_000:
+                    key = label + "/" + os.path.relpath(full, root)
+                    files.setdefault(key, (full, ext))
+    return files
+
+
+def usable(raw):
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in text or not text.strip():
+        return None
+    if (len(raw) - len(text)) > 0.2 * len(text):
+        return None  # mostly non-ASCII: data tables, not code or prose
+    if max(map(len, text.split("\n"))) > 1000:
+        return None  # minified or generated
+    return text
+
+
+def collect_docs(train_cap, heldout_cap):
+    """Deterministic: files ordered by sha1 of their path relative to the package root."""
+    roots = source_roots()
+    log("source roots:", roots)
+    files = list_files(roots)
+    order = sorted(files, key=sha1)
+    log(f"candidate files: {len(order)}")
+    train, heldout, seen = [], [], set()
+    tb = hb = 0
+    for key in order:
+        if tb >= train_cap and hb >= heldout_cap:
+            break
+        h = int(sha1(key), 16)
+        is_heldout = h % 50 == 0
+        if (is_heldout and hb >= heldout_cap) or (not is_heldout and tb >= train_cap):
+            continue
+        full, ext = files[key]
+        try:
+            with open(full, "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        text = usable(raw)
+        if text is None:
+            continue
+        ch = sha1(raw)
+        if ch in seen:
+            continue
+        seen.add(ch)
+        as_chat = (h >> 64) % 4 == 0
+        doc = (key, ext, text, as_chat)
+        if is_heldout:
+            heldout.append(doc)
+            hb += len(raw)
+        else:
+            train.append(doc)
+            tb += len(raw)
+    for name, docs in (("train", train), ("heldout", heldout)):
+        by_ext = {}
+        for _, ext, text, _ in docs:
+            n, b = by_ext.get(ext, (0, 0))
+            by_ext[ext] = (n + 1, b + len(text))
+        log(f"{name}: {len(docs)} files, {sum(b for _, b in by_ext.values()) / 1e6:.1f}M chars, by ext {by_ext}")
+    return train, heldout
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizer
+# ----------------------------------------------------------------------------------------------
+def build_tokenizer(texts, vocab_size, out_dir):
+    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
+
+    base = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            **QWEN_PIPELINE,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": False, "vocab": {}, "merges": []}}
+    tok = Tokenizer.from_str(json.dumps(base))
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(ADDED_TOKENS), min_frequency=2,
+                                  show_progress=False, special_tokens=[],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    n_learned = tok.get_vocab_size(with_added_tokens=False)
+    for content, special in ADDED_TOKENS:
+        at = AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                        special=special)
+        if special:
+            tok.add_special_tokens([at])
+        else:
+            tok.add_tokens([at])
+    j = json.loads(tok.to_str())
+    j.update(json.loads(json.dumps(QWEN_PIPELINE)))  # exactly Qwen's pipeline, whatever training wrote
+    for k, v in base["model"].items():
+        if k not in ("vocab", "merges"):
+            j["model"][k] = v
+    ids = [a["id"] for a in j["added_tokens"]]
+    assert ids == list(range(n_learned, n_learned + len(ADDED_TOKENS))), ids
+    assert [a["content"] for a in j["added_tokens"]] == [c for c, _ in ADDED_TOKENS]
+    tok = Tokenizer.from_str(json.dumps(j))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out_dir / "tokenizer.json"))
+    j2 = json.load(open(out_dir / "tokenizer.json"))
+    for k in QWEN_PIPELINE:
+        assert j2[k] == QWEN_PIPELINE[k], (k, j2[k])
+
+    template = CHAT_TEMPLATE_PATH.read_text()
+    decoder = {}
+    for a in j["added_tokens"]:
+        decoder[str(a["id"])] = {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip",
+                                                   "single_word", "special")}
+    cfg = {
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": decoder,
+        "additional_special_tokens": [c for c, s in ADDED_TOKENS if s and c != "<|endoftext|>"],
+        "bos_token": None,
+        "chat_template": template,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "errors": "replace",
+        "model_max_length": 32768,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "TokenizersBackend",
+        "unk_token": None,
+    }
+    with open(out_dir / "tokenizer_config.json", "w") as f:
+        json.dump(cfg, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+    log(f"tokenizer: {n_learned} learned tokens + {len(ADDED_TOKENS)} added = {tok.get_vocab_size()}")
+    return tok
+
+
+def token_ids(tok):
+    return {c: tok.token_to_id(c) for c, _ in ADDED_TOKENS}
+
+
+def encode_docs(tok, texts, eot, batch=2000):
+    enc = getattr(tok, "encode_batch_fast", None) or tok.encode_batch
+    out = array("i")
+    for i in range(0, len(texts), batch):
+        for e in enc(texts[i:i + batch], add_special_tokens=False):
+            out.extend(e.ids)
+            out.append(eot)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Models
+# ----------------------------------------------------------------------------------------------
+def text_config_dict(shape, vocab_size, special, max_pos):
+    n = shape["num_hidden_layers"]
+    assert n % 4 == 0
+    layer_types = ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(n)]
+    rot = int(shape["head_dim"] * 0.25) // 2  # rotary frequencies; mrope sections must sum to it
+    d = {
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": None,
+        "eos_token_id": special["<|im_end|>"],
+        "head_dim": shape["head_dim"],
+        "hidden_act": "silu",
+        "hidden_size": shape["hidden_size"],
+        "initializer_range": 0.02,
+        "intermediate_size": shape["intermediate_size"],
+        "layer_types": layer_types,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": shape["linear_key_head_dim"],
+        "linear_num_key_heads": shape["linear_num_key_heads"],
+        "linear_num_value_heads": shape["linear_num_value_heads"],
+        "linear_value_head_dim": shape["linear_value_head_dim"],
+        "max_position_embeddings": max_pos,
+        "model_type": "qwen3_5_text",
+        "num_attention_heads": shape["num_attention_heads"],
+        "num_hidden_layers": n,
+        "num_key_value_heads": shape["num_key_value_heads"],
+        "pad_token_id": special["<|endoftext|>"],
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {
+            "mrope_interleaved": True,
+            "mrope_section": [(rot + 2) // 3, (rot + 1) // 3, rot // 3],
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 10000000.0,
+            "rope_type": "default",
+        },
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "vocab_size": vocab_size,
+    }
+    assert sum(d["rope_parameters"]["mrope_section"]) == rot
+    return d
+
+
+def new_causal_lm(cfg_dict, seed, device):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
+
+    cfg = Qwen3_5TextConfig(**{k: v for k, v in cfg_dict.items() if k != "model_type"})
+    torch.manual_seed(seed)
+    try:
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    except Exception as e:  # older keyword handling: fall back to the plain constructor
+        log("from_config(attn_implementation=sdpa) failed:", repr(e))
+        from transformers import Qwen3_5ForCausalLM
+        model = Qwen3_5ForCausalLM(cfg)
+    model.config.use_cache = False
+    return model.to(device=device, dtype=torch.float32)
+
+
+def count_params(model):
+    seen, total, emb = set(), 0, 0
+    for n, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        total += p.numel()
+        if "embed_tokens" in n:
+            emb += p.numel()
+    return total, emb
+
+
+def lr_at(step, total, peak, warmup, min_ratio=0.1):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_model(name, model, data, args, hp, steps, budget_s, seed):
+    """Trains for `steps` steps, or, when steps is None, for as many as fit in budget_s (the count is
+    fixed after `calib` steps, before the warmup ends, so passing it back reproduces the run)."""
+    import torch
+    import torch.nn.functional as F
+
+    B, T = hp["batch"], hp["seq"]
+    V = model.config.vocab_size
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["wd"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=(0.9, 0.95), eps=1e-8, fused=True)
+    warmup = max(hp["warmup"], hp["calib"] + 1)
+    gen = torch.Generator().manual_seed(seed)
+    ar = torch.arange(T + 1, device=data.device)
+    n = data.numel()
+    model.train()
+    total = steps
+    step, t0 = 0, time.time()
+    t_cal = None
+    tokens = 0
+    last_loss = float("nan")
+    while total is None or step < total:
+        lr = lr_at(step, total if total is not None else 10**9, hp["lr"], warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        off = torch.randint(0, n - T - 1, (B,), generator=gen).to(data.device)
+        seq = data[off[:, None] + ar[None, :]].long()
+        x, y = seq[:, :-1], seq[:, 1:]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=x, use_cache=False).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens += B * T
+        if step == 3:
+            torch.cuda.synchronize()
+            t_cal = time.time()
+        if total is None and step == hp["calib"]:
+            torch.cuda.synchronize()
+            now = time.time()
+            per_step = (now - t_cal) / (hp["calib"] - 3)
+            left = budget_s - (now - t0)
+            total = max(step + 1, min(hp["max_steps"], step + int(left / per_step)))
+            log(f"{name}: {per_step * 1000:.1f} ms/step over steps 3..{step}; budget {budget_s:.0f}s "
+                f"-> {total} steps")
+            print(f"{name.upper()}_STEPS={total}", flush=True)
+        if step % hp["log_every"] == 0 or step == total:
+            last_loss = loss.item()
+            if not math.isfinite(last_loss):
+                raise RuntimeError(f"{name}: loss is {last_loss} at step {step}")
+            el = time.time() - t0
+            log(f"{name} step {step}/{total} loss {last_loss:.4f} gnorm {gnorm.item():.3f} lr {lr:.2e} "
+                f"{tokens / el / 1e3:.0f}k tok/s epoch {tokens / n:.2f}")
+    torch.cuda.synchronize()
+    el = time.time() - t0
+    log(f"{name}: trained {step} steps, {tokens / 1e6:.1f}M tokens in {el:.1f}s")
+    model.eval()
+    return {"steps": step, "tokens": tokens, "seconds": round(el, 1), "final_loss": last_loss,
+            "batch": B, "seq": T, "lr": hp["lr"], "warmup": warmup, "weight_decay": hp["wd"]}
+
+
+def windows(ids, T, max_windows):
+    import torch
+    n = min(max_windows, (ids.numel() - 1) // T)
+    if n == 0:
+        T = ids.numel() - 1
+        n = 1
+    x = torch.stack([ids[i * T:i * T + T] for i in range(n)]).long()
+    y = torch.stack([ids[i * T + 1:i * T + T + 1] for i in range(n)]).long()
+    return x, y
+
+
+def eval_ppl(model, ids, T, max_windows, B=16):
+    import torch
+    import torch.nn.functional as F
+    x, y = windows(ids, T, max_windows)
+    tot, cnt = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], B):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                lg = model(input_ids=x[i:i + B], use_cache=False).logits
+            tot += F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), y[i:i + B].reshape(-1),
+                                   reduction="sum").item()
+            cnt += y[i:i + B].numel()
+    return math.exp(tot / cnt), cnt
+
+
+def eval_agreement(target, draft, ids, T, max_windows, B=16):
+    import torch
+    x, y = windows(ids, T, max_windows)
+    same = t_ok = d_ok = cnt = 0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], B):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                a = target(input_ids=x[i:i + B], use_cache=False).logits.argmax(-1)
+                b = draft(input_ids=x[i:i + B], use_cache=False).logits.argmax(-1)
+            yy = y[i:i + B]
+            same += (a == b).sum().item()
+            t_ok += (a == yy).sum().item()
+            d_ok += (b == yy).sum().item()
+            cnt += yy.numel()
+    return {"agreement": same / cnt, "target_top1": t_ok / cnt, "draft_top1": d_ok / cnt,
+            "positions": cnt}
+
+
+def greedy_text(model, tok, prompt, max_new, stop_ids, device):
+    import torch
+    ids = tok.encode(prompt, add_special_tokens=False).ids
+    x = torch.tensor([ids], device=device)
+    new = []
+    with torch.no_grad():
+        for _ in range(max_new):
+            nxt = int(model(input_ids=x, use_cache=False).logits[0, -1].float().argmax())
+            if nxt in stop_ids:
+                break
+            new.append(nxt)
+            x = torch.cat([x, torch.tensor([[nxt]], device=device)], dim=1)
+    return tok.decode(new, skip_special_tokens=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Export in the released Qwen3.5 layout, and the reference logits
+# ----------------------------------------------------------------------------------------------
+def export_checkpoint(causal, text_cfg, special, tok_dir, out_dir, seed):
+    import torch
+    from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    hidden = text_cfg["hidden_size"]
+    vision = {"depth": 1, "hidden_size": 32, "hidden_act": "gelu_pytorch_tanh", "intermediate_size": 64,
+              "num_heads": 2, "in_channels": 3, "patch_size": 16, "spatial_merge_size": 2,
+              "temporal_patch_size": 2, "out_hidden_size": hidden, "num_position_embeddings": 64,
+              "initializer_range": 0.02, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}}
+    cfg = Qwen3_5Config(text_config=dict(text_cfg), vision_config=vision,
+                        image_token_id=special["<|image_pad|>"], video_token_id=special["<|video_pad|>"],
+                        vision_start_token_id=special["<|vision_start|>"],
+                        vision_end_token_id=special["<|vision_end|>"], tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    cg = Qwen3_5ForConditionalGeneration(cfg)
+    sd = {}
+    for k, v in causal.state_dict().items():
+        if k.startswith("model."):
+            sd["model.language_model." + k[len("model."):]] = v.detach().float().cpu()
+        elif k == "lm_head.weight":
+            sd[k] = v.detach().float().cpu()
+        else:
+            raise RuntimeError(f"unexpected tensor {k}")
+    missing, unexpected = cg.load_state_dict(sd, strict=False)
+    bad = [k for k in missing if not k.startswith("model.visual.")]
+    if bad or unexpected:
+        raise RuntimeError(f"state dict mapping: missing {bad} unexpected {list(unexpected)}")
+    emb = cg.model.language_model.embed_tokens.weight
+    tied = cg.lm_head.weight.data_ptr() == emb.data_ptr()
+    log(f"export: lm_head tied to embed_tokens in memory: {tied}")
+    if not tied:  # still a valid checkpoint (lm_head.weight is then stored, equal to the embedding)
+        log("WARNING: lm_head is not tied to embed_tokens in Qwen3_5ForConditionalGeneration")
+    cg = cg.to(torch.bfloat16)
+    gen = GenerationConfig(bos_token_id=None, eos_token_id=[special["<|im_end|>"], special["<|endoftext|>"]],
+                           pad_token_id=special["<|endoftext|>"], do_sample=True, temperature=0.7,
+                           top_k=20, top_p=0.95)
+    cg.generation_config = gen
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cg.save_pretrained(str(out_dir))
+    gen.save_pretrained(str(out_dir))
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tok_dir / fn, out_dir / fn)
+    # What was written: tensor names and dtypes.
+    from safetensors import safe_open
+    names, dtypes = [], set()
+    with safe_open(str(out_dir / "model.safetensors"), framework="pt") as f:
+        for k in f.keys():
+            names.append(k)
+            dtypes.add(str(f.get_slice(k).get_dtype()))
+    n_text = sum(1 for k in names if k.startswith("model.language_model."))
+    log(f"export: {out_dir}: {len(names)} tensors ({n_text} text), dtypes {sorted(dtypes)}, "
+        f"lm_head.weight stored: {'lm_head.weight' in names}, files {sorted(os.listdir(out_dir))}, "
+        f"first names {sorted(names)[:3]}")
+    c = json.load(open(out_dir / "config.json"))
+    log(f"export: config architectures {c.get('architectures')} model_type {c.get('model_type')} "
+        f"dtype {c.get('dtype')} text layer_types {c['text_config']['layer_types']}")
+    return {"tensors": len(names), "lm_head_stored": "lm_head.weight" in names, "dtypes": sorted(dtypes)}
+
+
+def rel_err(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def make_reference(model_dir, causal, prompt_text, tok, n_greedy, name, seed, tmp_dir):
+    """Reference outputs from the saved checkpoint, float32, eager attention, on the CPU."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, Qwen3_5ForConditionalGeneration
+
+    torch.set_num_threads(min(16, os.cpu_count() or 1))
+    prompt_ids = tok.encode(prompt_text, add_special_tokens=False).ids
+    ids = torch.tensor([prompt_ids])
+    m = Qwen3_5ForConditionalGeneration.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                        attn_implementation="eager").eval()
+    checks = {}
+    with torch.no_grad():
+        hs = None
+        try:
+            out = m(input_ids=ids, use_cache=False, output_hidden_states=True)
+            if out.hidden_states:
+                hs = torch.stack([h[0].float() for h in out.hidden_states]).contiguous()
+        except Exception as e:
+            checks["hidden_states_error"] = repr(e)[:300]
+            out = m(input_ids=ids, use_cache=False)
+        logits = out.logits[0].float().contiguous()
+        if hs is not None:
+            checks["hidden_states_layers"] = int(hs.shape[0])
+            checks["lm_head_of_last_hidden_rel_err"] = rel_err(m.lm_head(hs[-1]), logits)
+        seq = ids
+        g_ids, g_logits, margins = [], [], []
+        for _ in range(n_greedy):
+            lo = m(input_ids=seq, use_cache=False).logits[0, -1].float()
+            top2 = lo.topk(2).values
+            margins.append(float(top2[0] - top2[1]))
+            nxt = int(lo.argmax())
+            g_ids.append(nxt)
+            g_logits.append(lo)
+            seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
+        g_logits = torch.stack(g_logits).contiguous()
+        checks["greedy_min_margin"] = min(margins)
+        # The cached path (recurrent + KV state carried step by step) must choose the same tokens.
+        try:
+            gout = m.generate(ids, max_new_tokens=n_greedy, do_sample=False, top_k=None, top_p=None,
+                              temperature=None, return_dict_in_generate=True, output_logits=True,
+                              eos_token_id=None, pad_token_id=tok.token_to_id("<|endoftext|>"))
+            cached_ids = gout.sequences[0, ids.shape[1]:].tolist()
+            cached_logits = torch.stack([l[0].float() for l in gout.logits])
+            checks["cached_greedy_ids_equal"] = cached_ids == g_ids
+            checks["cache_vs_nocache_rel_err"] = rel_err(cached_logits, g_logits)
+        except Exception as e:
+            checks["cached_generate_error"] = repr(e)[:300]
+    tensors = {"prompt_ids": torch.tensor(prompt_ids, dtype=torch.int32),
+               "prompt_logits": logits,
+               "greedy_ids": torch.tensor(g_ids, dtype=torch.int32),
+               "greedy_logits": g_logits}
+    if hs is not None:
+        tensors["hidden_states"] = hs
+    ref_path = model_dir / "reference.safetensors"
+    save_file(tensors, str(ref_path))
+
+    # 1. The saved config.json + weights, loaded again, reproduce the saved reference exactly.
+    back = load_file(str(ref_path))
+    m2 = Qwen3_5ForConditionalGeneration.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                         attn_implementation="eager").eval()
+    with torch.no_grad():
+        l2 = m2(input_ids=back["prompt_ids"].long()[None], use_cache=False).logits[0].float()
+    checks["reload_vs_reference_max_abs"] = float((l2 - back["prompt_logits"]).abs().max())
+    # 2. The trained model itself (plain causal LM, model.* names), bf16-rounded, float32, eager.
+    try:
+        tmp = tmp_dir / f"{name}_causal"
+        causal.save_pretrained(str(tmp))
+        c2 = AutoModelForCausalLM.from_pretrained(str(tmp), dtype=torch.float32,
+                                                  attn_implementation="eager").eval()
+        with torch.no_grad():
+            for p in c2.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
+            l3 = c2(input_ids=ids, use_cache=False).logits[0].float()
+        checks["trained_causal_lm_vs_reference_rel_err"] = rel_err(l3, logits)
+        shutil.rmtree(tmp, ignore_errors=True)
+    except Exception as e:
+        checks["trained_causal_lm_check_error"] = repr(e)[:300]
+    # 3. Whatever AutoModelForCausalLM makes of the exported folder (information only).
+    try:
+        a = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+        with torch.no_grad():
+            l4 = a(input_ids=ids, use_cache=False).logits[0].float()
+        checks["automodelforcausallm_class"] = type(a).__name__
+        checks["automodelforcausallm_vs_reference_rel_err"] = rel_err(l4, logits)
+    except Exception as e:
+        checks["automodelforcausallm_error"] = repr(e)[:300]
+
+    import tokenizers
+    import transformers
+    info = {"name": name, "seed": seed, "transformers": transformers.__version__,
+            "torch": torch.__version__, "tokenizers": tokenizers.__version__,
+            "computed_with": "Qwen3_5ForConditionalGeneration.from_pretrained(dtype=float32, "
+                             "attn_implementation='eager') on the CPU, no cache",
+            "prompt_text": prompt_text, "prompt_len": len(prompt_ids), "generated": n_greedy,
+            "greedy_text": tok.decode(g_ids, skip_special_tokens=False),
+            "logits_std": float(logits.std()),
+            "tensors": {k: [str(v.dtype).replace("torch.", ""), list(v.shape)] for k, v in tensors.items()},
+            "checks": checks}
+    with open(model_dir / "reference.json", "w") as f:
+        json.dump(info, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    log(f"reference {name}: T={len(prompt_ids)} checks {json.dumps(checks)}")
+    return info
+
+
+def check_autotokenizer(tok_dir, tok, samples):
+    """transformers' AutoTokenizer on the saved files must agree with the tokenizer we trained."""
+    res = {}
+    try:
+        from transformers import AutoTokenizer
+        at = AutoTokenizer.from_pretrained(str(tok_dir))
+        res["class"] = type(at).__name__
+        res["encode_equal"] = all(at.encode(s, add_special_tokens=False) ==
+                                  tok.encode(s, add_special_tokens=False).ids for s in samples)
+        rendered = at.apply_chat_template([{"role": "user", "content": REF_USER}],
+                                          add_generation_prompt=True, tokenize=False)
+        res["chat_template_matches_reference_prompt"] = rendered == render_user_prompt(REF_USER)
+        if not res["chat_template_matches_reference_prompt"]:
+            res["rendered"] = rendered
+        res["eos_token"] = at.eos_token
+        res["pad_token"] = at.pad_token
+    except Exception as e:
+        res["error"] = repr(e)[:400]
+    log("AutoTokenizer check:", json.dumps(res))
+    return res
+
+
+# ----------------------------------------------------------------------------------------------
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="models/demo", help="output folder (target/ and draft/ go in it)")
+    ap.add_argument("--seed", type=int, default=20260)
+    ap.add_argument("--smoke", action="store_true", help="every stage on tiny data, a few steps")
+    ap.add_argument("--target-steps", type=int, default=None, help="fixed step count (reproduces a run)")
+    ap.add_argument("--draft-steps", type=int, default=None)
+    ap.add_argument("--target-budget", type=float, default=180.0, help="seconds, when no step count given")
+    ap.add_argument("--draft-budget", type=float, default=90.0)
+    ap.add_argument("--train-mb", type=float, default=100.0, help="training text, MB")
+    ap.add_argument("--tokenizer-mb", type=float, default=20.0, help="tokenizer training text, MB")
+    ap.add_argument("--vocab", type=int, default=16384)
+    ap.add_argument("--resume", default=None, help="folder of an earlier run: reuse tokenizer/ and raw/")
+    args = ap.parse_args()
+
+    import torch
+    import tokenizers
+    import transformers
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp_dir = out / "tmp"
+    tmp_dir.mkdir(exist_ok=True)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    assert torch.cuda.is_available(), "needs a CUDA GPU"
+    dev = torch.device("cuda")
+    log(f"torch {torch.__version__} transformers {transformers.__version__} tokenizers "
+        f"{tokenizers.__version__} python {sys.version.split()[0]} gpu {torch.cuda.get_device_name(0)}")
+    metrics = {"seed": args.seed, "smoke": args.smoke, "argv": sys.argv[1:],
+               "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                            "tokenizers": tokenizers.__version__, "python": sys.version.split()[0],
+                            "gpu": torch.cuda.get_device_name(0)}}
+    phases = {}
+
+    if args.smoke:
+        args.train_mb, args.tokenizer_mb, args.vocab = 3.0, 3.0, 2048
+        hp_t = dict(batch=4, seq=256, lr=2e-3, warmup=100, wd=0.1, calib=6, max_steps=12, log_every=2)
+        hp_d = dict(hp_t, lr=3e-3)
+        eval_windows, n_greedy = 4, 4
+        if args.target_steps is None:
+            args.target_budget = 2.0
+        if args.draft_steps is None:
+            args.draft_budget = 2.0
+    else:
+        hp_t = dict(batch=32, seq=1024, lr=2e-3, warmup=150, wd=0.1, calib=30, max_steps=20000,
+                    log_every=100)
+        hp_d = dict(hp_t, lr=3e-3)
+        eval_windows, n_greedy = 128, 16
+
+    # 1. data -------------------------------------------------------------------------------
+    t = time.time()
+    train_docs, held_docs = collect_docs(int(args.train_mb * 1e6), int(max(0.3, args.train_mb * 0.03) * 1e6))
+    phases["collect_s"] = round(time.time() - t, 1)
+    rng = random.Random(args.seed)
+    train_texts, n_chat = [], 0
+    for key, ext, text, as_chat in train_docs:
+        if as_chat:
+            s = chat_sample(text, ext, random.Random(args.seed ^ int(sha1(key)[:12], 16)))
+            if s is not None:
+                train_texts.append(s)
+                n_chat += 1
+                continue
+        train_texts.append(text)
+    rng.shuffle(train_texts)
+    held = {"code": [d[2] for d in held_docs if d[1] == ".py"],
+            "docs": [d[2] for d in held_docs if d[1] != ".py"],
+            "chat": [s for s in (chat_sample(d[2], d[1], random.Random(args.seed ^ int(sha1(d[0])[:12], 16)))
+                                 for d in held_docs) if s is not None]}
+    metrics["data"] = {"train_files": len(train_docs), "train_chars": sum(len(d[2]) for d in train_docs),
+                       "train_chat_samples": n_chat, "heldout_files": len(held_docs),
+                       "heldout_code_files": len(held["code"]), "heldout_doc_files": len(held["docs"])}
+
+    # 2. tokenizer --------------------------------------------------------------------------
+    t = time.time()
+    tok_dir = out / "tokenizer"
+    if args.resume:
+        from tokenizers import Tokenizer
+        shutil.copytree(Path(args.resume) / "tokenizer", tok_dir, dirs_exist_ok=True)
+        tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    else:
+        tok_texts, acc = [], 0
+        for _, _, text, _ in train_docs:
+            if acc >= args.tokenizer_mb * 1e6:
+                break
+            tok_texts.append(text)
+            acc += len(text)
+        tok = build_tokenizer(tok_texts, args.vocab, tok_dir)
+    special = token_ids(tok)
+    eot = special["<|endoftext|>"]
+    vocab_size = tok.get_vocab_size()
+    vocab_size = (vocab_size + 63) // 64 * 64  # the embedding rows; equal to the vocabulary at 16384
+    phases["tokenizer_s"] = round(time.time() - t, 1)
+
+    t = time.time()
+    train_ids = encode_docs(tok, train_texts, eot)
+    held_ids = {k: encode_docs(tok, v, eot) for k, v in held.items()}
+    code_chars = sum(len(s) for s in held["code"])
+    metrics["tokenizer"] = {"vocab_size": tok.get_vocab_size(), "model_vocab_size": vocab_size,
+                            "special_ids": special,
+                            "heldout_code_chars_per_token": code_chars / max(1, len(held_ids["code"]))}
+    metrics["data"]["train_tokens"] = len(train_ids)
+    metrics["data"]["heldout_tokens"] = {k: len(v) for k, v in held_ids.items()}
+    log(f"encoded: train {len(train_ids) / 1e6:.1f}M tokens, held-out "
+        f"{ {k: len(v) for k, v in held_ids.items()} }, code chars/token "
+        f"{metrics['tokenizer']['heldout_code_chars_per_token']:.2f}")
+    data = torch.frombuffer(train_ids, dtype=torch.int32).to(dev)
+    held_t = {k: torch.frombuffer(v, dtype=torch.int32).to(dev) for k, v in held_ids.items() if len(v) > 1}
+    phases["encode_s"] = round(time.time() - t, 1)
+    metrics["autotokenizer"] = check_autotokenizer(
+        tok_dir, tok, [held["code"][0][:2000] if held["code"] else "x = 1", render_user_prompt(REF_USER),
+                       "Ünïcödé text — with «quotes» and 中文 and emoji 🙂\r\n\tend"])
+
+    # 3. models -----------------------------------------------------------------------------
+    max_pos = 32768
+    cfgs = {"target": text_config_dict(TARGET_SHAPE, vocab_size, special, max_pos),
+            "draft": text_config_dict(DRAFT_SHAPE, vocab_size, special, max_pos)}
+    models, train_info = {}, {}
+    raw_dir = out / "raw"
+    raw_dir.mkdir(exist_ok=True)
+    for i, name in enumerate(("target", "draft")):
+        m = new_causal_lm(cfgs[name], args.seed + 1 + i, dev)
+        total, emb = count_params(m)
+        log(f"{name}: {total / 1e6:.2f}M parameters ({emb / 1e6:.2f}M embedding, tied with lm_head)")
+        t = time.time()
+        if args.resume:
+            from safetensors.torch import load_file
+            sd = load_file(str(Path(args.resume) / "raw" / f"{name}.safetensors"))
+            m.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+            m.eval()
+            train_info[name] = json.load(open(Path(args.resume) / "raw" / f"{name}_train.json"))
+        else:
+            steps = args.target_steps if name == "target" else args.draft_steps
+            budget = args.target_budget if name == "target" else args.draft_budget
+            train_info[name] = train_model(name, m, data, args, hp_t if name == "target" else hp_d,
+                                           steps, budget, args.seed + 10 + i)
+            from safetensors.torch import save_file
+            sd = {k: v.detach().to(torch.bfloat16).cpu().contiguous()
+                  for k, v in m.state_dict().items() if k != "lm_head.weight"}
+            save_file(sd, str(raw_dir / f"{name}.safetensors"))
+            json.dump(train_info[name], open(raw_dir / f"{name}_train.json", "w"))
+        train_info[name]["parameters"] = total
+        train_info[name]["embedding_parameters"] = emb
+        phases[f"train_{name}_s"] = round(time.time() - t, 1)
+        models[name] = m
+    metrics["training"] = train_info
+    metrics["configs"] = cfgs
+
+    # 4. evaluation -------------------------------------------------------------------------
+    t = time.time()
+    T = hp_t["seq"]
+    ppl = {}
+    for name, m in models.items():
+        ppl[name] = {}
+        for k, ids in held_t.items():
+            p, cnt = eval_ppl(m, ids, T, eval_windows)
+            ppl[name][k] = {"perplexity": round(p, 3), "tokens": cnt}
+        log(f"held-out perplexity {name}: {json.dumps(ppl[name])}")
+    metrics["heldout_perplexity"] = ppl
+    if "code" in held_t:
+        agr = eval_agreement(models["target"], models["draft"], held_t["code"], T, eval_windows)
+        log(f"draft/target greedy agreement on held-out code: {json.dumps(agr)}")
+        metrics["agreement_heldout_code"] = agr
+    if "chat" in held_t:
+        metrics["agreement_heldout_chat"] = eval_agreement(models["target"], models["draft"], held_t["chat"],
+                                                           T, eval_windows)
+        log(f"agreement on held-out chat: {json.dumps(metrics['agreement_heldout_chat'])}")
+    stop = {special["<|im_end|>"], eot}
+    samples = {}
+    for label, prompt, n in (("raw_code", "import os\nimport sys\n\n\ndef main():\n", 96),
+                             ("chat", render_user_prompt("Complete the following code:\n\n```python\ndef fibonacci(n):\n```"), 96),
+                             ("chat_no_think", render_user_prompt("Write a function that reverses a string.",
+                                                                  thinking=False), 96),
+                             ("raw_doc", "Installation\n============\n\n", 64)):
+        samples[label] = {"prompt": prompt,
+                          "target": greedy_text(models["target"], tok, prompt, n, stop, dev),
+                          "draft": greedy_text(models["draft"], tok, prompt, n, stop, dev)}
+        log(f"sample {label}: target greedy: {samples[label]['target']!r}")
+    metrics["samples_greedy"] = samples
+    phases["eval_s"] = round(time.time() - t, 1)
+
+    # 5. export + reference -----------------------------------------------------------------
+    t = time.time()
+    refs = {}
+    for i, name in enumerate(("target", "draft")):
+        d = out / name
+        metrics.setdefault("export", {})[name] = export_checkpoint(models[name], cfgs[name], special, tok_dir, d,
+                                                                  args.seed + 100 + i)
+        refs[name] = make_reference(d, models[name], render_user_prompt(REF_USER), tok, n_greedy, name,
+                                    args.seed, tmp_dir)
+        metrics["export"][name]["files"] = {fn: os.path.getsize(d / fn) for fn in sorted(os.listdir(d))}
+    metrics["reference_checks"] = {k: v["checks"] for k, v in refs.items()}
+    phases["export_s"] = round(time.time() - t, 1)
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+
+    phases["total_s"] = round(time.time() - T_START, 1)
+    metrics["phases"] = phases
+    with open(out / "metrics.json", "w") as f:
+        json.dump(metrics, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    log(f"phases {json.dumps(phases)}")
+    print(f"TOTAL_WALL_S={phases['total_s']}", flush=True)
+    (out / "DONE").write_text("ok\n")
+
+
+if __name__ == "__main__":
+    main()
