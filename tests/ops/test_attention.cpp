@@ -91,7 +91,9 @@ TEST(Attention, CpuMatchesRef) {
   SCOPED_TRACE(r.trace());
   const std::vector<AttnCase> cases = {{1, 1, 1, 8, 0, 0},     {1, 8, 2, 64, 37, 5},   {1, 16, 4, 256, 700, 0},
                                        {7, 6, 2, 33, 0, 3},    {7, 4, 4, 128, 11, 0},  {65, 4, 1, 64, 0, 0},
-                                       {65, 6, 3, 256, 90, 7}, {200, 2, 2, 16, 5, 0},  {3, 3, 1, 1, 2, 1}};
+                                       {65, 6, 3, 256, 90, 7}, {200, 2, 2, 16, 5, 0},  {3, 3, 1, 1, 2, 1},
+                                       // decode with few kv heads and long history: keys split across tasks
+                                       {1, 4, 1, 64, 1000, 0}, {2, 2, 1, 32, 600, 3}, {1, 8, 2, 256, 3000, 0}};
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(fmt::format("T={} Hq={} Hkv={} D={} pos0={}", c.T, c.Hq, c.Hkv, c.D, c.q_pos0));
     const int64_t S = c.q_pos0 + c.T + c.extra_keys;

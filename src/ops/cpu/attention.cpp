@@ -1,8 +1,238 @@
-// TEMPORARY: forwards to ops/ref until the fast path lands.
+// CPU attention ops. rope_neox: per-call cos/sin table computed exactly as ops/ref (float32 angles,
+// as transformers), then applied to every head. attention: flash-style causal GQA — a task takes one
+// kv head, a tile of query tokens (all query heads of that group, so K/V are read once per tile) and
+// a range of keys; scores in 64-key blocks with an online softmax, so memory stays O(tile), never
+// O(T·S). Decode (few query tiles) splits the keys across tasks and merges the partial softmaxes.
+#include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
+#include "ops/cpu/dot_tile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 namespace kapitsa::ops::cpu {
-void rope_neox(const Tensor& x, std::span<const int32_t> p, int rd, float theta) { ref::rope_neox(x, p, rd, theta); }
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t p0, float s, const Tensor& o) { ref::attention(q, k, v, p0, s, o); }
+
+// x: [T, n_heads, D];  positions: [T].
+void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_dim, float theta) {
+  KAPITSA_CHECK(x.dtype() == DType::f32 && x.rank() == 3, "rope_neox: x must be [T, n_heads, D] F32, got {} {}",
+                x.shape().str(), dtype_name(x.dtype()));
+  const int64_t T = x.dim(0), n_heads = x.dim(1), D = x.dim(2);
+  KAPITSA_CHECK(static_cast<int64_t>(positions.size()) == T, "rope_neox: {} positions for {} tokens",
+                positions.size(), T);
+  KAPITSA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= D,
+                "rope_neox: rotary_dim {} must be even and within head_dim {}", rotary_dim, D);
+  const int half = rotary_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {  // float32 steps exactly as ops/ref (and transformers)
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    inv_freq[static_cast<size_t>(i)] =
+        1.0f / static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+  }
+  float* px = x.f32();
+  parallel_for(static_cast<size_t>(T), 1, [&](size_t begin, size_t end) {
+    std::vector<float> cs(static_cast<size_t>(2 * half));
+    for (size_t t = begin; t < end; ++t) {
+      const float pos = static_cast<float>(positions[t]);
+      for (int i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[static_cast<size_t>(i)];
+        cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        cs[static_cast<size_t>(half + i)] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* head = px + (static_cast<int64_t>(t) * n_heads + h) * D;
+        for (int i = 0; i < half; ++i) {  // simple loop: the compiler vectorises it
+          const float c = cs[static_cast<size_t>(i)], s = cs[static_cast<size_t>(half + i)];
+          const float x1 = head[i], x2 = head[i + half];
+          head[i] = x1 * c - x2 * s;
+          head[i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  });
+}
+
+namespace {
+
+constexpr int64_t kKeyBlock = 64;
+
+struct AttnShape {
+  int64_t T, Hq, Hkv, D, r, q_pos0;
+  float scale;
+  const float *q, *k, *v;
+};
+
+// Online-softmax state of M query rows: running max m, running sum l, unnormalised output acc.
+struct Partial {
+  std::vector<float> acc, m, l;
+  void reset(int64_t M, int64_t D) {
+    acc.assign(static_cast<size_t>(M * D), 0.0f);
+    m.assign(static_cast<size_t>(M), -INFINITY);
+    l.assign(static_cast<size_t>(M), 0.0f);
+  }
+};
+
+// acc[i, :] = acc[i, :]·corr + Σ_j p[i, j] · v[j, :] for one row; v rows at stride ldv.
+inline void accumulate_pv(float* acc, float corr, const float* p, int64_t nk, const float* v, int64_t ldv, int64_t D) {
+  using namespace simd;
+  constexpr int kU = 4;
+  int64_t d = 0;
+  for (; d + kU * kW <= D; d += kU * kW) {
+    vf a[kU];
+    const vf c = set1(corr);
+    for (int u = 0; u < kU; ++u) a[u] = mul(load(acc + d + u * kW), c);
+    for (int64_t j = 0; j < nk; ++j) {
+      const vf pj = set1(p[j]);
+      for (int u = 0; u < kU; ++u) a[u] = simd::fma(pj, load(v + j * ldv + d + u * kW), a[u]);
+    }
+    for (int u = 0; u < kU; ++u) store(acc + d + u * kW, a[u]);
+  }
+  for (; d + kW <= D; d += kW) {
+    vf a = mul(load(acc + d), set1(corr));
+    for (int64_t j = 0; j < nk; ++j) a = simd::fma(set1(p[j]), load(v + j * ldv + d), a);
+    store(acc + d, a);
+  }
+  for (; d < D; ++d) {
+    float a = acc[d] * corr;
+    for (int64_t j = 0; j < nk; ++j) a += p[j] * v[j * ldv + d];
+    acc[d] = a;
+  }
+}
+
+// One task: kv head g, query tokens [t0, t1), keys [s0, s1) → the partial softmax of its M rows.
+void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t s0, int64_t s1, Partial& out) {
+  const int64_t D = a.D, r = a.r, M = (t1 - t0) * r, ldk = a.Hkv * D;
+  thread_local std::vector<float> qt, scores;
+  qt.resize(static_cast<size_t>(M * D));
+  scores.resize(static_cast<size_t>(M * kKeyBlock));
+  // Gather the group's query rows (t-major, then head), pre-scaled.
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t j = 0; j < r; ++j) {
+      const float* src = a.q + (t * a.Hq + g * r + j) * D;
+      float* dst = qt.data() + ((t - t0) * r + j) * D;
+      for (int64_t d = 0; d < D; ++d) dst[d] = src[d] * a.scale;
+    }
+  out.reset(M, D);
+  const float* kg = a.k + g * D;
+  const float* vg = a.v + g * D;
+  const int64_t last_key = std::min(s1, a.q_pos0 + t1);  // exclusive
+  for (int64_t kb = s0; kb < last_key; kb += kKeyBlock) {
+    const int64_t nk = std::min(kKeyBlock, last_key - kb);
+    // scores[i, j] = q_i · k_{kb+j}
+    for (int64_t i0 = 0; i0 < M; i0 += kTileT) {
+      const int tb = static_cast<int>(std::min<int64_t>(kTileT, M - i0));
+      for (int64_t j0 = 0; j0 < nk; j0 += kTileR) {
+        const int rb = static_cast<int>(std::min<int64_t>(kTileR, nk - j0));
+        dot_tile_any<simd::LoadF32>(tb, rb, qt.data() + i0 * D, D, kg + (kb + j0) * ldk, ldk, D,
+                                    scores.data() + i0 * kKeyBlock + j0, kKeyBlock);
+      }
+    }
+    for (int64_t i = 0; i < M; ++i) {
+      const int64_t pos = a.q_pos0 + t0 + i / r;
+      const int64_t visible = std::min(nk, pos - kb + 1);  // keys kb .. pos
+      if (visible <= 0) continue;
+      float* p = scores.data() + i * kKeyBlock;
+      float mb = -INFINITY;
+      for (int64_t j = 0; j < visible; ++j) mb = std::max(mb, p[j]);
+      const float m_old = out.m[static_cast<size_t>(i)], m_new = std::max(m_old, mb);
+      const float corr = std::exp(m_old - m_new);  // 0 on the first block (m_old = -inf)
+      float sum = 0;
+      int64_t j = 0;
+      for (; j + simd::kW <= visible; j += simd::kW) {
+        const simd::vf e = simd::exp(simd::sub(simd::load(p + j), simd::set1(m_new)));
+        simd::store(p + j, e);
+        sum += simd::reduce_add(e);
+      }
+      for (; j < visible; ++j) sum += (p[j] = std::exp(p[j] - m_new));
+      out.m[static_cast<size_t>(i)] = m_new;
+      out.l[static_cast<size_t>(i)] = out.l[static_cast<size_t>(i)] * corr + sum;
+      accumulate_pv(out.acc.data() + i * D, corr, p, visible, vg + kb * ldk, ldk, D);
+    }
+  }
+}
+
+}  // namespace
+
+// q: [T, Hq, D];  k, v: [S, Hkv, D];  o: [T, Hq, D].
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
+  for (const Tensor* t : {&q, &k, &v, &o})
+    KAPITSA_CHECK(t->dtype() == DType::f32 && t->rank() == 3, "attention: tensors must be rank-3 F32, got {} {}",
+                  t->shape().str(), dtype_name(t->dtype()));
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1);
+  KAPITSA_CHECK(k.shape() == v.shape() && k.dim(2) == D && o.shape() == q.shape(),
+                "attention: q {}, k {}, v {}, o {}", q.shape().str(), k.shape().str(), v.shape().str(),
+                o.shape().str());
+  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: {} query heads not a multiple of {} kv heads", Hq, Hkv);
+  KAPITSA_CHECK(q_pos0 >= 0 && S >= q_pos0 + T, "attention: {} keys for queries at {}..{}", S, q_pos0, q_pos0 + T);
+  KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention: o must not alias q");
+  if (T == 0) return;
+  const AttnShape a{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k.f32(), v.f32()};
+  float* po = o.f32();
+  // Query tile: about 32 rows (tokens × heads of the group) per task.
+  const int64_t tq = std::max<int64_t>(1, 32 / a.r);
+  const int64_t n_qt = (T + tq - 1) / tq;
+  const int64_t n_keys = q_pos0 + T;
+  const int64_t threads = static_cast<int64_t>(default_thread_pool().size());
+  int64_t n_split = 1;
+  if (Hkv * n_qt < 2 * threads && n_keys > 4 * kKeyBlock)
+    n_split = std::min((2 * threads + Hkv * n_qt - 1) / (Hkv * n_qt), (n_keys + 4 * kKeyBlock - 1) / (4 * kKeyBlock));
+  const int64_t split_len = ((n_keys + n_split - 1) / n_split + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  n_split = (n_keys + split_len - 1) / split_len;
+
+  auto write_rows = [&](int64_t g, int64_t t0, int64_t t1, const float* acc, const float* l) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t j = 0; j < a.r; ++j) {
+        const int64_t i = (t - t0) * a.r + j;
+        const float inv = 1.0f / l[i];
+        float* dst = po + (t * Hq + g * a.r + j) * D;
+        for (int64_t d = 0; d < D; ++d) dst[d] = acc[i * D + d] * inv;
+      }
+  };
+
+  if (n_split == 1) {
+    parallel_for(static_cast<size_t>(Hkv * n_qt), 1, [&](size_t begin, size_t end) {
+      Partial part;
+      for (size_t task = begin; task < end; ++task) {
+        // Later query tiles see more keys: hand them out first for balance.
+        const int64_t qt = n_qt - 1 - static_cast<int64_t>(task) / Hkv, g = static_cast<int64_t>(task) % Hkv;
+        const int64_t t0 = qt * tq, t1 = std::min(T, t0 + tq);
+        attend_tile(a, g, t0, t1, 0, n_keys, part);
+        write_rows(g, t0, t1, part.acc.data(), part.l.data());
+      }
+    });
+    return;
+  }
+  // Split keys: partial softmax per (g, query tile, split), then merge.
+  const int64_t n_units = Hkv * n_qt;
+  std::vector<Partial> parts(static_cast<size_t>(n_units * n_split));
+  parallel_for(static_cast<size_t>(n_units * n_split), 1, [&](size_t begin, size_t end) {
+    for (size_t task = begin; task < end; ++task) {
+      const int64_t unit = static_cast<int64_t>(task) / n_split, sp = static_cast<int64_t>(task) % n_split;
+      const int64_t g = unit % Hkv, t0 = (unit / Hkv) * tq, t1 = std::min(T, t0 + tq);
+      attend_tile(a, g, t0, t1, sp * split_len, std::min(n_keys, (sp + 1) * split_len), parts[task]);
+    }
+  });
+  parallel_for(static_cast<size_t>(n_units), 1, [&](size_t begin, size_t end) {
+    std::vector<float> acc, l;
+    for (size_t unit = begin; unit < end; ++unit) {
+      const int64_t g = static_cast<int64_t>(unit) % Hkv, t0 = (static_cast<int64_t>(unit) / Hkv) * tq;
+      const int64_t t1 = std::min(T, t0 + tq), M = (t1 - t0) * a.r;
+      acc.assign(static_cast<size_t>(M * D), 0.0f);
+      l.assign(static_cast<size_t>(M), 0.0f);
+      for (int64_t i = 0; i < M; ++i) {
+        float m = -INFINITY;
+        for (int64_t sp = 0; sp < n_split; ++sp) m = std::max(m, parts[unit * n_split + sp].m[i]);
+        for (int64_t sp = 0; sp < n_split; ++sp) {
+          const Partial& p = parts[unit * n_split + sp];
+          if (p.l[i] == 0.0f) continue;  // no visible key in this split
+          const float f = std::exp(p.m[i] - m);
+          l[i] += p.l[i] * f;
+          for (int64_t d = 0; d < D; ++d) acc[i * D + d] += p.acc[i * D + d] * f;
+        }
+      }
+      write_rows(g, t0, t1, acc.data(), l.data());
+    }
+  });
+}
+
 }  // namespace kapitsa::ops::cpu
