@@ -56,14 +56,36 @@ struct RecurrentArgs {
   float *state, *o;
 };
 
+// k·q for one token (shared by every column block of a head).
+inline float dot(const float* a, const float* b, int64_t n) {
+  f32x8 acc = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc += load8(a + i) * load8(b + i);
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < 8; ++l) s += acc[l];
+  return s;
+}
+
 // Runs all T tokens for value head h on state columns [j0, j0 + 8·NV). Per token: one pass reading the
 // block for u = α Sᵀk and α Sᵀq, then one pass writing S ← α S + k δᵀ; o = α Sᵀq + (k·q) δ is the same
-// Sᵀq taken after the update, without a third pass.
+// Sᵀq taken after the update, without a third pass. For T > 1 the block is first copied to contiguous
+// scratch: in place its rows are Dv floats apart, which at Dv = 128 (512 B) maps all of them onto a
+// few L1 sets and thrashes.
 template <int NV>
-void recurrent_block(const RecurrentArgs& a, int64_t h, int64_t j0) {
+void recurrent_block(const RecurrentArgs& a, int64_t h, int64_t j0, float* scratch) {
   const GdnDims& d = a.d;
   const int64_t kh = h / d.group;
-  float* S = a.state + h * d.Dk * d.Dv + j0;
+  constexpr int64_t W = 8 * NV;
+  float* const S_home = a.state + h * d.Dk * d.Dv + j0;
+  const bool packed = d.T > 1;
+  float* S = S_home;
+  int64_t lds = d.Dv;
+  if (packed) {
+    for (int64_t i = 0; i < d.Dk; ++i) std::memcpy(scratch + i * W, S_home + i * d.Dv, sizeof(float) * W);
+    S = scratch;
+    lds = W;
+  }
   for (int64_t t = 0; t < d.T; ++t) {
     const float* qt = a.q + (t * d.Hk + kh) * d.Dk;
     const float* kt = a.k + (t * d.Hk + kh) * d.Dk;
@@ -71,11 +93,10 @@ void recurrent_block(const RecurrentArgs& a, int64_t h, int64_t j0) {
     float* ot = a.o + (t * d.Hv + h) * d.Dv + j0;
     const float alpha = std::exp(a.g[t * d.Hv + h]);
     const float bt = a.beta[t * d.Hv + h];
+    const float kq = dot(kt, qt, d.Dk);
     f32x8 u[NV] = {}, sq[NV] = {};
-    float kq = 0;
     for (int64_t i = 0; i < d.Dk; ++i) {
-      const float* row = S + i * d.Dv;
-      kq += kt[i] * qt[i];
+      const float* row = S + i * lds;
       for (int n = 0; n < NV; ++n) {
         const f32x8 s = load8(row + 8 * n);
         u[n] += kt[i] * s;
@@ -88,10 +109,12 @@ void recurrent_block(const RecurrentArgs& a, int64_t h, int64_t j0) {
       store8(ot + 8 * n, alpha * sq[n] + kq * delta[n]);
     }
     for (int64_t i = 0; i < d.Dk; ++i) {
-      float* row = S + i * d.Dv;
+      float* row = S + i * lds;
       for (int n = 0; n < NV; ++n) store8(row + 8 * n, alpha * load8(row + 8 * n) + kt[i] * delta[n]);
     }
   }
+  if (packed)
+    for (int64_t i = 0; i < d.Dk; ++i) std::memcpy(S_home + i * d.Dv, scratch + i * W, sizeof(float) * W);
 }
 
 // The same for one column (the tail when Dv is not a multiple of 8).
@@ -118,16 +141,18 @@ void recurrent_column(const RecurrentArgs& a, int64_t h, int64_t j) {
 // ---- chunked: a small f32 GEMM -------------------------------------------------------------------
 
 // C[M, N] = (accumulate ? C : 0) + alpha · A[M, K] · B[K, N]; row-major with leading dimensions.
-// Register tile of R rows × 8·NV columns.
+// If a_lower, A is lower triangular (A[i, x] = 0 for x > i) and those products are skipped.
+// A is addressed as A[i·lda + x·sa] so that a transposed A needs no copy (lda = 1, sa = its row length).
+// Register tile of R rows × 8·NV columns over a packed B panel (ldb = 8·NV).
 template <int R, int NV>
-inline void gemm_tile(int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+inline void gemm_tile(int64_t K, float alpha, const float* A, int64_t lda, int64_t sa, const float* B, float* C,
                       int64_t ldc, bool accumulate) {
   f32x8 c[R][NV] = {};
   for (int64_t x = 0; x < K; ++x) {
     f32x8 b[NV];
-    for (int n = 0; n < NV; ++n) b[n] = load8(B + x * ldb + 8 * n);
+    for (int n = 0; n < NV; ++n) b[n] = load8(B + x * 8 * NV + 8 * n);
     for (int r = 0; r < R; ++r) {
-      const float ar = A[r * lda + x];
+      const float ar = A[r * lda + x * sa];
       for (int n = 0; n < NV; ++n) c[r][n] += ar * b[n];
     }
   }
@@ -138,23 +163,31 @@ inline void gemm_tile(int64_t K, float alpha, const float* A, int64_t lda, const
     }
 }
 
-void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-          float* C, int64_t ldc, bool accumulate) {
+// One panel of 8·NV columns: B[:, j0 : j0 + 8·NV] is copied to contiguous scratch first, since B's rows
+// are often 512 B apart (Dv = 128), which thrashes a few L1 sets when read down the K dimension.
+template <int NV>
+void gemm_panel(int64_t M, int64_t K, float alpha, const float* A, int64_t lda, int64_t sa, const float* B,
+                int64_t ldb, float* C, int64_t ldc, bool accumulate, bool a_lower, float* pack) {
+  constexpr int64_t W = 8 * NV;
+  for (int64_t x = 0; x < K; ++x) std::memcpy(pack + x * W, B + x * ldb, sizeof(float) * W);
+  int64_t i = 0;
+  for (; i + 4 <= M; i += 4)
+    gemm_tile<4, NV>(a_lower ? std::min(K, i + 4) : K, alpha, A + i * lda, lda, sa, pack, C + i * ldc, ldc, accumulate);
+  for (; i < M; ++i)
+    gemm_tile<1, NV>(a_lower ? std::min(K, i + 1) : K, alpha, A + i * lda, lda, sa, pack, C + i * ldc, ldc, accumulate);
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, int64_t sa, const float* B,
+          int64_t ldb, float* C, int64_t ldc, bool accumulate, bool a_lower = false) {
+  thread_local std::vector<float> pack;
+  if (pack.size() < size_t(K * 16)) pack.resize(size_t(K * 16));
   int64_t j = 0;
-  for (; j + 16 <= N; j += 16) {
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4) gemm_tile<4, 2>(K, alpha, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, accumulate);
-    for (; i < M; ++i) gemm_tile<1, 2>(K, alpha, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, accumulate);
-  }
-  for (; j + 8 <= N; j += 8) {
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4) gemm_tile<4, 1>(K, alpha, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, accumulate);
-    for (; i < M; ++i) gemm_tile<1, 1>(K, alpha, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc, accumulate);
-  }
+  for (; j + 16 <= N; j += 16) gemm_panel<2>(M, K, alpha, A, lda, sa, B + j, ldb, C + j, ldc, accumulate, a_lower, pack.data());
+  for (; j + 8 <= N; j += 8) gemm_panel<1>(M, K, alpha, A, lda, sa, B + j, ldb, C + j, ldc, accumulate, a_lower, pack.data());
   for (; j < N; ++j)
     for (int64_t i = 0; i < M; ++i) {
       float s = 0;
-      for (int64_t x = 0; x < K; ++x) s += A[i * lda + x] * B[x * ldb + j];
+      for (int64_t x = 0; x < (a_lower ? std::min(K, i + 1) : K); ++x) s += A[i * lda + x * sa] * B[x * ldb + j];
       float& c = C[i * ldc + j];
       c = accumulate ? c + alpha * s : alpha * s;
     }
@@ -162,13 +195,13 @@ void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t 
 
 // ---- chunked: one head -------------------------------------------------------------------------
 
-// Scratch for one head's chunk loop (sizes for a full chunk of C rows).
+// Scratch for one head's chunk loop (sizes for a full chunk of C rows). Everything is row-major by
+// token, written row by row (no transposes: those scatter across L1 sets).
 struct ChunkScratch {
-  std::vector<float> kt, qk, decay, tm, xv, xk, u, w, qe, kdt, vn;
+  std::vector<float> qk, decay, tm, xv, xk, u, w, qe, kd, vn;
   ChunkScratch(int64_t C, int64_t Dk, int64_t Dv)
-      : kt(size_t(Dk * C)), qk(size_t(C * C)), decay(size_t(C * C)), tm(size_t(C * C)), xv(size_t(C * Dv)),
-        xk(size_t(C * Dk)), u(size_t(C * Dv)), w(size_t(C * Dk)), qe(size_t(C * Dk)), kdt(size_t(Dk * C)),
-        vn(size_t(C * Dv)) {}
+      : qk(size_t(C * C)), decay(size_t(C * C)), tm(size_t(C * C)), xv(size_t(C * Dv)), xk(size_t(C * Dk)),
+        u(size_t(C * Dv)), w(size_t(C * Dk)), qe(size_t(C * Dk)), kd(size_t(C * Dk)), vn(size_t(C * Dv)) {}
 };
 
 // The chunked WY algorithm (ops/ref and architectures.md §4.1) for value head h, all chunks in order.
@@ -177,40 +210,55 @@ void chunked_head(const RecurrentArgs& a, int64_t h, ChunkScratch& sc) {
   const int64_t kh = h / d.group, Dk = d.Dk, Dv = d.Dv, C = kChunk;
   const int64_t ldk = d.Hk * Dk, ldv = d.Hv * Dv;  // token strides of q/k and v/o
   float* S = a.state + h * Dk * Dv;
-  float gam[kChunk];
+  float gam[kChunk], bt[kChunk];
   for (int64_t c0 = 0; c0 < d.T; c0 += C) {
     const int64_t L = std::min(C, d.T - c0);  // a last partial chunk is exact: no padding needed
     const float* K = a.k + c0 * ldk + kh * Dk;
     const float* Q = a.q + c0 * ldk + kh * Dk;
     const float* V = a.v + c0 * ldv + h * Dv;
     float* O = a.o + c0 * ldv + h * Dv;
-    const float* bt = a.beta + c0 * d.Hv + h;  // stride Hv
     float acc = 0;
-    for (int64_t i = 0; i < L; ++i) gam[i] = acc += a.g[(c0 + i) * d.Hv + h];
-    const float gl = gam[L - 1];
-
-    // Kᵀ [Dk, L] and Kdᵀ = (K ⊙ exp(γ_L − γ))ᵀ [Dk, L]; Qe = Q ⊙ exp(γ) [L, Dk]; Xk = β K ⊙ exp(γ) [L, Dk]
     for (int64_t i = 0; i < L; ++i) {
-      const float eg = std::exp(gam[i]), el = std::exp(gl - gam[i]), b = bt[i * d.Hv];
+      gam[i] = acc += a.g[(c0 + i) * d.Hv + h];
+      bt[i] = a.beta[(c0 + i) * d.Hv + h];
+    }
+    const float gl = gam[L - 1];
+    // The next chunk's rows are Hk·Dk / Hv·Dv floats apart (new pages), which the hardware prefetcher does
+    // not follow; ask for them now so they arrive while this chunk computes.
+    for (int64_t i = L; i < std::min(2 * C, d.T - c0); ++i) {
+      for (int64_t x = 0; x < Dk; x += 16) {
+        __builtin_prefetch(K + i * ldk + x);
+        __builtin_prefetch(Q + i * ldk + x);
+      }
+      for (int64_t j = 0; j < Dv; j += 16) __builtin_prefetch(V + i * ldv + j);
+    }
+
+    // Kd = K ⊙ exp(γ_L − γ);  Qe = Q ⊙ exp(γ);  Xk = β K ⊙ exp(γ);  Xv = β V   (all [L, ·])
+    for (int64_t i = 0; i < L; ++i) {
+      const float eg = std::exp(gam[i]), el = std::exp(gl - gam[i]), b = bt[i];
       for (int64_t x = 0; x < Dk; ++x) {
         const float kv = K[i * ldk + x];
-        sc.kt[size_t(x * L + i)] = kv;
-        sc.kdt[size_t(x * L + i)] = kv * el;
+        sc.kd[size_t(i * Dk + x)] = kv * el;
         sc.qe[size_t(i * Dk + x)] = Q[i * ldk + x] * eg;
         sc.xk[size_t(i * Dk + x)] = kv * b * eg;
       }
       for (int64_t j = 0; j < Dv; ++j) sc.xv[size_t(i * Dv + j)] = V[i * ldv + j] * b;
     }
-    // decay_ij = exp(γ_i − γ_j) for j ≤ i (only there: the exponent is ≤ 0, no overflow), else 0.
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < L; ++j) sc.decay[size_t(i * L + j)] = j <= i ? std::exp(gam[i] - gam[j]) : 0.0f;
-    // Tm = (I + A)⁻¹, A_ij = β_i (k_i·k_j) decay_ij for j < i: forward substitution row by row,
-    // Tm_i = e_i − Σ_{j<i} A_ij Tm_j  (Tm is unit lower triangular; tm holds KKᵀ first).
-    gemm(L, L, Dk, 1.0f, K, ldk, sc.kt.data(), L, sc.tm.data(), L, false);
+    // decay_ij = exp(γ_i − γ_j) for j ≤ i only (there the exponent is ≤ 0: no overflow, no inf·0);
+    // P = (Q Kᵀ) ⊙ decay (zero above the diagonal);  tm first holds β_i (k_i·k_j) decay_ij = A_ij, j < i.
     float* tm = sc.tm.data();
     for (int64_t i = 0; i < L; ++i) {
+      for (int64_t j = 0; j <= i; ++j) {
+        const float dec = std::exp(gam[i] - gam[j]);
+        sc.qk[size_t(i * L + j)] = dot(Q + i * ldk, K + j * ldk, Dk) * dec;
+        if (j < i) tm[i * L + j] = bt[i] * dot(K + i * ldk, K + j * ldk, Dk) * dec;
+      }
+      for (int64_t j = i + 1; j < L; ++j) sc.qk[size_t(i * L + j)] = 0.0f;
+    }
+    // Tm = (I + A)⁻¹ by forward substitution, Tm_i = e_i − Σ_{j<i} A_ij Tm_j (unit lower triangular).
+    for (int64_t i = 0; i < L; ++i) {
       float arow[kChunk];
-      for (int64_t j = 0; j < i; ++j) arow[j] = bt[i * d.Hv] * tm[i * L + j] * sc.decay[size_t(i * L + j)];
+      std::copy_n(tm + i * L, i, arow);
       float* ti = tm + i * L;
       std::fill(ti, ti + L, 0.0f);
       ti[i] = 1.0f;
@@ -219,22 +267,19 @@ void chunked_head(const RecurrentArgs& a, int64_t h, ChunkScratch& sc) {
         for (int64_t m = 0; m <= j; ++m) ti[m] -= arow[j] * tj[m];
       }
     }
-    // P = (Q Kᵀ) ⊙ decay (lower triangle incl. diagonal)
-    gemm(L, L, Dk, 1.0f, Q, ldk, sc.kt.data(), L, sc.qk.data(), L, false);
-    for (int64_t i = 0; i < L * L; ++i) sc.qk[size_t(i)] *= sc.decay[size_t(i)];
-    // U = Tm (β V);  W = Tm (β K ⊙ exp(γ))
-    gemm(L, Dv, L, 1.0f, tm, L, sc.xv.data(), Dv, sc.u.data(), Dv, false);
-    gemm(L, Dk, L, 1.0f, tm, L, sc.xk.data(), Dk, sc.w.data(), Dk, false);
+    // U = Tm Xv;  W = Tm Xk
+    gemm(L, Dv, L, 1.0f, tm, L, 1, sc.xv.data(), Dv, sc.u.data(), Dv, false, true);
+    gemm(L, Dk, L, 1.0f, tm, L, 1, sc.xk.data(), Dk, sc.w.data(), Dk, false, true);
     // V' = U − W S
     std::copy_n(sc.u.data(), L * Dv, sc.vn.data());
-    gemm(L, Dv, Dk, -1.0f, sc.w.data(), Dk, S, Dv, sc.vn.data(), Dv, true);
+    gemm(L, Dv, Dk, -1.0f, sc.w.data(), Dk, 1, S, Dv, sc.vn.data(), Dv, true);
     // O = Qe S + P V'
-    gemm(L, Dv, Dk, 1.0f, sc.qe.data(), Dk, S, Dv, O, ldv, false);
-    gemm(L, Dv, L, 1.0f, sc.qk.data(), L, sc.vn.data(), Dv, O, ldv, true);
-    // S ← exp(γ_L) S + Kdᵀ V'
+    gemm(L, Dv, Dk, 1.0f, sc.qe.data(), Dk, 1, S, Dv, O, ldv, false);
+    gemm(L, Dv, L, 1.0f, sc.qk.data(), L, 1, sc.vn.data(), Dv, O, ldv, true, true);
+    // S ← exp(γ_L) S + Kdᵀ V'   (Kdᵀ read in place: row stride 1, column stride Dk)
     const float el = std::exp(gl);
     for (int64_t i = 0; i < Dk * Dv; ++i) S[i] *= el;
-    gemm(Dk, Dv, L, 1.0f, sc.kdt.data(), L, sc.vn.data(), Dv, S, Dv, true);
+    gemm(Dk, Dv, L, 1.0f, sc.kd.data(), 1, Dk, sc.vn.data(), Dv, S, Dv, true);
   }
 }
 
@@ -274,12 +319,13 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
   constexpr int64_t kBlock = 32;
   const int64_t blocks = std::max<int64_t>(1, a.d.Dv / kBlock);
   parallel_for(size_t(a.d.Hv * blocks), 1, [&](size_t begin, size_t end) {
+    std::vector<float> scratch(size_t(a.d.Dk * kBlock));
     for (size_t task = begin; task < end; ++task) {
       const int64_t h = int64_t(task) / blocks, blk = int64_t(task) % blocks;
       int64_t j = blk * kBlock;
       const int64_t j_end = blk + 1 == blocks ? a.d.Dv : j + kBlock;
-      for (; j + 32 <= j_end; j += 32) recurrent_block<4>(a, h, j);
-      for (; j + 8 <= j_end; j += 8) recurrent_block<1>(a, h, j);
+      for (; j + 32 <= j_end; j += 32) recurrent_block<4>(a, h, j, scratch.data());
+      for (; j + 8 <= j_end; j += 8) recurrent_block<1>(a, h, j, scratch.data());
       for (; j < j_end; ++j) recurrent_column(a, h, j);
     }
   });
