@@ -1,7 +1,89 @@
-// TEMPORARY: forwards to ops/ref until the fast path lands.
+// CPU causal depthwise conv1d with a carried window. Vectorised across channels: each task owns a
+// block of channels and walks time once, keeping the last K-1 inputs in registers (so y may even
+// alias x), and finally stores them as the new window. Bit-identical windows to ops/ref.
+#include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
+#include "ops/cpu/simd.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
 
 namespace kapitsa::ops::cpu {
-void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& win, bool silu, const Tensor& y) { ref::conv1d_causal(x, w, b, win, silu, y); }
+namespace {
+
+constexpr int64_t kMaxK = 16;
+
+// Channels [c0, c0 + kW) of every row (x, y, window rows have stride C).
+void conv_block_simd(const float* x, const float* w, const float* bias, float* window, bool silu, float* y,
+                     int64_t T, int64_t C, int64_t K, int64_t c0) {
+  using namespace simd;
+  std::array<vf, kMaxK> wv, hist;
+  alignas(64) float tmp[kW];
+  for (int64_t j = 0; j < K; ++j) {
+    for (int i = 0; i < kW; ++i) tmp[i] = w[(c0 + i) * K + j];
+    wv[static_cast<size_t>(j)] = load(tmp);
+  }
+  for (int64_t j = 0; j + 1 < K; ++j) hist[static_cast<size_t>(j)] = load(window + j * C + c0);
+  const vf b = bias ? load(bias + c0) : zero();
+  for (int64_t t = 0; t < T; ++t) {
+    const vf xt = load(x + t * C + c0);
+    vf acc = simd::fma(wv[static_cast<size_t>(K - 1)], xt, b);
+    for (int64_t j = 0; j + 1 < K; ++j) acc = simd::fma(wv[static_cast<size_t>(j)], hist[static_cast<size_t>(j)], acc);
+    for (int64_t j = 0; j + 2 < K; ++j) hist[static_cast<size_t>(j)] = hist[static_cast<size_t>(j + 1)];
+    if (K > 1) hist[static_cast<size_t>(K - 2)] = xt;
+    store(y + t * C + c0, silu ? simd::silu(acc) : acc);
+  }
+  for (int64_t j = 0; j + 1 < K; ++j) store(window + j * C + c0, hist[static_cast<size_t>(j)]);
+}
+
+void conv_channel_scalar(const float* x, const float* w, const float* bias, float* window, bool silu, float* y,
+                         int64_t T, int64_t C, int64_t K, int64_t c) {
+  std::array<float, kMaxK> hist{};
+  for (int64_t j = 0; j + 1 < K; ++j) hist[static_cast<size_t>(j)] = window[j * C + c];
+  for (int64_t t = 0; t < T; ++t) {
+    const float xt = x[t * C + c];
+    float acc = std::fma(w[c * K + K - 1], xt, bias ? bias[c] : 0.0f);
+    for (int64_t j = 0; j + 1 < K; ++j) acc = std::fma(w[c * K + j], hist[static_cast<size_t>(j)], acc);
+    for (int64_t j = 0; j + 2 < K; ++j) hist[static_cast<size_t>(j)] = hist[static_cast<size_t>(j + 1)];
+    if (K > 1) hist[static_cast<size_t>(K - 2)] = xt;
+    y[t * C + c] = silu ? acc / (1.0f + std::exp(-acc)) : acc;
+  }
+  for (int64_t j = 0; j + 1 < K; ++j) window[j * C + c] = hist[static_cast<size_t>(j)];
+}
+
+}  // namespace
+
+// x, y: [T, C];  w: [C, K] f32;  bias: [C] f32 or empty;  window: [K-1, C] f32, in/out.
+void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window, bool silu,
+                   const Tensor& y) {
+  KAPITSA_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32 && w.dtype() == DType::f32,
+                "conv1d_causal: x, w, y must be F32");
+  KAPITSA_CHECK(w.rank() == 2, "conv1d_causal: w must be [C, K], got {}", w.shape().str());
+  const int64_t C = w.dim(0), K = w.dim(1);
+  KAPITSA_CHECK(K >= 1 && K <= kMaxK, "conv1d_causal: kernel width {} outside [1, {}]", K, kMaxK);
+  KAPITSA_CHECK(x.dim(-1) == C && y.shape() == x.shape(), "conv1d_causal: x {}, y {} for {} channels",
+                x.shape().str(), y.shape().str(), C);
+  KAPITSA_CHECK(window.dtype() == DType::f32 && window.numel() == (K - 1) * C,
+                "conv1d_causal: window {} must be [{}, {}] F32", window.shape().str(), K - 1, C);
+  KAPITSA_CHECK(bias.empty() || (bias.dtype() == DType::f32 && bias.numel() == C),
+                "conv1d_causal: bias {} for {} channels", bias.shape().str(), C);
+  const int64_t T = C == 0 ? 0 : x.numel() / C;
+  const float *px = x.f32(), *pw = w.f32(), *pb = bias.empty() ? nullptr : bias.f32();
+  float* py = y.f32();
+  float* pwin = K > 1 ? window.f32() : nullptr;
+  const int64_t n_vec = C / simd::kW;
+  const int64_t n_blocks = n_vec + (C % simd::kW ? 1 : 0);  // last block: the scalar tail
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, 16384 / (std::max<int64_t>(T, 1) * simd::kW)));
+  parallel_for(static_cast<size_t>(n_blocks), grain, [&](size_t begin, size_t end) {
+    for (size_t blk = begin; blk < end; ++blk) {
+      const int64_t c0 = static_cast<int64_t>(blk) * simd::kW;
+      if (static_cast<int64_t>(blk) < n_vec)
+        conv_block_simd(px, pw, pb, pwin, silu, py, T, C, K, c0);
+      else
+        for (int64_t c = c0; c < C; ++c) conv_channel_scalar(px, pw, pb, pwin, silu, py, T, C, K, c);
+    }
+  });
+}
+
 }  // namespace kapitsa::ops::cpu

@@ -1,9 +1,106 @@
-// TEMPORARY: forwards to ops/ref until the fast path lands.
+// CPU normalisations (RMSNorm, gated RMSNorm, L2 norm): one row per step, sum of squares in SIMD
+// f32, rows split across threads. Each element is read before it is written, so y may alias x.
+#include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
+#include "ops/cpu/simd.h"
+
+#include <algorithm>
+#include <cmath>
 
 namespace kapitsa::ops::cpu {
-void rms_norm(const Tensor& x, const Tensor& w, float eps, float off, const Tensor& y) { ref::rms_norm(x, w, eps, off, y); }
-void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) { ref::rms_norm_gated(x, z, w, eps, y); }
-void l2_norm(const Tensor& x, float eps, float scale, const Tensor& y) { ref::l2_norm(x, eps, scale, y); }
+namespace {
+
+float sum_squares(const float* x, int64_t D) {
+  using namespace simd;
+  vf a0 = zero(), a1 = zero();
+  int64_t d = 0;
+  for (; d + 2 * kW <= D; d += 2 * kW) {
+    const vf x0 = load(x + d), x1 = load(x + d + kW);
+    a0 = simd::fma(x0, x0, a0);
+    a1 = simd::fma(x1, x1, a1);
+  }
+  for (; d + kW <= D; d += kW) {
+    const vf x0 = load(x + d);
+    a0 = simd::fma(x0, x0, a0);
+  }
+  float s = reduce_add(add(a0, a1));
+  for (; d < D; ++d) s += x[d] * x[d];
+  return s;
+}
+
+// Rows of D split across threads, ≥ ~16K elements per chunk.
+template <class F>
+void for_rows(int64_t R, int64_t D, F&& f) {
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)));
+  parallel_for(static_cast<size_t>(R), grain, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) f(static_cast<int64_t>(r));
+  });
+}
+
+void check_rows(const Tensor& x, const Tensor& y, const char* op) {
+  KAPITSA_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32, "{}: x and y must be F32", op);
+  KAPITSA_CHECK(y.numel() == x.numel(), "{}: y {} vs x {}", op, y.shape().str(), x.shape().str());
+}
+
+}  // namespace
+
+// x, y: [R, D];  w: [D] f32.
+void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, const Tensor& y) {
+  check_rows(x, y, "rms_norm");
+  const int64_t D = x.dim(-1), R = D == 0 ? 0 : x.numel() / D;
+  KAPITSA_CHECK(w.dtype() == DType::f32 && w.numel() == D, "rms_norm: w {} for rows of {}", w.shape().str(), D);
+  const float *px = x.f32(), *pw = w.f32();
+  float* py = y.f32();
+  for_rows(R, D, [&](int64_t r) {
+    using namespace simd;
+    const float* xr = px + r * D;
+    float* yr = py + r * D;
+    const float inv = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_squares(xr, D)) / D + eps));
+    const vf vinv = set1(inv), voff = set1(weight_offset);
+    int64_t d = 0;
+    for (; d + kW <= D; d += kW) store(yr + d, mul(mul(load(xr + d), vinv), add(voff, load(pw + d))));
+    for (; d < D; ++d) yr[d] = xr[d] * inv * (weight_offset + pw[d]);
+  });
+}
+
+// x, z, y: [R, D];  w: [D] f32.
+void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
+  check_rows(x, y, "rms_norm_gated");
+  const int64_t D = x.dim(-1), R = D == 0 ? 0 : x.numel() / D;
+  KAPITSA_CHECK(z.dtype() == DType::f32 && z.numel() == x.numel(), "rms_norm_gated: z {} vs x {}", z.shape().str(),
+                x.shape().str());
+  KAPITSA_CHECK(w.dtype() == DType::f32 && w.numel() == D, "rms_norm_gated: w {} for rows of {}", w.shape().str(), D);
+  const float *px = x.f32(), *pz = z.f32(), *pw = w.f32();
+  float* py = y.f32();
+  for_rows(R, D, [&](int64_t r) {
+    using namespace simd;
+    const float *xr = px + r * D, *zr = pz + r * D;
+    float* yr = py + r * D;
+    const float inv = static_cast<float>(1.0 / std::sqrt(static_cast<double>(sum_squares(xr, D)) / D + eps));
+    const vf vinv = set1(inv);
+    int64_t d = 0;
+    for (; d + kW <= D; d += kW)
+      store(yr + d, mul(mul(mul(load(xr + d), vinv), load(pw + d)), simd::silu(load(zr + d))));
+    for (; d < D; ++d) yr[d] = xr[d] * inv * pw[d] * (zr[d] / (1.0f + std::exp(-zr[d])));
+  });
+}
+
+// x, y: [R, D].
+void l2_norm(const Tensor& x, float eps, float scale, const Tensor& y) {
+  check_rows(x, y, "l2_norm");
+  const int64_t D = x.dim(-1), R = D == 0 ? 0 : x.numel() / D;
+  const float* px = x.f32();
+  float* py = y.f32();
+  for_rows(R, D, [&](int64_t r) {
+    using namespace simd;
+    const float* xr = px + r * D;
+    float* yr = py + r * D;
+    const float f = static_cast<float>(scale / std::sqrt(static_cast<double>(sum_squares(xr, D)) + eps));
+    const vf vf_ = set1(f);
+    int64_t d = 0;
+    for (; d + kW <= D; d += kW) store(yr + d, mul(load(xr + d), vf_));
+    for (; d < D; ++d) yr[d] = xr[d] * f;
+  });
+}
+
 }  // namespace kapitsa::ops::cpu
