@@ -1,9 +1,102 @@
-// TEMPORARY: forwards to ops/ref until the fast path lands.
+// CPU mixture-of-experts plumbing: softmax top-k routing (tokens in parallel; selection on the logits,
+// which order the experts exactly as the probabilities do, ties to the lower index), row gather, and
+// the weighted scatter-add (split by columns, so repeated destination rows never race).
+#include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
+#include "ops/cpu/simd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
 
 namespace kapitsa::ops::cpu {
-void moe_route_softmax(const Tensor& l, int k, bool rn, const Tensor& ids, const Tensor& w) { ref::moe_route_softmax(l, k, rn, ids, w); }
-void gather_rows(const Tensor& x, std::span<const int32_t> r, const Tensor& o) { ref::gather_rows(x, r, o); }
-void scale_add_rows(const Tensor& s, std::span<const int32_t> r, std::span<const float> w, const Tensor& d) { ref::scale_add_rows(s, r, w, d); }
+
+// logits: [T, E];  expert_ids: [T, k] i32;  expert_weights: [T, k] f32.
+void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tensor& expert_ids,
+                       const Tensor& expert_weights) {
+  KAPITSA_CHECK(logits.dtype() == DType::f32 && expert_weights.dtype() == DType::f32 &&
+                    expert_ids.dtype() == DType::i32,
+                "moe_route_softmax: logits/expert_weights must be F32 and expert_ids I32");
+  const int64_t E = logits.dim(-1), T = E == 0 ? 0 : logits.numel() / E;
+  KAPITSA_CHECK(k >= 1 && k <= E, "moe_route_softmax: k = {} with {} experts", k, E);
+  KAPITSA_CHECK(expert_ids.numel() == T * k && expert_weights.numel() == T * k,
+                "moe_route_softmax: expert_ids {} / expert_weights {} must be [{}, {}]", expert_ids.shape().str(),
+                expert_weights.shape().str(), T, k);
+  const float* pl = logits.f32();
+  int32_t* ids = expert_ids.data_as<int32_t>();
+  float* ws = expert_weights.f32();
+  parallel_for(static_cast<size_t>(T), 16, [&](size_t begin, size_t end) {
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    for (size_t t = begin; t < end; ++t) {
+      const float* row = pl + static_cast<int64_t>(t) * E;
+      float m = row[0];
+      for (int64_t e = 1; e < E; ++e) m = std::max(m, row[e]);
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += std::exp(static_cast<double>(row[e]) - m);
+      for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      double chosen = 0;
+      for (int j = 0; j < k; ++j) chosen += std::exp(static_cast<double>(row[order[static_cast<size_t>(j)]]) - m);
+      const double denom = renormalize ? chosen : sum;
+      for (int j = 0; j < k; ++j) {
+        const int32_t e = order[static_cast<size_t>(j)];
+        ids[t * static_cast<size_t>(k) + static_cast<size_t>(j)] = e;
+        ws[t * static_cast<size_t>(k) + static_cast<size_t>(j)] =
+            static_cast<float>(std::exp(static_cast<double>(row[e]) - m) / denom);
+      }
+    }
+  });
+}
+
+// x: [T, H];  out: [R, H];  rows: [R].
+void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {
+  KAPITSA_CHECK(x.dtype() == DType::f32 && out.dtype() == DType::f32, "gather_rows: x and out must be F32");
+  const int64_t H = x.dim(-1), T = H == 0 ? 0 : x.numel() / H, R = static_cast<int64_t>(rows.size());
+  KAPITSA_CHECK(out.dim(-1) == H && out.numel() == R * H, "gather_rows: out {} for {} rows of width {}",
+                out.shape().str(), R, H);
+  const float* px = x.f32();
+  float* po = out.f32();
+  parallel_for(static_cast<size_t>(R), static_cast<size_t>(std::max<int64_t>(1, 16384 / std::max<int64_t>(H, 1))),
+               [&](size_t begin, size_t end) {
+                 for (size_t r = begin; r < end; ++r) {
+                   const int64_t src = rows[r];
+                   KAPITSA_CHECK(0 <= src && src < T, "gather_rows: row {} at {} outside [0, {})", src, r, T);
+                   std::memcpy(po + static_cast<int64_t>(r) * H, px + src * H, static_cast<size_t>(H) * 4);
+                 }
+               });
+}
+
+// src: [R, H];  dst: [T, H];  rows, weights: [R].
+void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<const float> weights,
+                    const Tensor& dst) {
+  KAPITSA_CHECK(src.dtype() == DType::f32 && dst.dtype() == DType::f32, "scale_add_rows: src and dst must be F32");
+  const int64_t H = dst.dim(-1), T = H == 0 ? 0 : dst.numel() / H, R = static_cast<int64_t>(rows.size());
+  KAPITSA_CHECK(weights.size() == rows.size(), "scale_add_rows: {} weights for {} rows", weights.size(), rows.size());
+  KAPITSA_CHECK(src.dim(-1) == H && src.numel() == R * H, "scale_add_rows: src {} for {} rows of width {}",
+                src.shape().str(), R, H);
+  for (int64_t r = 0; r < R; ++r)
+    KAPITSA_CHECK(0 <= rows[static_cast<size_t>(r)] && rows[static_cast<size_t>(r)] < T,
+                  "scale_add_rows: row {} at {} outside [0, {})", rows[static_cast<size_t>(r)], r, T);
+  const float* ps = src.f32();
+  float* pd = dst.f32();
+  // Column blocks of whole vectors: rows are applied in order inside each block, as ops/ref does.
+  const int64_t n_blocks = (H + simd::kW - 1) / simd::kW;
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, 4096 / std::max<int64_t>(R * simd::kW, 1)));
+  parallel_for(static_cast<size_t>(n_blocks), grain, [&](size_t begin, size_t end) {
+    const int64_t c0 = static_cast<int64_t>(begin) * simd::kW, c1 = std::min(H, static_cast<int64_t>(end) * simd::kW);
+    for (int64_t r = 0; r < R; ++r) {
+      const float wr = weights[static_cast<size_t>(r)];
+      const float* s = ps + r * H;
+      float* d = pd + rows[static_cast<size_t>(r)] * H;
+      int64_t c = c0;
+      for (; c + simd::kW <= c1; c += simd::kW)
+        simd::store(d + c, simd::fma(simd::set1(wr), simd::load(s + c), simd::load(d + c)));
+      for (; c < c1; ++c) d[c] += wr * s[c];
+    }
+  });
+}
+
 }  // namespace kapitsa::ops::cpu
