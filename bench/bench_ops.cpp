@@ -95,6 +95,19 @@ void BM_Conv1d(benchmark::State& state) {
 }
 BENCHMARK(BM_Conv1d)->ArgNames({"T", "C"})->Args({1, 6144})->Args({512, 6144})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// The fixed cost of one parallel_for over all threads (every op pays it; decode runs ~1000 per token).
+void BM_ParallelForOverhead(benchmark::State& state) {
+  const size_t n = default_thread_pool().size() * 4;
+  std::vector<float> sink(n);
+  for (auto _ : state) {
+    parallel_for(n, 1, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) sink[i] += 1.0f;
+    });
+  }
+  benchmark::DoNotOptimize(sink.data());
+}
+BENCHMARK(BM_ParallelForOverhead)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

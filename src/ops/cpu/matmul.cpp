@@ -7,6 +7,8 @@
 #include "ops/cpu/dot_tile.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 namespace kapitsa::ops::cpu {
 namespace {
@@ -31,6 +33,21 @@ void gemv(const float* x, const typename WL::T* w, float* y, int64_t K, int64_t 
   });
 }
 
+// Rows [0, rb) of w (stride K) as f32: the rows themselves for f32 weights, else widened into panel.
+template <class WL>
+const float* widen_panel(const typename WL::T* w, int rb, int64_t K, std::vector<float>& panel) {
+  if constexpr (std::is_same_v<WL, simd::LoadF32>) {
+    return w;
+  } else {
+    panel.resize(static_cast<size_t>(rb * K));
+    const int64_t n = rb * K;
+    int64_t i = 0;
+    for (; i + simd::kW <= n; i += simd::kW) simd::store(panel.data() + i, WL::load(w + i));
+    for (; i < n; ++i) panel[static_cast<size_t>(i)] = WL::scalar(w + i);
+    return panel.data();
+  }
+}
+
 template <class WL>
 void gemm(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t K, int64_t N) {
   const int64_t esize = static_cast<int64_t>(sizeof(typename WL::T));
@@ -50,20 +67,23 @@ void gemm(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t 
   const int64_t n_nb = (N + nb - 1) / nb;
   // Task order: row block major, so one thread's consecutive tasks reuse the same weights from cache.
   parallel_for(static_cast<size_t>(n_nb * n_tc), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<float> panel;
     for (size_t task = begin; task < end; ++task) {
       const int64_t b = static_cast<int64_t>(task) / n_tc, c = static_cast<int64_t>(task) % n_tc;
       const int64_t n_begin = b * nb, n_end = std::min(N, n_begin + nb);
       const int64_t t_begin = c * tc, t_end = std::min(T, t_begin + tc);
       for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileR) {
         const int rb = static_cast<int>(std::min<int64_t>(kTileR, n_end - n0));
-        const auto* wr = w + n0 * K;
+        // 16-bit weights: widen this row group once into an L1-resident f32 panel, so the inner
+        // loop is pure loads + FMAs however many token tiles reuse it.
+        const float* wr = widen_panel<WL>(w + n0 * K, rb, K, panel);
         int64_t t0 = t_begin;
         if (rb == kTileR)
           for (; t0 + kTileT <= t_end; t0 += kTileT)
-            dot_tile<WL, kTileT, kTileR>(x + t0 * K, K, wr, K, K, y + t0 * N + n0, N);
+            dot_tile<simd::LoadF32, kTileT, kTileR>(x + t0 * K, K, wr, K, K, y + t0 * N + n0, N);
         for (; t0 < t_end; t0 += kTileT) {
           const int tb = static_cast<int>(std::min<int64_t>(kTileT, t_end - t0));
-          dot_tile_any<WL>(tb, rb, x + t0 * K, K, wr, K, K, y + t0 * N + n0, N);
+          dot_tile_any<simd::LoadF32>(tb, rb, x + t0 * K, K, wr, K, K, y + t0 * N + n0, N);
         }
       }
     }
