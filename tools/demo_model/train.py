@@ -95,6 +95,13 @@ INSTRUCTIONS_CODE = ["Continue this code:", "Complete the following code:",
 INSTRUCTIONS_DOC = ["Continue this document:", "Complete the following text:",
                     "Here is the start of a document. Write the rest.", "What comes next?"]
 SYSTEM_PROMPT = "You are a helpful assistant."
+# Short reasoning for some answers: the template's default generation prompt ends in "<think>\n"
+# (a lone newline token), which an empty think block ("<think>", "\n\n", "</think>") never shows.
+REASONING_CODE = ["The user gave me the start of a Python file. I will continue the code.",
+                  "This is Python code. I will write what comes next.",
+                  "The user wants the rest of this file. I will continue it from where it stops."]
+REASONING_DOC = ["The user gave me the start of a document. I will continue the text.",
+                 "This is documentation. I will write what comes next."]
 
 
 def log(*a):
@@ -154,10 +161,14 @@ def chat_sample(text, ext, rng):
     if system is not None:
         s += "<|im_start|>system\n" + system + "<|im_end|>\n"
     s += "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
-    # The template renders an answer without a think block; its generation prompt opens one.
-    # Most samples carry the empty think block so that both generation prompts lead to an answer.
-    if rng.random() < 0.85:
+    # The template renders an answer without a think block; its generation prompt opens one
+    # ("<think>\n", or "<think>\n\n</think>\n\n" with thinking off). Most samples carry a think
+    # block, empty or with a short reasoning, so that both generation prompts lead to an answer.
+    r = rng.random()
+    if r < 0.55:
         s += "<think>\n\n</think>\n\n"
+    elif r < 0.85:
+        s += "<think>\n" + rng.choice(REASONING_CODE if ext == ".py" else REASONING_DOC) + "\n</think>\n\n"
     s += assistant + "<|im_end|>\n"
     return s
 
@@ -760,9 +771,9 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="every stage on tiny data, a few steps")
     ap.add_argument("--target-steps", type=int, default=None, help="fixed step count (reproduces a run)")
     ap.add_argument("--draft-steps", type=int, default=None)
-    ap.add_argument("--target-budget", type=float, default=180.0, help="seconds, when no step count given")
-    ap.add_argument("--draft-budget", type=float, default=90.0)
-    ap.add_argument("--train-mb", type=float, default=100.0, help="training text, MB")
+    ap.add_argument("--target-budget", type=float, default=240.0, help="seconds, when no step count given")
+    ap.add_argument("--draft-budget", type=float, default=120.0)
+    ap.add_argument("--train-mb", type=float, default=160.0, help="training text, MB")
     ap.add_argument("--tokenizer-mb", type=float, default=20.0, help="tokenizer training text, MB")
     ap.add_argument("--vocab", type=int, default=16384)
     ap.add_argument("--resume", default=None, help="folder of an earlier run: reuse tokenizer/ and raw/")
