@@ -60,6 +60,10 @@ class Model {
 // missing or mis-shaped tensors are errors naming the file and field or tensor.
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir);
 
+// Writes a random bf16 checkpoint (config.json + model.safetensors) in the real HF layout for the
+// config at `config_path`, into `out_dir`. Seeded: the same seed gives the same file.
+Status write_random_checkpoint(const std::string& config_path, const std::string& out_dir, uint64_t seed);
+
 // The architectures load_model knows (model_type values), for help and error texts.
 std::vector<std::string> known_model_types();
 

@@ -2,27 +2,49 @@
 // one row here (and its folder under models/).
 #include "models/model.h"
 
+#include "base/json.h"
+#include "base/log.h"
 #include "models/qwen35/qwen35_model.h"
 #include "weights/hf_config.h"
+#include "weights/safetensors.h"
+#include "weights/safetensors_writer.h"
 
-#include <functional>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 namespace kapitsa::models {
 namespace {
 
-using Loader = std::function<Expected<std::unique_ptr<Model>>(const std::string& dir, const weights::HfConfig&)>;
+using Loader = Expected<std::unique_ptr<Model>> (*)(const weights::HfConfig&, weights::Checkpoint);
+// Which optional tensors a released checkpoint of this type has (chooses prefixes and expert layouts
+// when writing a random checkpoint in the real layout).
+using ReleaseLayout = bool (*)(const std::string& model_type, const std::string& tensor_name);
 
 struct Entry {
   const char* model_type;
   Loader load;
+  ReleaseLayout release_layout;
 };
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> table = {
-      {"qwen3_5", qwen35::load},      {"qwen3_5_moe", qwen35::load},      {"qwen3_next", qwen35::load},
-      {"qwen3_5_text", qwen35::load}, {"qwen3_5_moe_text", qwen35::load},
+      {"qwen3_5", qwen35::load, qwen35::release_layout},
+      {"qwen3_5_moe", qwen35::load, qwen35::release_layout},
+      {"qwen3_next", qwen35::load, qwen35::release_layout},
+      {"qwen3_5_text", qwen35::load, qwen35::release_layout},
+      {"qwen3_5_moe_text", qwen35::load, qwen35::release_layout},
   };
   return table;
+}
+
+Expected<const Entry*> find_entry(const weights::HfConfig& config) {
+  KAPITSA_TRY(std::string model_type, config.get_string("model_type"));
+  for (const auto& e : registry())
+    if (model_type == e.model_type) return &e;
+  std::string known;
+  for (const auto& name : known_model_types()) known += (known.empty() ? "" : ", ") + name;
+  return error("{}: unknown model_type '{}' (Kapitsa runs: {})", config.path(), model_type, known);
 }
 
 }  // namespace
@@ -35,13 +57,35 @@ std::vector<std::string> known_model_types() {
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir) {
   KAPITSA_TRY(weights::HfConfig config, weights::HfConfig::load(dir));
-  KAPITSA_TRY(std::string model_type, config.get_string("model_type"));
-  for (const auto& e : registry())
-    if (model_type == e.model_type) return e.load(dir, config);
-  std::string known;
-  for (const auto& name : known_model_types()) known += (known.empty() ? "" : ", ") + name;
-  return error("{}: unknown model_type '{}' (Kapitsa runs: {})", config.where("model_type").substr(0, config.path().size()),
-               model_type, known);
+  KAPITSA_TRY(const Entry* entry, find_entry(config));
+  KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));
+  return entry->load(config, std::move(checkpoint));
+}
+
+Status write_random_checkpoint(const std::string& config_path, const std::string& out_dir, uint64_t seed) {
+  namespace fs = std::filesystem;
+  KAPITSA_TRY(Json json, read_json_file(config_path));
+  if (!json.is_object()) return error("{}: expected a JSON object", config_path);
+  const weights::HfConfig config = weights::HfConfig::from_json(json, config_path);
+  KAPITSA_TRY(const Entry* entry, find_entry(config));
+  const std::string model_type = config.json()["model_type"].get<std::string>();
+  const ReleaseLayout layout = entry->release_layout;
+  weights::Checkpoint checkpoint = weights::Checkpoint::synthesize(
+      [layout, model_type](const std::string& name) { return layout(model_type, name); }, seed);
+  KAPITSA_TRY(std::unique_ptr<Model> model, entry->load(config, checkpoint));  // asks for every tensor
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return error("{}: cannot create folder: {}", out_dir, ec.message());
+  std::vector<weights::NamedTensor> tensors;
+  for (const auto& [name, tensor] : checkpoint.synthesized()) tensors.push_back({name, tensor});
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  log::info("writing {} random tensors to {}", tensors.size(), out_dir);
+  KAPITSA_RETURN_IF_ERROR(weights::write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors));
+  std::ofstream out(fs::path(out_dir) / "config.json");
+  out << json.dump(2) << "\n";
+  if (!out) return error("{}: cannot write config.json", out_dir);
+  return ok_status();
 }
 
 }  // namespace kapitsa::models

@@ -40,8 +40,8 @@ void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps
   KAPITSA_DISPATCH(rms_norm_gated, x, z, w, eps, y);
 }
 void l2_norm(const Tensor& x, float eps, float scale, const Tensor& y) { KAPITSA_DISPATCH(l2_norm, x, eps, scale, y); }
-void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_dim, float theta) {
-  KAPITSA_DISPATCH(rope_neox, x, positions, rotary_dim, theta);
+void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
+  KAPITSA_DISPATCH(rope_neox, x, positions, inv_freq);
 }
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
   KAPITSA_DISPATCH(attention, q, k, v, q_pos0, scale, o);

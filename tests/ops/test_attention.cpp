@@ -15,11 +15,18 @@ namespace {
 using kapitsa::testing::relative_error;
 using test::Rng;
 
+// inv_freq_i = theta^(-2i/rotary_dim), as models/layers/rope.h computes it (without bf16 rounding).
+std::vector<float> inv_freq(int rotary_dim, float theta) {
+  std::vector<float> f(static_cast<size_t>(rotary_dim / 2));
+  for (int i = 0; i < rotary_dim / 2; ++i) f[static_cast<size_t>(i)] = static_cast<float>(std::pow(theta, -2.0 * i / rotary_dim));
+  return f;
+}
+
 TEST(Rope, RefRotatesByKnownAngle) {
   // D = 6, rotary_dim = 4: pairs (0, 2) with inv_freq 1 and (1, 3) with inv_freq 100^(-1/2) = 0.1.
   float x[6] = {1, 1, 0, 0, 7, 8};
   int32_t pos[1] = {10};
-  ref::rope_neox(Tensor(DType::f32, {1, 1, 6}, x), pos, 4, 100.0f);
+  ref::rope_neox(Tensor(DType::f32, {1, 1, 6}, x), pos, inv_freq(4, 100.0f));
   EXPECT_NEAR(x[0], std::cos(10.0), 1e-6);
   EXPECT_NEAR(x[2], std::sin(10.0), 1e-6);
   EXPECT_NEAR(x[1], std::cos(1.0), 1e-6);
@@ -34,7 +41,7 @@ TEST(Rope, RefPositionZeroIsIdentityAndNormPreserved) {
   Buffer x = test::random_f32(r, {3, 2, 256});
   Buffer y = test::clone(x);
   std::vector<int32_t> pos = {0, 174, 100000};
-  ref::rope_neox(y, pos, 64, 1e7f);
+  ref::rope_neox(y, pos, inv_freq(64, 1e7f));
   for (int64_t i = 0; i < 2 * 256; ++i) ASSERT_EQ(y.f32()[i], x.f32()[i]);  // angle 0
   for (int64_t row = 2; row < 6; ++row) {  // rotation keeps each pair's norm
     double a = 0, b = 0;
@@ -57,8 +64,8 @@ TEST(Rope, CpuMatchesRef) {
     for (auto& p : pos) p = pick(r.gen);
     pos[0] = 174;
     Buffer a = test::clone(x), b = test::clone(x);
-    ref::rope_neox(a, pos, rd, 1e7f);
-    cpu::rope_neox(b, pos, rd, 1e7f);
+    ref::rope_neox(a, pos, inv_freq(rd, 1e7f));
+    cpu::rope_neox(b, pos, inv_freq(rd, 1e7f));
     EXPECT_LE(relative_error(b, a), 1e-6);
     EXPECT_LE(kapitsa::testing::max_abs_diff(b, a), 1e-6);
   }

@@ -2,6 +2,7 @@
 // output gate, output projection.
 #include "models/layers/attention.h"
 
+#include "models/layers/rope.h"
 #include "ops/ops.h"
 
 #include <cmath>
@@ -22,6 +23,7 @@ Expected<AttentionWeights> AttentionWeights::load(const weights::Checkpoint& ckp
     KAPITSA_TRY(w.q_norm, ckpt.get_f32(prefix + "q_norm.weight", {c.head_dim}));
     KAPITSA_TRY(w.k_norm, ckpt.get_f32(prefix + "k_norm.weight", {c.head_dim}));
   }
+  if (c.rotary_dim > 0) w.rope_inv_freq = models::rope_inv_freq(c.rotary_dim, c.rope_theta, c.rope_bf16_frequencies);
   return w;
 }
 
@@ -61,8 +63,8 @@ void attention_forward(const AttentionConfig& c, const AttentionWeights& w, cons
   if (c.rotary_dim > 0) {
     std::vector<int32_t> positions(static_cast<size_t>(T));
     std::iota(positions.begin(), positions.end(), static_cast<int32_t>(pos0));
-    ops::rope_neox(q, positions, c.rotary_dim, c.rope_theta);
-    ops::rope_neox(k_new, positions, c.rotary_dim, c.rope_theta);
+    ops::rope_neox(q, positions, w.rope_inv_freq);
+    ops::rope_neox(k_new, positions, w.rope_inv_freq);
   }
 
   Buffer o = Buffer::allocate(DType::f32, {T, Hq, D});

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace kapitsa::models {
 
@@ -24,6 +25,7 @@ struct AttentionConfig {
   float norm_weight_offset = 0;  // 1 for Qwen's zero-centred norms
   int rotary_dim = 0;            // 0: no RoPE (Nemotron)
   float rope_theta = 10000;
+  bool rope_bf16_frequencies = false;  // see layers/rope.h
 };
 
 struct AttentionWeights {
@@ -33,6 +35,7 @@ struct AttentionWeights {
   Tensor o_proj;  // [H, Hq·D]
   Buffer q_norm;  // [D] f32 (qk_norm only)
   Buffer k_norm;  // [D] f32
+  std::vector<float> rope_inv_freq;  // [rotary_dim / 2]
 
   // Reads PREFIX{q,k,v,o}_proj.weight (+ q_norm/k_norm) and checks their shapes.
   static Expected<AttentionWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix,

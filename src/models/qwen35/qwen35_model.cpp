@@ -82,7 +82,8 @@ Status Qwen35Model::load_weights() {
   const int64_t H = c.hidden_size;
   attention_config_ = AttentionConfig{H,          c.n_heads,       c.n_kv_heads, c.head_dim,
                                       c.attn_output_gate, /*qk_norm=*/true, c.rms_norm_eps,
-                                      /*norm_weight_offset=*/1.0f, c.rotary_dim(), c.rope_theta};
+                                      /*norm_weight_offset=*/1.0f, c.rotary_dim(), c.rope_theta,
+                                      c.bf16_checkpoint};
   gdn_config_ = GdnConfig{H, c.linear_k_heads, c.linear_v_heads, c.linear_k_head_dim, c.linear_v_head_dim,
                           c.conv_kernel, c.rms_norm_eps, c.packed_gdn_projections};
   moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
@@ -199,9 +200,17 @@ Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& base_st
 
 }  // namespace
 
-Expected<std::unique_ptr<Model>> load(const std::string& dir, const weights::HfConfig& config) {
+bool release_layout(const std::string& model_type, const std::string& tensor_name) {
+  if (model_type != "qwen3_5" && model_type != "qwen3_5_moe") return false;
+  auto ends_with = [&](std::string_view suffix) {
+    return tensor_name.size() >= suffix.size() &&
+           tensor_name.compare(tensor_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return tensor_name == "model.language_model.embed_tokens.weight" || ends_with(".experts.gate_up_proj");
+}
+
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint) {
   KAPITSA_TRY(Qwen35Config parsed, parse_config(config));
-  KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));
   auto model = std::make_unique<Qwen35Model>(std::move(parsed), std::move(checkpoint));
   KAPITSA_RETURN_IF_ERROR(model->load_weights());
   return std::unique_ptr<Model>(std::move(model));

@@ -6,12 +6,17 @@
 
 #include "models/model.h"
 #include "weights/hf_config.h"
+#include "weights/safetensors.h"
 
 #include <memory>
 #include <string>
 
 namespace kapitsa::models::qwen35 {
 
-Expected<std::unique_ptr<Model>> load(const std::string& dir, const weights::HfConfig& config);
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint);
+
+// Optional tensors present in released checkpoints: the model.language_model.* prefix and fused
+// experts for qwen3_5*, model.* and per-expert tensors for qwen3_next.
+bool release_layout(const std::string& model_type, const std::string& tensor_name);
 
 }  // namespace kapitsa::models::qwen35

@@ -14,7 +14,8 @@
 namespace kapitsa::ops::cpu {
 
 // x: [T, n_heads, D];  positions: [T].
-void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_dim, float theta) {
+void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
+  const int rotary_dim = static_cast<int>(2 * inv_freq.size());
   KAPITSA_CHECK(x.dtype() == DType::f32 && x.rank() == 3, "rope_neox: x must be [T, n_heads, D] F32, got {} {}",
                 x.shape().str(), dtype_name(x.dtype()));
   const int64_t T = x.dim(0), n_heads = x.dim(1), D = x.dim(2);
@@ -23,12 +24,6 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_d
   KAPITSA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= D,
                 "rope_neox: rotary_dim {} must be even and within head_dim {}", rotary_dim, D);
   const int half = rotary_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {  // float32 steps exactly as ops/ref (and transformers)
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-    inv_freq[static_cast<size_t>(i)] =
-        1.0f / static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
-  }
   float* px = x.f32();
   parallel_for(static_cast<size_t>(T), 1, [&](size_t begin, size_t end) {
     std::vector<float> cs(static_cast<size_t>(2 * half));

@@ -12,7 +12,8 @@ namespace kapitsa::ops::ref {
 using detail::check_f32;
 
 // x: [T, n_heads, D];  positions: [T].
-void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_dim, float theta) {
+void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
+  const int rotary_dim = static_cast<int>(2 * inv_freq.size());
   check_f32(x, "rope_neox", "x");
   KAPITSA_CHECK(x.rank() == 3, "rope_neox: x must be [T, n_heads, D], got {}", x.shape().str());
   const int64_t T = x.dim(0), n_heads = x.dim(1), D = x.dim(2);
@@ -21,13 +22,6 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, int rotary_d
   KAPITSA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= D,
                 "rope_neox: rotary_dim {} must be even and within head_dim {}", rotary_dim, D);
   const int half = rotary_dim / 2;
-  // transformers: inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
-    const float p = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
-    inv_freq[static_cast<size_t>(i)] = 1.0f / p;
-  }
   float* px = x.f32();
   for (int64_t t = 0; t < T; ++t) {
     const float pos = static_cast<float>(positions[static_cast<size_t>(t)]);
