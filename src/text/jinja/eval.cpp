@@ -17,7 +17,7 @@ Value Interpreter::eval(const Expr& e) {
         List items;
         items.reserve(e.items.size());
         for (const auto& item : e.items) items.push_back(eval(*item));
-        return Value(std::move(items));
+        return Value(std::move(items), e.kind == ExprKind::Tuple);
       }
       case ExprKind::Dict: {
         auto d = make_dict();

@@ -114,7 +114,7 @@ Value do_items(Interpreter&, const Value& v, ArgReader& r, CallArgs&) {
   if (v.is_undefined()) return Value(List{});
   if (!v.is_dict() || v.has_call()) fail("Can only get item pairs from a mapping.");
   List out;
-  for (const auto& [k, item] : v.dict().items) out.emplace_back(List{k, item});
+  for (const auto& [k, item] : v.dict().items) out.emplace_back(List{k, item}, /*is_tuple=*/true);
   return Value(std::move(out));
 }
 
@@ -341,7 +341,7 @@ Value do_dictsort(Interpreter& in, const Value& v, ArgReader& r, CallArgs&) {
     return reverse ? less_than(kb, ka) : less_than(ka, kb);
   });
   List out;
-  for (auto& [k, item] : items) out.emplace_back(List{k, item});
+  for (auto& [k, item] : items) out.emplace_back(List{k, item}, /*is_tuple=*/true);
   return Value(std::move(out));
 }
 

@@ -318,7 +318,7 @@ Value Interpreter::call_macro(const Stmt& m, CallArgs& args, const Value& caller
       fail("macro '{}' takes no keyword argument '{}'", m.text, key);
     }
   }
-  if (m.uses_varargs) frame.vars.emplace_back("varargs", Value(std::move(varargs)));
+  if (m.uses_varargs) frame.vars.emplace_back("varargs", Value(std::move(varargs), /*is_tuple=*/true));
   if (m.uses_kwargs) frame.vars.emplace_back("kwargs", Value(kwargs));
   if (!caller.is_undefined()) frame.vars.emplace_back("caller", caller);
 

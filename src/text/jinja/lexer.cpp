@@ -292,6 +292,34 @@ class Lexer {
   }
 
   size_t lex_number(size_t start) {
+    // 0x / 0o / 0b integers (underscores allowed between digits)
+    if (src_[start] == '0' && start + 2 < src_.size() && std::strchr("xXoObB", src_[start + 1])) {
+      char kind = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[start + 1])));
+      int base = kind == 'x' ? 16 : kind == 'o' ? 8 : 2;
+      auto digit = [&](char c) {
+        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : 99;
+        return d < base ? d : -1;
+      };
+      size_t p = start + 2;
+      int64_t v = 0;
+      bool any = false;
+      while (p < src_.size()) {
+        if (src_[p] == '_' && p + 1 < src_.size() && digit(src_[p + 1]) >= 0) { ++p; continue; }
+        int d = digit(src_[p]);
+        if (d < 0) break;
+        if (__builtin_mul_overflow(v, base, &v) || __builtin_add_overflow(v, d, &v))
+          error_at(start, "integer literal too large");
+        any = true;
+        ++p;
+      }
+      if (any) {
+        Token t = make(Tok::Int, start, std::string(src_.substr(start, p - start)));
+        t.int_value = v;
+        tokens_.push_back(std::move(t));
+        return p;
+      }
+    }
     auto digits = [&](size_t p) {  // \d+(_\d+)*
       while (p < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[p])) ||
                                  (src_[p] == '_' && p + 1 < src_.size() &&

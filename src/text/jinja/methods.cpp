@@ -303,7 +303,7 @@ const std::map<std::string, Method, std::less<>>& string_methods() {
 
 List dict_items(const Value& d) {
   List out;
-  for (const auto& [k, v] : d.dict().items) out.emplace_back(List{k, v});
+  for (const auto& [k, v] : d.dict().items) out.emplace_back(List{k, v}, /*is_tuple=*/true);
   return out;
 }
 

@@ -249,14 +249,36 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
+// Python's full (multi-character) upper-case mappings for the characters templates meet most:
+// German sharp s and the Latin ligatures. Everything else maps one to one.
+static const char* special_upper(char32_t c) {
+  switch (c) {
+    case 0xDF: return "SS";
+    case 0xFB00: return "FF";
+    case 0xFB01: return "FI";
+    case 0xFB02: return "FL";
+    case 0xFB03: return "FFI";
+    case 0xFB04: return "FFL";
+    case 0xFB05: case 0xFB06: return "ST";
+    case 0x149: return "\xCA\xBCN";
+    default: return nullptr;
+  }
+}
+
 std::string py_upper(std::string_view s) {
   std::string out;
-  for (char32_t c : utf8_decode(s)) utf8_append(out, py_upper(c));
+  for (char32_t c : utf8_decode(s)) {
+    if (const char* sp = special_upper(c)) out += sp;
+    else utf8_append(out, py_upper(c));
+  }
   return out;
 }
 std::string py_lower(std::string_view s) {
   std::string out;
-  for (char32_t c : utf8_decode(s)) utf8_append(out, py_lower(c));
+  for (char32_t c : utf8_decode(s)) {
+    if (c == 0x130) out += "i\xCC\x87";  // İ lower-cases to i + combining dot above
+    else utf8_append(out, py_lower(c));
+  }
   return out;
 }
 std::string py_swapcase(std::string_view s) {

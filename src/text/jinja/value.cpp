@@ -11,7 +11,7 @@ namespace kapitsa::text::jinja {
 Value::Value(std::string s, bool markup)
     : kind_(Kind::String), markup_(markup), s_(std::make_shared<const std::string>(std::move(s))) {}
 
-Value::Value(List items) : kind_(Kind::List) {
+Value::Value(List items, bool is_tuple) : kind_(Kind::List), markup_(is_tuple) {
   int d = 0;
   for (const Value& v : items) d = std::max(d, v.depth());
   if (d + 1 > kMaxValueDepth) fail("values nest deeper than {} levels", kMaxValueDepth);
@@ -73,7 +73,7 @@ std::string Value::type_name() const {
     case Kind::Int: return "int";
     case Kind::Float: return "float";
     case Kind::String: return markup_ ? "Markup" : "str";
-    case Kind::List: return "list";
+    case Kind::List: return markup_ ? "tuple" : "list";
     case Kind::Dict: return has_call() ? "LoopContext" : "dict";
     case Kind::Namespace: return "Namespace";
     case Kind::Callable: return "function";
@@ -115,6 +115,7 @@ bool py_equal(const Value& a, const Value& b) {
     case Kind::Undefined: case Kind::None: return true;
     case Kind::String: return a.str() == b.str();
     case Kind::List: {
+      if (a.is_tuple() != b.is_tuple()) return false;
       const List& x = a.list();
       const List& y = b.list();
       if (x.size() != y.size()) return false;
@@ -162,14 +163,15 @@ static void append_repr(const Value& v, std::string& out) {
       if (v.is_markup()) out += ")";
       return;
     case Kind::List: {
-      out += '[';
+      out += v.is_tuple() ? '(' : '[';
       bool first = true;
       for (const Value& item : v.list()) {
         if (!first) out += ", ";
         first = false;
         append_repr(item, out);
       }
-      out += ']';
+      if (v.is_tuple() && v.list().size() == 1) out += ',';
+      out += v.is_tuple() ? ')' : ']';
       return;
     }
     case Kind::Dict: {

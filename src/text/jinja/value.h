@@ -41,7 +41,7 @@ class Value {
   Value(double v) : kind_(Kind::Float), f_(v) {}
   Value(std::string s, bool markup = false);
   Value(const char* s) : Value(std::string(s)) {}
-  Value(List items);
+  Value(List items, bool is_tuple = false);
   Value(std::shared_ptr<Dict> dict, bool is_namespace = false);
   Value(std::shared_ptr<const Callable> callable);
 
@@ -63,6 +63,7 @@ class Value {
   bool is_namespace() const { return kind_ == Kind::Namespace; }
   bool is_callable() const { return kind_ == Kind::Callable || (kind_ == Kind::Dict && has_call()); }
   bool is_markup() const { return kind_ == Kind::String && markup_; }
+  bool is_tuple() const { return kind_ == Kind::List && markup_; }  // prints as (a, b); else a list
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::Bool ? (b_ ? 1 : 0) : i_; }
@@ -83,7 +84,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::Undefined;
-  bool markup_ = false;
+  bool markup_ = false;  // String: Markup (|safe); List: a tuple
   uint16_t depth_ = 0;
   union {
     bool b_;
