@@ -81,6 +81,9 @@ Status run_logits(const LogitsOptions& o) {
         KAPITSA_RETURN_IF_ERROR(model->forward(one, *state, greedy_logits.tensor().rows(i + 1, i + 2)));
       }
     }
+    std::string text;
+    for (int i = 0; i < o.generate; ++i) text += fmt::format("{}{}", i ? ", " : "", greedy_ids.tensor().data_as<int32_t>()[i]);
+    log::info("greedy continuation: [{}]", text);
     outputs.push_back({"greedy_ids", greedy_ids.tensor()});
     outputs.push_back({"greedy_logits", greedy_logits.tensor()});
   }

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds, runs every test (ctest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+ctest --preset release -j "$(nproc)" --timeout 900
