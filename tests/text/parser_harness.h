@@ -2,6 +2,7 @@
 // events (adjacent text fragments of one kind joined) so that different cuts can be compared.
 #pragma once
 
+#include "test_util.h"
 #include "text/parse/output_parser.h"
 #include "text/tokenizer/utf8.h"
 
@@ -33,8 +34,12 @@ inline text::ParseEvents run_parser(const text::ParserOptions& options, std::str
   auto check = [&](const text::ParseEvents& events) {
     for (const text::ParseEvent& e : events) {
       if (e.kind != text::ParseEvent::Kind::content && e.kind != text::ParseEvent::Kind::reasoning) continue;
-      if (valid) EXPECT_TRUE(text::utf8_is_valid(e.text)) << "half a character in " << e.text;
-      if (markup_free) EXPECT_EQ(e.text.find('<'), std::string::npos) << "markup leaked: " << e.text;
+      if (valid) {
+        EXPECT_TRUE(text::utf8_is_valid(e.text)) << "half a character in " << e.text;
+      }
+      if (markup_free) {
+        EXPECT_EQ(e.text.find('<'), std::string::npos) << "markup leaked: " << e.text;
+      }
     }
   };
   size_t at = 0;

@@ -239,19 +239,23 @@ bool OutputParser::process_call(bool final) {
 
 bool OutputParser::handle_call(std::string_view body, bool closed) {
   Expected<std::vector<ToolCall>> calls = Error{};
-  if (call_open_ == kNemotron) {
-    calls = parse_nemotron_calls(body);
-  } else if (call_open_ == kFunction) {
-    calls = parse_qwen_xml_call(std::string(kFunction) + std::string(body) + (closed ? std::string(kFunctionEnd) : ""),
-                                options_.tool_schemas);
-    drop_stray_close_ = true;
-  } else {
-    // <tool_call> holds JSON (Hermes) or XML (Qwen3-Coder style) whichever format was asked for:
-    // Qwen3-family models are seen writing both.
-    size_t first = 0;
-    while (first < body.size() && is_space(body[first])) ++first;
-    if (first < body.size() && body[first] == '{') calls = parse_hermes_call(body);
-    else calls = parse_qwen_xml_call(body, options_.tool_schemas);
+  try {
+    if (call_open_ == kNemotron) {
+      calls = parse_nemotron_calls(body);
+    } else if (call_open_ == kFunction) {
+      calls = parse_qwen_xml_call(std::string(kFunction) + std::string(body) + (closed ? std::string(kFunctionEnd) : ""),
+                                  options_.tool_schemas);
+      drop_stray_close_ = true;
+    } else {
+      // <tool_call> holds JSON (Hermes) or XML (Qwen3-Coder style) whichever format was asked for:
+      // Qwen3-family models are seen writing both.
+      size_t first = 0;
+      while (first < body.size() && is_space(body[first])) ++first;
+      if (first < body.size() && body[first] == '{') calls = parse_hermes_call(body);
+      else calls = parse_qwen_xml_call(body, options_.tool_schemas);
+    }
+  } catch (const std::exception& e) {  // a bug in a body parser must not take the server down
+    calls = Error{std::string("tool call parser failed: ") + e.what()};
   }
   if (calls.ok() && !closed)
     push_warning(fmt::format("tool call not closed with {} before the end of the output", call_close_));

@@ -10,6 +10,9 @@
 namespace kapitsa::text {
 namespace {
 
+// Model output may hold invalid UTF-8; nlohmann would throw on it, so it is replaced (U+FFFD).
+std::string dump(const OrderedJson& j) { return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace); }
+
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 std::string_view trim(std::string_view s) {
@@ -70,12 +73,12 @@ Expected<ToolCall> call_from_object(const OrderedJson& o, const std::string& whe
   if (args == o.end()) args = o.find("parameters");
   if (args == o.end() || args->is_null()) return call;
   if (args->is_object()) {
-    call.arguments = args->dump();
+    call.arguments = dump(*args);
   } else if (args->is_string()) {  // arguments written as a JSON string
     OrderedJson inner = OrderedJson::parse(args->get<std::string>(), nullptr, false);
     if (inner.is_discarded() || !inner.is_object())
       return error("{}: \"arguments\" is a string that does not hold a JSON object", where);
-    call.arguments = inner.dump();
+    call.arguments = dump(inner);
   } else {
     return error("{}: \"arguments\" must be an object", where);
   }
@@ -140,7 +143,7 @@ Expected<std::vector<ToolCall>> parse_qwen_xml_call(std::string_view body, const
     const size_t f = body.find(kFunction, pos);
     if (f == std::string_view::npos) {
       if (!trim(body.substr(pos)).empty())
-        return error("unexpected text {} in a tool call", OrderedJson(std::string(trim(body.substr(pos)))).dump());
+        return error("unexpected text {} in a tool call", dump(OrderedJson(std::string(trim(body.substr(pos))))));
       break;
     }
     if (!trim(body.substr(pos, f - pos)).empty())
@@ -181,7 +184,7 @@ Expected<std::vector<ToolCall>> parse_qwen_xml_call(std::string_view body, const
       args[arg] = convert_parameter(value, parameter_schema(tools, call.name, arg));
       p = resume;
     }
-    call.arguments = args.dump();
+    call.arguments = dump(args);
     calls.push_back(std::move(call));
     pos = closed ? end + kFunctionEnd.size() : body.size();
   }
