@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kapitsa 0.1.0");
   kapitsa::cli::add_logits_command(app);
   kapitsa::cli::add_dev_command(app);
+  kapitsa::cli::add_template_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
