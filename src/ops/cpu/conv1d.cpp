@@ -14,27 +14,30 @@ namespace {
 
 constexpr int64_t kMaxK = 16;
 
-// Channels [c0, c0 + kW) of every row (x, y, window rows have stride C).
+// Channels [c0, c0 + kW) of every row (x, y, window rows have stride C). KK > 0 fixes K at compile
+// time (the models' K = 4), so the window history lives in registers.
+template <int64_t KK>
 void conv_block_simd(const float* x, const float* w, const float* bias, float* window, bool silu, float* y,
-                     int64_t T, int64_t C, int64_t K, int64_t c0) {
+                     int64_t T, int64_t C, int64_t K_runtime, int64_t c0) {
   using namespace simd;
-  std::array<vf, kMaxK> wv, hist;
+  const int64_t K = KK > 0 ? KK : K_runtime;
+  vf wv[kMaxK], hist[kMaxK];  // plain arrays: std::array would drop the vector alignment attribute
   alignas(64) float tmp[kW];
   for (int64_t j = 0; j < K; ++j) {
     for (int i = 0; i < kW; ++i) tmp[i] = w[(c0 + i) * K + j];
-    wv[static_cast<size_t>(j)] = load(tmp);
+    wv[j] = load(tmp);
   }
-  for (int64_t j = 0; j + 1 < K; ++j) hist[static_cast<size_t>(j)] = load(window + j * C + c0);
+  for (int64_t j = 0; j + 1 < K; ++j) hist[j] = load(window + j * C + c0);
   const vf b = bias ? load(bias + c0) : zero();
   for (int64_t t = 0; t < T; ++t) {
     const vf xt = load(x + t * C + c0);
-    vf acc = simd::fma(wv[static_cast<size_t>(K - 1)], xt, b);
-    for (int64_t j = 0; j + 1 < K; ++j) acc = simd::fma(wv[static_cast<size_t>(j)], hist[static_cast<size_t>(j)], acc);
-    for (int64_t j = 0; j + 2 < K; ++j) hist[static_cast<size_t>(j)] = hist[static_cast<size_t>(j + 1)];
-    if (K > 1) hist[static_cast<size_t>(K - 2)] = xt;
+    vf acc = simd::fma(wv[K - 1], xt, b);
+    for (int64_t j = 0; j + 1 < K; ++j) acc = simd::fma(wv[j], hist[j], acc);
+    for (int64_t j = 0; j + 2 < K; ++j) hist[j] = hist[j + 1];
+    if (K > 1) hist[K - 2] = xt;
     store(y + t * C + c0, silu ? simd::silu(acc) : acc);
   }
-  for (int64_t j = 0; j + 1 < K; ++j) store(window + j * C + c0, hist[static_cast<size_t>(j)]);
+  for (int64_t j = 0; j + 1 < K; ++j) store(window + j * C + c0, hist[j]);
 }
 
 void conv_channel_scalar(const float* x, const float* w, const float* bias, float* window, bool silu, float* y,
@@ -78,8 +81,12 @@ void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const T
   parallel_for(static_cast<size_t>(n_blocks), grain, [&](size_t begin, size_t end) {
     for (size_t blk = begin; blk < end; ++blk) {
       const int64_t c0 = static_cast<int64_t>(blk) * simd::kW;
-      if (static_cast<int64_t>(blk) < n_vec)
-        conv_block_simd(px, pw, pb, pwin, silu, py, T, C, K, c0);
+      if (static_cast<int64_t>(blk) < n_vec) {
+        if (K == 4)
+          conv_block_simd<4>(px, pw, pb, pwin, silu, py, T, C, K, c0);
+        else
+          conv_block_simd<0>(px, pw, pb, pwin, silu, py, T, C, K, c0);
+      }
       else
         for (int64_t c = c0; c < C; ++c) conv_channel_scalar(px, pw, pb, pwin, silu, py, T, C, K, c);
     }
