@@ -95,6 +95,25 @@ void BM_Conv1d(benchmark::State& state) {
 }
 BENCHMARK(BM_Conv1d)->ArgNames({"T", "C"})->Args({1, 6144})->Args({512, 6144})->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// The roofline for GEMV: read bandwidth of this machine, all threads summing a 512 MiB buffer
+// (the same access pattern as the weights of a decode step, split the same way).
+void BM_MemoryRead(benchmark::State& state) {
+  const size_t n = size_t{512} << 20 >> 2;
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> partial(default_thread_pool().size() * 64);
+  for (auto _ : state) {
+    parallel_for(n / 4096, 16, [&](size_t b, size_t e) {
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (size_t i = b * 4096; i < e * 4096; i += 4) {
+        s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
+      }
+      benchmark::DoNotOptimize(s0 + s1 + s2 + s3);
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * 4));
+}
+BENCHMARK(BM_MemoryRead)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // The fixed cost of one parallel_for over all threads (every op pays it; decode runs ~1000 per token).
 void BM_ParallelForOverhead(benchmark::State& state) {
   const size_t n = default_thread_pool().size() * 4;
