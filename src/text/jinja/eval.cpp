@@ -149,9 +149,7 @@ Value Interpreter::getattr(const Value& obj, const std::string& name) {
 
 Value Interpreter::getitem(const Value& obj, const Value& key) {
   switch (obj.kind()) {
-    case Kind::Undefined:
-      if (key.is_string()) fail_undefined(obj);
-      return obj;
+    case Kind::Undefined: fail_undefined(obj);  // Jinja's Undefined fails on any subscript
     case Kind::Dict: case Kind::Namespace:
       if (const Value* v = obj.dict().find(key)) return *v;
       break;
@@ -241,7 +239,7 @@ Value Interpreter::eval_slice(const Expr& e) {
     charge(static_cast<int64_t>(out.size() / 64));
     return Value(utf8_encode(out), obj.is_markup());
   }
-  if (obj.is_undefined()) return obj;
+  if (obj.is_undefined()) fail_undefined(obj);
   return Value::undefined(object_name(obj) + " is not sliceable");
 }
 

@@ -136,12 +136,14 @@ Value binary_op(Interpreter& in, const std::string& op, const Value& a, const Va
     }
     if (a.is_list() && b.is_list()) {
       in.charge(static_cast<int64_t>(a.list().size() + b.list().size()));
+      if (a.is_tuple() != b.is_tuple())
+        fail("can only concatenate {} (not \"{}\") to {}", a.type_name(), b.type_name(), a.type_name());
       List out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
-      return Value(std::move(out));
+      return Value(std::move(out), a.is_tuple());
     }
     if (a.is_string()) fail("can only concatenate str (not \"{}\") to str", b.type_name());
-    if (a.is_list()) fail("can only concatenate list (not \"{}\") to list", b.type_name());
+    if (a.is_list()) fail("can only concatenate {} (not \"{}\") to {}", a.type_name(), b.type_name(), a.type_name());
     unsupported("+", a, b);
   }
   if (op == "-") {

@@ -272,6 +272,8 @@ class Parser {
       if (is_op(")")) break;
       MacroParam p;
       p.name = expect_name();
+      for (const auto& other : s.params)
+        if (other.name == p.name) error_here("duplicate argument '" + p.name + "' in macro definition");
       if (skip_op("=")) p.default_value = parse_expression(true);
       else if (!s.params.empty() && s.params.back().default_value)
         error_here("non-default argument follows default argument");
