@@ -12,5 +12,6 @@ int& exit_code();
 void add_logits_command(CLI::App& app);
 void add_dev_command(CLI::App& app);  // kapitsa dev random-model ...
 void add_template_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace kapitsa::cli

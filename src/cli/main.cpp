@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   kapitsa::cli::add_logits_command(app);
   kapitsa::cli::add_dev_command(app);
   kapitsa::cli::add_template_command(app);
+  kapitsa::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
