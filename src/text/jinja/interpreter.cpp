@@ -134,7 +134,11 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s) {
   try {
     switch (s.kind) {
       case StmtKind::Text: write(s.text); return Flow::Normal;
-      case StmtKind::Output: write(py_str(eval(*s.expr))); return Flow::Normal;
+      case StmtKind::Output: {
+        Value v = eval(*s.expr);
+        write(v.is_string() ? v.str() : py_str(v));
+        return Flow::Normal;
+      }
       case StmtKind::If: {
         Flow flow = Flow::Normal;
         exec_if(s, flow);

@@ -126,13 +126,36 @@ static bool is_cased(char32_t c) {
 }
 
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
-  std::u32string u = utf8_decode(s);
+  // Works on the UTF-8 bytes, decoding only the code points at the two ends (strip is hot: chat
+  // templates trim every message). Invalid bytes count as U+FFFD and are kept as they are.
   std::u32string set = chars ? utf8_decode(*chars) : std::u32string();
   auto strip_it = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : py_isspace(c); };
-  size_t b = 0, e = u.size();
-  if (left) while (b < e && strip_it(u[b])) ++b;
-  if (right) while (e > b && strip_it(u[e - 1])) --e;
-  return utf8_encode(std::u32string_view(u).substr(b, e - b));
+  const auto* data = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  size_t b = 0, e = s.size();
+  if (left) {
+    while (b < e) {
+      utf8proc_int32_t cp = 0;
+      utf8proc_ssize_t n = utf8proc_iterate(data + b, static_cast<utf8proc_ssize_t>(e - b), &cp);
+      if (n <= 0) { cp = 0xFFFD; n = 1; }
+      if (!strip_it(static_cast<char32_t>(cp))) break;
+      b += static_cast<size_t>(n);
+    }
+  }
+  if (right) {
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && e - start < 4 && (data[start] & 0xC0) == 0x80) --start;
+      utf8proc_int32_t cp = 0;
+      utf8proc_ssize_t n = utf8proc_iterate(data + start, static_cast<utf8proc_ssize_t>(e - start), &cp);
+      if (n <= 0 || static_cast<size_t>(n) != e - start) {  // not one whole code point: the last byte alone
+        start = e - 1;
+        cp = 0xFFFD;
+      }
+      if (!strip_it(static_cast<char32_t>(cp))) break;
+      e = start;
+    }
+  }
+  return std::string(s.substr(b, e - b));
 }
 
 std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
