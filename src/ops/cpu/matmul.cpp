@@ -1,12 +1,16 @@
 // CPU matmul y = x·wᵀ with f32/bf16/f16 weights used in place, f32 accumulation.
 // T = 1 (decode GEMV) is memory-bound: rows are split across threads and each pass streams
-// kGemvRows weight rows against the cached x. T > 1 works on (row block × token chunk) tasks with
-// register tiles, so each weight row is read from memory once per token chunk, not once per token.
+// kGemvRows weight rows against the cached x. T > 1 works on (row block × token chunk) tasks, so
+// each weight row is read from memory once per token chunk, not once per token: small T with
+// dot-product register tiles, larger T (prefill) with the classic packed outer-product kernel
+// (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast).
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/dot_tile.h"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -49,7 +53,7 @@ const float* widen_panel(const typename WL::T* w, int rb, int64_t K, std::vector
 }
 
 template <class WL>
-void gemm(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t K, int64_t N) {
+void gemm_small(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t K, int64_t N) {
   const int64_t esize = static_cast<int64_t>(sizeof(typename WL::T));
   // Token chunk: x chunk ≈ 256 KiB (L2), at least one tile, whole T when small.
   int64_t tc = std::max<int64_t>(kTileT, ((256 << 10) / (4 * K)) / kTileT * kTileT);
@@ -90,13 +94,108 @@ void gemm(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t 
   });
 }
 
+// ---- packed outer-product GEMM for prefill ----------------------------------------------------
+constexpr int kPackRows = 2 * simd::kW;  // weight rows per panel = two vectors of outputs
+#if defined(__AVX512F__)
+constexpr int kPackTokens = 8;  // 16 accumulators + 2 weight vectors + 1 broadcast of 32 registers
+#else
+constexpr int kPackTokens = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 registers
+#endif
+
+// panel[k, j] = w[j, k] for j < rows (zero beyond), widened to f32.  panel: [K, kPackRows].
+template <class WL>
+void pack_panel(const typename WL::T* w, int rows, int64_t K, float* panel, std::vector<float>& row) {
+  row.resize(static_cast<size_t>(K));
+  for (int j = 0; j < kPackRows; ++j) {
+    if (j >= rows) {
+      for (int64_t k = 0; k < K; ++k) panel[k * kPackRows + j] = 0.0f;
+      continue;
+    }
+    const typename WL::T* src = w + j * K;
+    int64_t k = 0;
+    for (; k + simd::kW <= K; k += simd::kW) simd::store(row.data() + k, WL::load(src + k));
+    for (; k < K; ++k) row[static_cast<size_t>(k)] = WL::scalar(src + k);
+    for (k = 0; k < K; ++k) panel[k * kPackRows + j] = row[static_cast<size_t>(k)];
+  }
+}
+
+// y[t, 0:cols] = Σ_k x[t, k] · panel[k, 0:cols] for t < MR.
+template <int MR>
+void packed_tile(const float* x, int64_t ldx, const float* panel, int64_t K, float* y, int64_t ldy, int cols) {
+  using namespace simd;
+  vf acc[MR][2];
+  for (int t = 0; t < MR; ++t) acc[t][0] = acc[t][1] = zero();
+  for (int64_t k = 0; k < K; ++k) {
+    const vf w0 = load(panel + k * kPackRows), w1 = load(panel + k * kPackRows + kW);
+    for (int t = 0; t < MR; ++t) {
+      const vf xb = set1(x[t * ldx + k]);
+      acc[t][0] = simd::fma(xb, w0, acc[t][0]);
+      acc[t][1] = simd::fma(xb, w1, acc[t][1]);
+    }
+  }
+  for (int t = 0; t < MR; ++t) {
+    if (cols == kPackRows) {
+      store(y + t * ldy, acc[t][0]);
+      store(y + t * ldy + kW, acc[t][1]);
+    } else {
+      alignas(64) float tmp[kPackRows];
+      store(tmp, acc[t][0]);
+      store(tmp + kW, acc[t][1]);
+      for (int j = 0; j < cols; ++j) y[t * ldy + j] = tmp[j];
+    }
+  }
+}
+
+using PackedTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int);
+template <size_t... I>
+constexpr std::array<PackedTileFn, sizeof...(I)> make_packed_tiles(std::index_sequence<I...>) {
+  return {&packed_tile<static_cast<int>(I) + 1>...};
+}
+constexpr auto kPackedTiles = make_packed_tiles(std::make_index_sequence<kPackTokens>{});
+
+template <class WL>
+void gemm_packed(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t K, int64_t N) {
+  // Token chunk: x chunk ≈ 512 KiB (L2), up to 256 tokens, so packing is amortised over many tiles.
+  int64_t tc = std::max<int64_t>(kPackTokens, ((512 << 10) / (4 * K)) / kPackTokens * kPackTokens);
+  tc = std::min<int64_t>(tc, 256 / kPackTokens * kPackTokens);
+  if (T <= tc) tc = T;
+  const int64_t n_tc = (T + tc - 1) / tc;
+  const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
+  // Row block: a few panels, but enough tasks to feed every thread.
+  const int64_t threads = static_cast<int64_t>(default_thread_pool().size());
+  int64_t gb = std::max<int64_t>(1, (256 << 10) / (4 * K * kPackRows));
+  if (n_tc * ((n_groups + gb - 1) / gb) < threads * 4)
+    gb = std::max<int64_t>(1, (n_groups * n_tc + threads * 4 - 1) / (threads * 4));
+  const int64_t n_gb = (n_groups + gb - 1) / gb;
+  parallel_for(static_cast<size_t>(n_gb * n_tc), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<float> panel, row;
+    for (size_t task = begin; task < end; ++task) {
+      const int64_t b = static_cast<int64_t>(task) / n_tc, c = static_cast<int64_t>(task) % n_tc;
+      const int64_t t_begin = c * tc, t_end = std::min(T, t_begin + tc);
+      for (int64_t g = b * gb; g < std::min(n_groups, (b + 1) * gb); ++g) {
+        const int64_t n0 = g * kPackRows;
+        const int cols = static_cast<int>(std::min<int64_t>(kPackRows, N - n0));
+        panel.resize(static_cast<size_t>(K * kPackRows));
+        pack_panel<WL>(w + n0 * K, cols, K, panel.data(), row);
+        int64_t t0 = t_begin;
+        for (; t0 + kPackTokens <= t_end; t0 += kPackTokens)
+          packed_tile<kPackTokens>(x + t0 * K, K, panel.data(), K, y + t0 * N + n0, N, cols);
+        if (t0 < t_end)
+          kPackedTiles[static_cast<size_t>(t_end - t0 - 1)](x + t0 * K, K, panel.data(), K, y + t0 * N + n0, N, cols);
+      }
+    }
+  });
+}
+
 template <class WL>
 void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t N) {
   const auto* wt = static_cast<const typename WL::T*>(w);
   if (T == 1)
     gemv<WL>(x, wt, y, K, N);
+  else if (T < 2 * kPackTokens)
+    gemm_small<WL>(x, wt, y, T, K, N);
   else
-    gemm<WL>(x, wt, y, T, K, N);
+    gemm_packed<WL>(x, wt, y, T, K, N);
 }
 
 }  // namespace
