@@ -21,6 +21,7 @@ struct LogitsOptions {
   int generate = 0;
   bool hidden_states = false;
   std::string backend = "cpu";
+  bool rope_bf16 = false;
 };
 
 Expected<std::vector<int32_t>> read_ids(const std::string& path) {
@@ -49,7 +50,7 @@ Status run_logits(const LogitsOptions& o) {
   else if (o.backend != "cpu") return error("--backend must be 'cpu' or 'ref', got '{}'", o.backend);
   if (o.generate < 0) return error("--generate must be non-negative, got {}", o.generate);
   KAPITSA_TRY(std::vector<int32_t> ids, read_ids(o.ids_file));
-  KAPITSA_TRY(std::unique_ptr<models::Model> model, models::load_model(o.model_dir));
+  KAPITSA_TRY(std::unique_ptr<models::Model> model, models::load_model(o.model_dir, models::LoadOptions{o.rope_bf16}));
   const auto& info = model->info();
   log::info("{}", info.summary);
   for (size_t i = 0; i < ids.size(); ++i)
@@ -102,6 +103,8 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--generate", options->generate, "Also decode N greedy tokens one at a time, carrying the state");
   cmd->add_flag("--hidden-states", options->hidden_states, "Also write hidden_states [L+1, T, H]");
   cmd->add_option("--backend", options->backend, "Op backend: cpu (default) or ref (the scalar oracle)");
+  cmd->add_flag("--rope-bf16", options->rope_bf16,
+                "Round RoPE frequencies through bf16 as transformers does for bf16-loaded checkpoints");
   cmd->callback([options] {
     Status status = run_logits(*options);
     if (!status.ok()) {

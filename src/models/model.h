@@ -56,9 +56,17 @@ class Model {
                          const Tensor& hidden = {}) const = 0;
 };
 
+// Numerical choices that are not part of a checkpoint.
+struct LoadOptions {
+  // Round RoPE frequencies through bf16, reproducing transformers when it loads a bf16 checkpoint in
+  // bf16 and then casts to float32 (as the reference fixtures were made). Off: exact float32
+  // frequencies, as the models were trained and as vLLM / llama.cpp compute them. docs/decisions.md.
+  bool rope_bf16_frequencies = false;
+};
+
 // Loads the model in folder `dir` (config.json + safetensors). Unknown architectures, malformed configs,
 // missing or mis-shaped tensors are errors naming the file and field or tensor.
-Expected<std::unique_ptr<Model>> load_model(const std::string& dir);
+Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options = {});
 
 // Writes a random bf16 checkpoint (config.json + model.safetensors) in the real HF layout for the
 // config at `config_path`, into `out_dir`. Seeded: the same seed gives the same file.

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <cmath>
 #include <limits>
+#include <random>
 
 namespace kapitsa::weights {
 namespace {
@@ -169,6 +171,62 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
   return checkpoint;
 }
 
+// ---- synthesized checkpoints (random models) ----------------------------------------------------
+
+struct Checkpoint::Synthesizer {
+  std::function<bool(const std::string&)> present;
+  std::mt19937_64 rng;
+  std::vector<std::pair<std::string, Buffer>> tensors;
+
+  static bool ends_with(const std::string& s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+
+  Tensor make(const std::string& name, const Shape& shape) {
+    for (const auto& [existing, buffer] : tensors)
+      if (existing == name) return buffer.tensor();
+    Buffer b = Buffer::allocate(DType::bf16, shape);
+    uint16_t* out = b.tensor().data_as<uint16_t>();
+    const int64_t n = shape.numel();
+    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const float fan_in = static_cast<float>(shape.rank >= 2 ? shape[-1] : 1);
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      if (ends_with(name, "A_log")) v = std::log(1.0f + 15.0f * unit(rng));              // decay rates in (1, 16)
+      else if (ends_with(name, "dt_bias")) v = std::log(std::expm1(0.001f + 0.1f * unit(rng)));  // softplus⁻¹ of dt
+      else if (ends_with(name, ".D")) v = 1.0f;
+      else if (ends_with(name, "e_score_correction_bias") || ends_with(name, ".bias")) v = 0.02f * normal(rng);
+      else if (name.find("norm") != std::string::npos) v = 1.0f + 0.1f * normal(rng);
+      else if (name.find("conv1d") != std::string::npos) v = normal(rng) / std::sqrt(static_cast<float>(shape[-1]));
+      else v = normal(rng) / std::sqrt(fan_in);
+      out[i] = f32_to_bf16(v);
+    }
+    tensors.emplace_back(name, std::move(b));
+    return tensors.back().second.tensor();
+  }
+};
+
+Checkpoint Checkpoint::synthesize(std::function<bool(const std::string&)> present, uint64_t seed) {
+  Checkpoint c;
+  c.synthesizer_ = std::make_shared<Synthesizer>();
+  c.synthesizer_->present = std::move(present);
+  c.synthesizer_->rng.seed(seed);
+  return c;
+}
+
+std::vector<std::pair<std::string, Tensor>> Checkpoint::synthesized() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (synthesizer_)
+    for (const auto& [name, buffer] : synthesizer_->tensors) out.emplace_back(name, buffer.tensor());
+  return out;
+}
+
+bool Checkpoint::contains(const std::string& name) const {
+  if (synthesizer_) return synthesizer_->present(name);
+  return index_.count(name) != 0;
+}
+
 std::vector<std::string> Checkpoint::names() const {
   std::vector<std::string> out;
   for (const auto& [name, location] : index_) out.push_back(name);
@@ -186,6 +244,7 @@ std::string Checkpoint::file_of(const std::string& name) const {
 }
 
 Expected<Tensor> Checkpoint::get_any_shape(const std::string& name, std::initializer_list<DType> allowed) const {
+  if (synthesizer_) return error("synthesized checkpoint: tensor '{}' requested without a shape", name);
   auto it = index_.find(name);
   if (it == index_.end()) {
     const std::string where = files_.size() == 1 ? files_[0]->path() : fmt::format("{} files", files_.size());
@@ -208,6 +267,7 @@ Expected<Tensor> Checkpoint::get_any_shape(const std::string& name, std::initial
 
 Expected<Tensor> Checkpoint::get(const std::string& name, const Shape& expected_shape,
                                  std::initializer_list<DType> allowed) const {
+  if (synthesizer_) return synthesizer_->make(name, expected_shape);
   KAPITSA_TRY(Tensor t, get_any_shape(name, allowed));
   if (!(t.shape() == expected_shape))
     return error("{}: tensor '{}' has shape {}, expected {}", file_of(name), name, t.shape().str(), expected_shape.str());

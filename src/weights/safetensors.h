@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "tensor/tensor.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,7 +47,7 @@ class Checkpoint {
   // `path` is a folder (model.safetensors.index.json, else every *.safetensors in it) or one file.
   static Expected<Checkpoint> open(const std::string& path);
 
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  bool contains(const std::string& name) const;
   std::vector<std::string> names() const;
   const TensorEntry* find(const std::string& name) const;
   // The file a tensor lives in (for error messages).
@@ -56,6 +57,14 @@ class Checkpoint {
   // file and tensor: missing, wrong shape, wrong dtype, rank > 4.
   Expected<Tensor> get(const std::string& name, const Shape& expected_shape,
                        std::initializer_list<DType> allowed = {DType::f32, DType::f16, DType::bf16}) const;
+  // A checkpoint with no files that invents every tensor asked of it: seeded random bf16 values of the
+  // requested shape (scaled by what the name suggests: 1/sqrt(fan-in) for matrices, ~1 for norms,
+  // Mamba/DeltaNet decay parameters in their usual ranges), remembered so they can be written out.
+  // `present(name)` answers contains() and so chooses among optional layouts (prefixes, fused experts).
+  static Checkpoint synthesize(std::function<bool(const std::string&)> present, uint64_t seed);
+  // The tensors a synthesized checkpoint handed out, in the order asked for.
+  std::vector<std::pair<std::string, Tensor>> synthesized() const;
+
   // Same without a shape check.
   Expected<Tensor> get_any_shape(const std::string& name,
                                  std::initializer_list<DType> allowed = {DType::f32, DType::f16, DType::bf16}) const;
@@ -67,7 +76,9 @@ class Checkpoint {
     const SafetensorsFile* file;
     const TensorEntry* entry;
   };
+  struct Synthesizer;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::shared_ptr<Synthesizer> synthesizer_;  // set only for synthesize()
   std::map<std::string, Location> index_;
 };
 

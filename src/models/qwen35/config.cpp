@@ -51,10 +51,6 @@ Expected<Qwen35Config> parse_config(const weights::HfConfig& top) {
     KAPITSA_TRY(partial, rope.get_float("partial_rotary_factor", partial));
   }
   c.rope_theta = static_cast<float>(theta);
-  for (const char* key : {"dtype", "torch_dtype"})
-    for (const weights::HfConfig* cfg : std::initializer_list<const weights::HfConfig*>{&text, &top})
-      if (cfg->has(key) && cfg->json()[key].is_string() && cfg->json()[key].get<std::string>() == "bfloat16")
-        c.bf16_checkpoint = true;
   c.partial_rotary_factor = static_cast<float>(partial);
   if (c.rotary_dim() % 2 != 0 || c.rotary_dim() > c.head_dim)
     return error("{}: head_dim {} × partial_rotary_factor {} gives an invalid rotary dimension", text.path(),

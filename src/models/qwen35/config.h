@@ -30,7 +30,7 @@ struct Qwen35Config {
   bool attn_output_gate = true;
   bool tie_word_embeddings = false;
   bool packed_gdn_projections = false;  // qwen3_next
-  bool bf16_checkpoint = false;         // config dtype / torch_dtype is bfloat16
+  bool rope_bf16_frequencies = false;   // from LoadOptions, not config.json
   int64_t max_position_embeddings = 0;
   std::vector<int32_t> eos_token_ids;
 

@@ -83,7 +83,7 @@ Status Qwen35Model::load_weights() {
   attention_config_ = AttentionConfig{H,          c.n_heads,       c.n_kv_heads, c.head_dim,
                                       c.attn_output_gate, /*qk_norm=*/true, c.rms_norm_eps,
                                       /*norm_weight_offset=*/1.0f, c.rotary_dim(), c.rope_theta,
-                                      c.bf16_checkpoint};
+                                      c.rope_bf16_frequencies};
   gdn_config_ = GdnConfig{H, c.linear_k_heads, c.linear_v_heads, c.linear_k_head_dim, c.linear_v_head_dim,
                           c.conv_kernel, c.rms_norm_eps, c.packed_gdn_projections};
   moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
@@ -209,8 +209,10 @@ bool release_layout(const std::string& model_type, const std::string& tensor_nam
   return tensor_name == "model.language_model.embed_tokens.weight" || ends_with(".experts.gate_up_proj");
 }
 
-Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint) {
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint,
+                                      const LoadOptions& options) {
   KAPITSA_TRY(Qwen35Config parsed, parse_config(config));
+  parsed.rope_bf16_frequencies = options.rope_bf16_frequencies;
   auto model = std::make_unique<Qwen35Model>(std::move(parsed), std::move(checkpoint));
   KAPITSA_RETURN_IF_ERROR(model->load_weights());
   return std::unique_ptr<Model>(std::move(model));

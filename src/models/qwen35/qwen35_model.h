@@ -13,7 +13,8 @@
 
 namespace kapitsa::models::qwen35 {
 
-Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint);
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint,
+                                      const LoadOptions& options);
 
 // Optional tensors present in released checkpoints: the model.language_model.* prefix and fused
 // experts for qwen3_5*, model.* and per-expert tensors for qwen3_next.
