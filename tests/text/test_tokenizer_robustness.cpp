@@ -5,7 +5,10 @@
 #include "text/tokenizer/utf8.h"
 #include "tokenizer_fixture.h"
 
+#include <utf8proc.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 namespace kapitsa::testing {
@@ -80,6 +83,31 @@ TEST(TokenizerRobustness, PathologicalRunsStayFast) {
     check_round_trip(tok, *nfc, s);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(seconds, 20.0) << "run of " << s.size() << " bytes starting " << int(s[0]);  // a hang, not a speed test
+  }
+}
+
+TEST(TokenizerRobustness, NfcFastPathMatchesUtf8proc) {
+  // The normalizer skips utf8proc for text NFC cannot change; random mixes of tricky characters must
+  // still come out exactly as utf8proc's full NFC.
+  const char* const pool[] = {"a", "e", " ", "\xCC\x81" /* U+0301 */, "\xCC\xA3" /* U+0323 */, "\xC3\xA9" /* é */,
+                              "\xE1\x84\x80" /* jamo L */, "\xE1\x85\xA1" /* jamo V */, "\xE1\x86\xA8" /* jamo T */,
+                              "\xEA\xB0\x80" /* 가 */, "\xE4\xB8\xAD" /* 中 */, "\xF0\x9F\x98\x80",
+                              "\xE2\x84\xAB" /* Å sign */, "\xE2\x84\xA6" /* Ω sign */, "\xE0\xAF\x86" /* Tamil E */,
+                              "\xE0\xAE\xBE" /* Tamil AA */, "\xE3\x81\x8B" /* か */, "\xE3\x82\x99" /* voiced mark */,
+                              "\xD0\xB8" /* и */, "\xCC\x86" /* U+0306 */, "\xEF\xAC\x80" /* ﬀ */, "\xC2\xA0"};
+  const auto nfc = text::Normalizer::from_json(Json{{"type", "NFC"}}, "test");
+  ASSERT_TRUE(nfc.ok());
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string s;
+    const size_t n = rng() % 12;
+    for (size_t i = 0; i < n; ++i) s += pool[rng() % std::size(pool)];
+    auto* reference = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(s.c_str()));
+    ASSERT_NE(reference, nullptr);
+    EXPECT_EQ(nfc->apply(s), std::string(reinterpret_cast<const char*>(reference))) << Json(s).dump();
+    std::free(reference);
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 namespace kapitsa::text {
@@ -68,6 +70,54 @@ std::string lowercase(std::string_view text) {
   return out;
 }
 
+// True when NFC can neither change c nor combine it with a neighbour: a starter with no decomposition
+// that takes part in no composition (CJK, Hangul syllables, most symbols and emoji). Conservative: a
+// false "no" only sends text through utf8proc.
+bool nfc_inert(utf8proc_int32_t c) {
+  if (c < 0x80) return true;
+  if ((c >= 0x1100 && c <= 0x11FF) || (c >= 0xA960 && c <= 0xA97F) || (c >= 0xD7B0 && c <= 0xD7FF))
+    return false;  // conjoining jamo compose algorithmically
+  const utf8proc_property_t* p = utf8proc_get_property(c);
+  return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX && p->comb_index == UINT16_MAX &&
+         p->category != UTF8PROC_CATEGORY_MN && p->category != UTF8PROC_CATEGORY_MC &&
+         p->category != UTF8PROC_CATEGORY_ME;
+}
+
+// NFC that only runs utf8proc over windows around non-inert characters. A window starts at the last
+// ASCII character before (a starter that may compose with what follows) and ends before the next
+// ASCII character: nothing composes or reorders across an ASCII starter, so windows are independent.
+std::string nfc(std::string_view text) {
+  std::string out;
+  size_t copied = 0;     // text[0, copied) is already in out
+  size_t last_ascii = 0; // position of the latest ASCII character seen (window start)
+  const auto* base = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      last_ascii = i++;
+      continue;
+    }
+    utf8proc_int32_t c = -1;
+    const auto n = utf8proc_iterate(base + i, static_cast<utf8proc_ssize_t>(text.size() - i), &c);
+    if (n <= 0) return map(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE);  // invalid UTF-8: let utf8proc decide
+    if (nfc_inert(c)) {
+      i += static_cast<size_t>(n);
+      continue;
+    }
+    const size_t start = std::max(copied, last_ascii);
+    size_t end = i + static_cast<size_t>(n);
+    while (end < text.size() && static_cast<unsigned char>(text[end]) >= 0x80) ++end;
+    if (out.empty()) out.reserve(text.size());
+    out.append(text.substr(copied, start - copied));
+    out += map(text.substr(start, end - start), UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    copied = end;
+    i = end;
+  }
+  if (copied == 0) return std::string(text);
+  out.append(text.substr(copied));
+  return out;
+}
+
 }  // namespace
 
 Expected<Normalizer> Normalizer::from_json(const Json& spec, const std::string& where) {
@@ -90,7 +140,7 @@ std::string Normalizer::apply(std::string_view text) const {
     }
     if (is_ascii(s)) continue;
     switch (step) {
-      case Step::nfc: s = map(s, UTF8PROC_STABLE | UTF8PROC_COMPOSE); break;
+      case Step::nfc: s = nfc(s); break;
       case Step::nfd: s = map(s, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE); break;
       case Step::nfkc: s = map(s, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
       case Step::nfkd: s = map(s, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
