@@ -119,6 +119,13 @@ TEST(Jinja, DeepNestingIsAnErrorNotACrash) {
   ASSERT_FALSE(out.ok());
 }
 
+TEST(Jinja, NamespaceCyclesAreFreed) {
+  // LeakSanitizer (KAPITSA_SANITIZE=ON) fails the run if the self-reference leaks.
+  auto out = render("{% set ns = namespace(me=none) %}{% set ns.me = ns %}{% set ns.l = [ns, [ns]] %}{{ ns.me.me.l | length }}");
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(*out, "2");
+}
+
 TEST(Jinja, TemplateIsReusable) {
   auto t = Template::parse("{{ a }}-{% for x in b %}{{ x }}{% endfor %}");
   ASSERT_TRUE(t.ok());

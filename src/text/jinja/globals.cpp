@@ -55,10 +55,11 @@ Value mapping_from(CallArgs& args, const char* func) {
   return Value(d);
 }
 
-Value namespace_fn(Interpreter&, CallArgs& args) {
+Value namespace_fn(Interpreter& in, CallArgs& args) {
   Value m = mapping_from(args, "namespace");
   auto d = make_dict();
   d->items = m.dict().items;
+  in.track_namespace(d);
   return Value(d, /*is_namespace=*/true);
 }
 

@@ -12,6 +12,16 @@ namespace kapitsa::text::jinja {
 
 Interpreter::Interpreter(const Limits& limits, std::string name) : limits_(limits), name_(std::move(name)) {}
 
+Interpreter::~Interpreter() {
+  frames_.clear();
+  for (auto& weak : namespaces_) {
+    if (auto ns = weak.lock()) {
+      std::vector<std::pair<Value, Value>> items;
+      items.swap(ns->items);  // destroyed after the swap: a value may own this namespace
+    }
+  }
+}
+
 std::string Interpreter::render(const Body& body, const Dict& context) {
   frames_.clear();
   frames_.emplace_back();

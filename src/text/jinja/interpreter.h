@@ -21,6 +21,10 @@ namespace kapitsa::text::jinja {
 class Interpreter {
  public:
   Interpreter(const Limits& limits, std::string name);
+  ~Interpreter();  // empties the namespaces it created, so reference cycles through them are freed
+
+  // Namespaces are the only mutable values, hence the only way to build a reference cycle.
+  void track_namespace(const std::shared_ptr<Dict>& ns) { namespaces_.push_back(ns); }
 
   // Renders a template body with `context` as the root variables.
   std::string render(const Body& body, const Dict& context);
@@ -77,6 +81,7 @@ class Interpreter {
   std::string* out_ = nullptr;
   int64_t steps_ = 0;
   int call_depth_ = 0;
+  std::vector<std::weak_ptr<Dict>> namespaces_;
 };
 
 // ---- implemented in their own files ----
