@@ -73,5 +73,24 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
                     const Tensor& dst) {
   KAPITSA_DISPATCH(scale_add_rows, src, rows, weights, dst);
 }
+void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                        const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
+                        const Tensor& y) {
+  KAPITSA_DISPATCH(ssd_scan_recurrent, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y);
+}
+void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                      const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                      const Tensor& state, const Tensor& y) {
+  KAPITSA_DISPATCH(ssd_scan_chunked, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, chunk_size, state, y);
+}
+void rms_norm_group_gated(const Tensor& x, const Tensor& z, const Tensor& w, int64_t group_size, float eps,
+                          const Tensor& y) {
+  KAPITSA_DISPATCH(rms_norm_group_gated, x, z, w, group_size, eps, y);
+}
+void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_group, int topk_group, bool renormalize,
+                       float scaling, const Tensor& expert_ids, const Tensor& expert_weights) {
+  KAPITSA_DISPATCH(moe_route_sigmoid, logits, bias, k, n_group, topk_group, renormalize, scaling, expert_ids,
+                   expert_weights);
+}
 
 }  // namespace kapitsa::ops

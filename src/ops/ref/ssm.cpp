@@ -1,0 +1,140 @@
+// Reference Mamba-2 selective scan (SSD): the token-by-token recurrence and the chunked SSD algorithm
+// of mamba_ssm (intra-chunk "attention" through the decay matrix L, inter-chunk state passing), both
+// in double over f32 inputs. The two forms share nothing but the Δ preprocessing, so testing one
+// against the other checks the chunked algebra. The state stays f32 between calls, as in a real cache.
+#include "ops/ref/ref.h"
+#include "ops/ref/ref_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kapitsa::ops::ref {
+namespace {
+
+struct SsdDims {
+  int64_t T, H, P, G, N, heads_per_group;
+};
+
+// Validates one ssd_scan call (see op_list.inc) and returns its dimensions.
+SsdDims check_ssd(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                  const Tensor& D, const Tensor& dt_bias, const Tensor& state, const Tensor& y) {
+  using detail::check_f32;
+  for (const Tensor* t : {&x, &dt, &B, &C, &A_log, &D, &dt_bias, &state, &y}) check_f32(*t, "ssd_scan", "input");
+  KAPITSA_CHECK(x.rank() == 3 && y.shape() == x.shape(), "ssd_scan: x {} y {}", x.shape().str(), y.shape().str());
+  SsdDims d{x.dim(0), x.dim(1), x.dim(2), B.rank() == 3 ? B.dim(1) : 0, B.rank() == 3 ? B.dim(2) : 0, 0};
+  KAPITSA_CHECK(B.rank() == 3 && C.shape() == B.shape() && B.dim(0) == d.T, "ssd_scan: B {} C {} for T={}",
+                B.shape().str(), C.shape().str(), d.T);
+  KAPITSA_CHECK(d.G > 0 && d.H % d.G == 0, "ssd_scan: {} heads not a multiple of {} groups", d.H, d.G);
+  KAPITSA_CHECK(dt.numel() == d.T * d.H, "ssd_scan: dt {} for T={} H={}", dt.shape().str(), d.T, d.H);
+  KAPITSA_CHECK(A_log.numel() == d.H && D.numel() == d.H && dt_bias.numel() == d.H,
+                "ssd_scan: A_log {}, D {}, dt_bias {} for {} heads", A_log.shape().str(), D.shape().str(),
+                dt_bias.shape().str(), d.H);
+  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == d.H && state.dim(1) == d.P && state.dim(2) == d.N,
+                "ssd_scan: state {} for H={} P={} N={}", state.shape().str(), d.H, d.P, d.N);
+  d.heads_per_group = d.H / d.G;
+  return d;
+}
+
+// Δ for token t, head h.
+double delta(const Tensor& dt, const Tensor& dt_bias, int64_t t, int64_t h, int64_t H, float dt_min, float dt_max) {
+  const double v = static_cast<double>(dt.f32()[t * H + h]) + dt_bias.f32()[h];
+  const double sp = v > 20.0 ? v : std::log1p(std::exp(v));
+  return std::clamp(sp, static_cast<double>(dt_min), static_cast<double>(dt_max));
+}
+
+}  // namespace
+
+// x, y: [T, H, P];  dt: [T, H];  B, C: [T, G, N];  A_log, D, dt_bias: [H];  state: [H, P, N].
+void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                        const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
+                        const Tensor& y) {
+  const SsdDims d = check_ssd(x, dt, B, C, A_log, D, dt_bias, state, y);
+  const float *px = x.f32(), *pB = B.f32(), *pC = C.f32();
+  float *S = state.f32(), *py = y.f32();
+  for (int64_t t = 0; t < d.T; ++t)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t g = h / d.heads_per_group;
+      const double dlt = delta(dt, dt_bias, t, h, d.H, dt_min, dt_max);
+      const double decay = std::exp(dlt * -std::exp(static_cast<double>(A_log.f32()[h])));
+      const float* b = pB + (t * d.G + g) * d.N;
+      const float* c = pC + (t * d.G + g) * d.N;
+      for (int64_t p = 0; p < d.P; ++p) {
+        const double xp = px[(t * d.H + h) * d.P + p];
+        float* s = S + (h * d.P + p) * d.N;
+        double acc = 0;
+        for (int64_t n = 0; n < d.N; ++n) {
+          s[n] = static_cast<float>(decay * s[n] + dlt * xp * b[n]);
+          acc += static_cast<double>(s[n]) * c[n];
+        }
+        py[(t * d.H + h) * d.P + p] = static_cast<float>(acc + static_cast<double>(D.f32()[h]) * xp);
+      }
+    }
+}
+
+// Same shapes; chunks of chunk_size tokens counted from the first token of this call.
+void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                      const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                      const Tensor& state, const Tensor& y) {
+  const SsdDims d = check_ssd(x, dt, B, C, A_log, D, dt_bias, state, y);
+  KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_chunked: chunk_size {}", chunk_size);
+  const float *px = x.f32(), *pB = B.f32(), *pC = C.f32();
+  float *S = state.f32(), *py = y.f32();
+  const int64_t P = d.P, N = d.N;
+  std::vector<double> cum, dl, s_prev(static_cast<size_t>(P * N)), s_new(static_cast<size_t>(P * N));
+  for (int64_t h = 0; h < d.H; ++h) {
+    const int64_t g = h / d.heads_per_group;
+    const double A = -std::exp(static_cast<double>(A_log.f32()[h]));
+    auto xv = [&](int64_t t, int64_t p) { return static_cast<double>(px[(t * d.H + h) * P + p]); };
+    auto bv = [&](int64_t t, int64_t n) { return static_cast<double>(pB[(t * d.G + g) * N + n]); };
+    auto cv = [&](int64_t t, int64_t n) { return static_cast<double>(pC[(t * d.G + g) * N + n]); };
+    for (int64_t i = 0; i < P * N; ++i) s_prev[static_cast<size_t>(i)] = S[h * P * N + i];
+
+    for (int64_t t0 = 0; t0 < d.T; t0 += chunk_size) {
+      const int64_t Q = std::min(chunk_size, d.T - t0);
+      // Within-chunk cumulative log-decay: cum[l] = Σ_{s≤l} Δ_s A.
+      cum.assign(static_cast<size_t>(Q), 0.0);
+      dl.assign(static_cast<size_t>(Q), 0.0);
+      double run = 0;
+      for (int64_t l = 0; l < Q; ++l) {
+        dl[static_cast<size_t>(l)] = delta(dt, dt_bias, t0 + l, h, d.H, dt_min, dt_max);
+        run += dl[static_cast<size_t>(l)] * A;
+        cum[static_cast<size_t>(l)] = run;
+      }
+      // Outputs: Y_diag (intra-chunk, L_ls = exp(cum_l − cum_s) for s ≤ l) + Y_off (from the carried state).
+      for (int64_t l = 0; l < Q; ++l) {
+        const int64_t tl = t0 + l;
+        std::vector<double> w(static_cast<size_t>(l + 1));
+        for (int64_t s = 0; s <= l; ++s) {
+          double cb = 0;
+          for (int64_t n = 0; n < N; ++n) cb += cv(tl, n) * bv(t0 + s, n);
+          w[static_cast<size_t>(s)] = cb * std::exp(cum[static_cast<size_t>(l)] - cum[static_cast<size_t>(s)]) *
+                                      dl[static_cast<size_t>(s)];
+        }
+        const double out_decay = std::exp(cum[static_cast<size_t>(l)]);
+        for (int64_t p = 0; p < P; ++p) {
+          double acc = 0;
+          for (int64_t s = 0; s <= l; ++s) acc += w[static_cast<size_t>(s)] * xv(t0 + s, p);
+          double off = 0;
+          for (int64_t n = 0; n < N; ++n) off += cv(tl, n) * s_prev[static_cast<size_t>(p * N + n)];
+          py[(tl * d.H + h) * P + p] =
+              static_cast<float>(acc + out_decay * off + static_cast<double>(D.f32()[h]) * xv(tl, p));
+        }
+      }
+      // State passing: S ← exp(cum_end) S + Σ_s exp(cum_end − cum_s) Δ_s x_s ⊗ B_s.
+      const double end = cum[static_cast<size_t>(Q - 1)];
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t n = 0; n < N; ++n) {
+          double acc = std::exp(end) * s_prev[static_cast<size_t>(p * N + n)];
+          for (int64_t s = 0; s < Q; ++s)
+            acc += std::exp(end - cum[static_cast<size_t>(s)]) * dl[static_cast<size_t>(s)] * xv(t0 + s, p) *
+                   bv(t0 + s, n);
+          s_new[static_cast<size_t>(p * N + n)] = acc;
+        }
+      std::swap(s_prev, s_new);
+    }
+    for (int64_t i = 0; i < P * N; ++i) S[h * P * N + i] = static_cast<float>(s_prev[static_cast<size_t>(i)]);
+  }
+}
+
+}  // namespace kapitsa::ops::ref
