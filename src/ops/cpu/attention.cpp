@@ -67,38 +67,47 @@ struct Partial {
   }
 };
 
-// acc[i, :] = acc[i, :]·corr + Σ_j p[i, j] · v[j, :] for one row; v rows at stride ldv.
-inline void accumulate_pv(float* acc, float corr, const float* p, int64_t nk, const float* v, int64_t ldv, int64_t D) {
+// For RG rows g: acc[g, :] = acc[g, :]·corr[g] + Σ_{j<nk} p[g, j] · v[j, :].  p rows at stride ldp,
+// v rows at stride ldv. Each v vector loaded once serves all RG rows.
+template <int RG>
+void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, int64_t nk, const float* v, int64_t ldv,
+                   int64_t D) {
   using namespace simd;
-  constexpr int kU = 4;
+#if defined(__AVX512F__)
+  constexpr int kU = 4;  // RG·kU ≤ 16 accumulators
+#else
+  constexpr int kU = 2;  // RG·kU ≤ 8 accumulators
+#endif
   int64_t d = 0;
   for (; d + kU * kW <= D; d += kU * kW) {
-    vf a[kU];
-    const vf c = set1(corr);
-    for (int u = 0; u < kU; ++u) a[u] = mul(load(acc + d + u * kW), c);
+    vf a[RG][kU];
+    for (int g = 0; g < RG; ++g)
+      for (int u = 0; u < kU; ++u) a[g][u] = mul(load(acc + g * D + d + u * kW), set1(corr[g]));
     for (int64_t j = 0; j < nk; ++j) {
-      const vf pj = set1(p[j]);
-      for (int u = 0; u < kU; ++u) a[u] = simd::fma(pj, load(v + j * ldv + d + u * kW), a[u]);
+      vf vv[kU];
+      for (int u = 0; u < kU; ++u) vv[u] = load(v + j * ldv + d + u * kW);
+      for (int g = 0; g < RG; ++g) {
+        const vf pj = set1(p[g * ldp + j]);
+        for (int u = 0; u < kU; ++u) a[g][u] = simd::fma(pj, vv[u], a[g][u]);
+      }
     }
-    for (int u = 0; u < kU; ++u) store(acc + d + u * kW, a[u]);
+    for (int g = 0; g < RG; ++g)
+      for (int u = 0; u < kU; ++u) store(acc + g * D + d + u * kW, a[g][u]);
   }
-  for (; d + kW <= D; d += kW) {
-    vf a = mul(load(acc + d), set1(corr));
-    for (int64_t j = 0; j < nk; ++j) a = simd::fma(set1(p[j]), load(v + j * ldv + d), a);
-    store(acc + d, a);
-  }
-  for (; d < D; ++d) {
-    float a = acc[d] * corr;
-    for (int64_t j = 0; j < nk; ++j) a += p[j] * v[j * ldv + d];
-    acc[d] = a;
-  }
+  for (; d < D; ++d)
+    for (int g = 0; g < RG; ++g) {
+      float s = acc[g * D + d] * corr[g];
+      for (int64_t j = 0; j < nk; ++j) s += p[g * ldp + j] * v[j * ldv + d];
+      acc[g * D + d] = s;
+    }
 }
 
 // One task: kv head g, query tokens [t0, t1), keys [s0, s1) → the partial softmax of its M rows.
 void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t s0, int64_t s1, Partial& out) {
   const int64_t D = a.D, r = a.r, M = (t1 - t0) * r, ldk = a.Hkv * D;
-  thread_local std::vector<float> qt, scores;
+  thread_local std::vector<float> qt, scores, corr;
   qt.resize(static_cast<size_t>(M * D));
+  corr.resize(static_cast<size_t>(M));
   scores.resize(static_cast<size_t>(M * kKeyBlock));
   // Gather the group's query rows (t-major, then head), pre-scaled.
   for (int64_t t = t0; t < t1; ++t)
@@ -122,15 +131,20 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
                                     scores.data() + i0 * kKeyBlock + j0, kKeyBlock);
       }
     }
+    // Softmax update per row: p ← exp(score − m_new) in place (0 for masked keys), corr rescales acc.
+    int64_t nk_used = 0;
     for (int64_t i = 0; i < M; ++i) {
       const int64_t pos = a.q_pos0 + t0 + i / r;
-      const int64_t visible = std::min(nk, pos - kb + 1);  // keys kb .. pos
-      if (visible <= 0) continue;
+      const int64_t visible = std::max<int64_t>(0, std::min(nk, pos - kb + 1));  // keys kb .. pos
       float* p = scores.data() + i * kKeyBlock;
+      for (int64_t j = visible; j < nk; ++j) p[j] = 0.0f;
+      corr[static_cast<size_t>(i)] = 1.0f;
+      if (visible == 0) continue;
+      nk_used = std::max(nk_used, visible);
       float mb = -INFINITY;
       for (int64_t j = 0; j < visible; ++j) mb = std::max(mb, p[j]);
       const float m_old = out.m[static_cast<size_t>(i)], m_new = std::max(m_old, mb);
-      const float corr = std::exp(m_old - m_new);  // 0 on the first block (m_old = -inf)
+      const float c = std::exp(m_old - m_new);  // 0 on the first block (m_old = -inf)
       float sum = 0;
       int64_t j = 0;
       for (; j + simd::kW <= visible; j += simd::kW) {
@@ -140,9 +154,18 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
       }
       for (; j < visible; ++j) sum += (p[j] = std::exp(p[j] - m_new));
       out.m[static_cast<size_t>(i)] = m_new;
-      out.l[static_cast<size_t>(i)] = out.l[static_cast<size_t>(i)] * corr + sum;
-      accumulate_pv(out.acc.data() + i * D, corr, p, visible, vg + kb * ldk, ldk, D);
+      out.l[static_cast<size_t>(i)] = out.l[static_cast<size_t>(i)] * c + sum;
+      corr[static_cast<size_t>(i)] = c;
     }
+    if (nk_used == 0) continue;
+    const float* vb = vg + kb * ldk;
+    int64_t i = 0;
+    for (; i + 4 <= M; i += 4)
+      accumulate_pv<4>(out.acc.data() + i * D, corr.data() + i, scores.data() + i * kKeyBlock, kKeyBlock, nk_used, vb,
+                       ldk, D);
+    for (; i < M; ++i)
+      accumulate_pv<1>(out.acc.data() + i * D, corr.data() + i, scores.data() + i * kKeyBlock, kKeyBlock, nk_used, vb,
+                       ldk, D);
   }
 }
 
