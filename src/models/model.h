@@ -22,6 +22,9 @@ struct ModelInfo {
   int64_t max_position_embeddings = 0;
   std::vector<int32_t> eos_token_ids;
   std::string summary;          // one line for logs: layers, heads, experts
+  // Weight bytes one decode step reads (all dense matrices, the active experts' share, the output
+  // head; not the embedding table): the denominator of the memory-bandwidth roofline. 0 if unknown.
+  int64_t weight_bytes_per_token = 0;
 };
 
 // Per-sequence memory: attention KV for every attention layer, conv windows and f32 recurrent state

@@ -59,6 +59,7 @@ class Qwen35Model final : public Model {
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
+  size_t decode_weight_bytes() const;
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
   Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
@@ -133,7 +134,31 @@ Status Qwen35Model::load_weights() {
                                 c.n_layers, c.n_layers - n_attention, n_attention, H, c.vocab_size,
                                 n_moe ? fmt::format(", {} experts top-{} on {} layers", c.n_experts, c.top_k, n_moe)
                                       : std::string())};
+  info_.weight_bytes_per_token = static_cast<int64_t>(decode_weight_bytes());
   return ok_status();
+}
+
+size_t Qwen35Model::decode_weight_bytes() const {
+  auto swiglu = [](const SwiGluWeights& w) { return w.gate.nbytes() + w.up.nbytes() + w.down.nbytes(); };
+  size_t total = lm_head_.nbytes();
+  for (const Layer& layer : layers_) {
+    if (layer.gdn) {
+      const GdnWeights& g = *layer.gdn;
+      total += g.in_proj_qkv.nbytes() + g.in_proj_z.nbytes() + g.in_proj_a.nbytes() + g.in_proj_b.nbytes() +
+               g.in_proj_qkvz.nbytes() + g.in_proj_ba.nbytes() + g.out_proj.nbytes();
+    }
+    if (layer.attention) {
+      const AttentionWeights& a = *layer.attention;
+      total += a.q_proj.nbytes() + a.k_proj.nbytes() + a.v_proj.nbytes() + a.o_proj.nbytes();
+    }
+    if (layer.mlp) total += swiglu(*layer.mlp);
+    if (layer.moe) {
+      total += layer.moe->router.nbytes() + layer.moe->shared_gate.nbytes();
+      if (layer.moe->shared) total += swiglu(*layer.moe->shared);
+      total += static_cast<size_t>(config_.top_k) * swiglu(layer.moe->experts.front());  // k experts per token
+    }
+  }
+  return total;
 }
 
 std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens) const {
