@@ -1,0 +1,72 @@
+// Engine: owns a model and its tokenizer, runs many generations concurrently on a background
+// thread (continuous batching, prefix cache), and hands each caller a Generation to read events from.
+// Thread-safe: submit, cancel and reading events may happen from any thread.
+#pragma once
+
+#include "base/status.h"
+#include "models/model.h"
+#include "runtime/request.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+
+namespace kapitsa::text {
+class Tokenizer;
+}
+
+namespace kapitsa::runtime {
+
+using Event = std::variant<TokenEvent, FinishEvent>;
+
+// A running generation. Events arrive in order; the last one is always a FinishEvent (also after
+// cancel(), errors and length limits). Destroying the Generation cancels it.
+class Generation {
+ public:
+  virtual ~Generation() = default;
+  // Blocks until the next event; false once the FinishEvent has been returned.
+  virtual bool next(Event& event) = 0;
+  // Like next, but gives up after `timeout` (returns false with `timed_out` set).
+  virtual bool next_for(Event& event, std::chrono::milliseconds timeout, bool& timed_out) = 0;
+  // Stops the generation and frees its memory; a FinishEvent{cancelled} follows.
+  virtual void cancel() = 0;
+};
+
+struct EngineOptions {
+  int64_t context_tokens = 32768;      // per sequence
+  int max_sequences = 16;              // decoded together in one step
+  int prefill_chunk_tokens = 512;      // chunked prefill budget per step
+  size_t prefix_cache_bytes = size_t{2} << 30;  // snapshots + KV kept for reuse
+};
+
+struct EngineCounters {
+  int64_t requests = 0;
+  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens_reused = 0;  // served from the prefix cache
+  int64_t prompt_tokens_prefilled = 0;
+  int64_t completion_tokens = 0;
+  int64_t snapshot_bytes = 0;
+  int queued = 0;
+  int running = 0;
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> create(std::unique_ptr<models::Model> model,
+                                                  std::shared_ptr<const text::Tokenizer> tokenizer,
+                                                  const EngineOptions& options = {});
+  virtual ~Engine() = default;
+
+  // Validates and queues a request (errors: empty prompt, prompt longer than the context, ids out of
+  // the vocabulary — each named). max_tokens beyond the context is clamped, not rejected.
+  virtual Expected<std::unique_ptr<Generation>> submit(GenerateRequest request) = 0;
+
+  virtual const models::ModelInfo& model_info() const = 0;
+  virtual const text::Tokenizer& tokenizer() const = 0;
+  virtual EngineCounters counters() const = 0;
+  virtual const EngineOptions& options() const = 0;
+};
+
+}  // namespace kapitsa::runtime
