@@ -4,6 +4,7 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "models/nemotron_h/nemotron_h_model.h"
 #include "models/qwen35/qwen35_model.h"
 #include "weights/hf_config.h"
 #include "weights/safetensors.h"
@@ -16,7 +17,7 @@
 namespace kapitsa::models {
 namespace {
 
-using Loader = Expected<std::unique_ptr<Model>> (*)(const weights::HfConfig&, weights::Checkpoint);
+using Loader = Expected<std::unique_ptr<Model>> (*)(const weights::HfConfig&, weights::Checkpoint, const LoadOptions&);
 // Which optional tensors a released checkpoint of this type has (chooses prefixes and expert layouts
 // when writing a random checkpoint in the real layout).
 using ReleaseLayout = bool (*)(const std::string& model_type, const std::string& tensor_name);
@@ -34,6 +35,9 @@ const std::vector<Entry>& registry() {
       {"qwen3_next", qwen35::load, qwen35::release_layout},
       {"qwen3_5_text", qwen35::load, qwen35::release_layout},
       {"qwen3_5_moe_text", qwen35::load, qwen35::release_layout},
+      {"nemotron_h",
+       +[](const weights::HfConfig& c, weights::Checkpoint k, const LoadOptions&) { return nemotron_h::load(c, std::move(k)); },
+       nemotron_h::release_layout},
   };
   return table;
 }
@@ -55,11 +59,11 @@ std::vector<std::string> known_model_types() {
   return names;
 }
 
-Expected<std::unique_ptr<Model>> load_model(const std::string& dir) {
+Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
   KAPITSA_TRY(weights::HfConfig config, weights::HfConfig::load(dir));
   KAPITSA_TRY(const Entry* entry, find_entry(config));
   KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));
-  return entry->load(config, std::move(checkpoint));
+  return entry->load(config, std::move(checkpoint), options);
 }
 
 Status write_random_checkpoint(const std::string& config_path, const std::string& out_dir, uint64_t seed) {
@@ -72,7 +76,7 @@ Status write_random_checkpoint(const std::string& config_path, const std::string
   const ReleaseLayout layout = entry->release_layout;
   weights::Checkpoint checkpoint = weights::Checkpoint::synthesize(
       [layout, model_type](const std::string& name) { return layout(model_type, name); }, seed);
-  KAPITSA_TRY(std::unique_ptr<Model> model, entry->load(config, checkpoint));  // asks for every tensor
+  KAPITSA_TRY(std::unique_ptr<Model> model, entry->load(config, checkpoint, LoadOptions{}));  // asks for every tensor
 
   std::error_code ec;
   fs::create_directories(out_dir, ec);

@@ -12,9 +12,22 @@
 namespace kapitsa::testing {
 namespace {
 
-class FixtureTest : public ::testing::TestWithParam<std::string> {
+// The shared fixtures were computed by transformers from the bf16 checkpoint loaded in bf16 and cast
+// to float32, which leaves RoPE frequencies bf16-rounded; the demo models' references were loaded in
+// float32 directly. Each case says which (LoadOptions::rope_bf16_frequencies).
+struct FixtureCase {
+  std::string path;  // relative to tests/
+  bool rope_bf16 = true;
+};
+
+void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
+
+class FixtureTest : public ::testing::TestWithParam<FixtureCase> {
  protected:
-  std::string dir() const { return test_data_path("fixtures/" + GetParam()); }
+  std::string dir() const { return test_data_path(GetParam().path); }
+  Expected<std::unique_ptr<models::Model>> load() const {
+    return models::load_model(dir(), models::LoadOptions{GetParam().rope_bf16});
+  }
 };
 
 int32_t argmax(const float* row, int64_t n) {
@@ -26,7 +39,7 @@ int32_t argmax(const float* row, int64_t n) {
 
 TEST_P(FixtureTest, PromptLogitsHiddenStatesAndGreedyMatchReference) {
   FixtureReference ref = load_fixture_reference(dir());
-  auto loaded = models::load_model(dir());
+  auto loaded = load();
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   const models::Model& model = **loaded;
   const auto& info = model.info();
@@ -60,7 +73,7 @@ TEST_P(FixtureTest, PromptLogitsHiddenStatesAndGreedyMatchReference) {
 // rest give the same logits as one pass.
 TEST_P(FixtureTest, PromptInPiecesEqualsOnePass) {
   FixtureReference ref = load_fixture_reference(dir());
-  auto loaded = models::load_model(dir());
+  auto loaded = load();
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   const models::Model& model = **loaded;
   const int64_t T = static_cast<int64_t>(ref.prompt_ids.size()), V = model.info().vocab_size;
@@ -87,7 +100,7 @@ TEST_P(FixtureTest, PromptInPiecesEqualsOnePass) {
 // The scalar oracle backend runs the same model to the same logits.
 TEST_P(FixtureTest, ReferenceBackendAgrees) {
   FixtureReference ref = load_fixture_reference(dir());
-  auto loaded = models::load_model(dir());
+  auto loaded = load();
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   const int64_t T = 40, V = (*loaded)->info().vocab_size;
   std::span<const int32_t> ids(ref.prompt_ids.data(), static_cast<size_t>(T));
@@ -100,8 +113,15 @@ TEST_P(FixtureTest, ReferenceBackendAgrees) {
   EXPECT_LE(relative_error(logits, ref.prompt_logits.rows(0, T)), 1e-4);
 }
 
+// The bundled demo models (models/demo, issue 8) carry references computed by transformers the same way.
+INSTANTIATE_TEST_SUITE_P(Demo, FixtureTest,
+                         ::testing::Values(FixtureCase{"../models/demo/target", false}, FixtureCase{"../models/demo/draft", false}));
+
 INSTANTIATE_TEST_SUITE_P(Qwen, FixtureTest,
-                         ::testing::Values("qwen35-dense-tiny", "qwen35-moe-tiny", "qwen3-next-tiny"));
+                         ::testing::Values(FixtureCase{"fixtures/qwen35-dense-tiny"}, FixtureCase{"fixtures/qwen35-moe-tiny"},
+                                           FixtureCase{"fixtures/qwen3-next-tiny"}));
+INSTANTIATE_TEST_SUITE_P(Nemotron, FixtureTest,
+                         ::testing::Values(FixtureCase{"fixtures/nemotron-h-tiny"}, FixtureCase{"fixtures/nemotron-h-latent-tiny"}));
 
 }  // namespace
 }  // namespace kapitsa::testing

@@ -62,6 +62,7 @@ TEST_P(RandomCheckpoint, MatchesTheReleasedLayoutAndRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Qwen, RandomCheckpoint,
                          ::testing::Values("qwen35-dense-tiny", "qwen35-moe-tiny", "qwen3-next-tiny"));
+INSTANTIATE_TEST_SUITE_P(Nemotron, RandomCheckpoint, ::testing::Values("nemotron-h-tiny", "nemotron-h-latent-tiny"));
 
 }  // namespace
 }  // namespace kapitsa::testing

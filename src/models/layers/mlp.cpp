@@ -24,4 +24,19 @@ void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out) 
   ops::matmul(gate, w.down, out);
 }
 
+Expected<Relu2MlpWeights> Relu2MlpWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+                                                int64_t hidden, int64_t intermediate) {
+  Relu2MlpWeights w;
+  KAPITSA_TRY(w.up, ckpt.get(prefix + "up_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.down, ckpt.get(prefix + "down_proj.weight", {hidden, intermediate}));
+  return w;
+}
+
+void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& out) {
+  Buffer up = Buffer::allocate(DType::f32, {x.dim(0), w.intermediate()});
+  ops::matmul(x, w.up, up);
+  ops::relu_squared(up, up);
+  ops::matmul(up, w.down, out);
+}
+
 }  // namespace kapitsa::models

@@ -24,4 +24,18 @@ struct SwiGluWeights {
 // x: [T, H];  out: [T, H].
 void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out);
 
+// Non-gated relu² MLP (Nemotron-H `-` layers, shared and routed experts).
+struct Relu2MlpWeights {
+  Tensor up;    // [I, H]
+  Tensor down;  // [H, I]
+  int64_t intermediate() const { return up.dim(0); }
+
+  // Reads PREFIX{up,down}_proj.weight.
+  static Expected<Relu2MlpWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, int64_t hidden,
+                                        int64_t intermediate);
+};
+
+// x: [T, H];  out: [T, H].
+void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& out);
+
 }  // namespace kapitsa::models

@@ -1,0 +1,70 @@
+// Nemotron-H MoE: router → sigmoid top-k → (latent down-projection) → relu² experts → (latent
+// up-projection) + shared expert.
+#include "models/layers/moe_sigmoid.h"
+
+#include "models/layers/moe.h"
+#include "ops/ops.h"
+
+namespace kapitsa::models {
+
+Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+                                                    const SigmoidMoeConfig& c) {
+  SigmoidMoeWeights w;
+  const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim, W = c.expert_width();
+  KAPITSA_TRY(w.router, ckpt.get(prefix + "gate.weight", {E, H}));
+  const std::string bias_name = prefix + "gate.e_score_correction_bias";
+  if (ckpt.contains(bias_name)) {
+    KAPITSA_TRY(w.correction_bias, ckpt.get_f32(bias_name, {E}));
+  } else {
+    w.correction_bias = Buffer::zeros(DType::f32, {E});  // transformers' buffer starts at zero
+  }
+  const std::string fused_up = prefix + "experts.up_proj";
+  if (ckpt.contains(fused_up)) {
+    KAPITSA_TRY(Tensor up, ckpt.get(fused_up, {E, I, W}));
+    KAPITSA_TRY(Tensor down, ckpt.get(prefix + "experts.down_proj", {E, W, I}));
+    for (int64_t e = 0; e < E; ++e) w.experts.push_back(Relu2MlpWeights{up.index(e), down.index(e)});
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      KAPITSA_TRY(Relu2MlpWeights expert, Relu2MlpWeights::load(ckpt, fmt::format("{}experts.{}.", prefix, e), W, I));
+      w.experts.push_back(expert);
+    }
+  }
+  if (c.shared_expert_dim > 0) {
+    KAPITSA_TRY(Relu2MlpWeights shared, Relu2MlpWeights::load(ckpt, prefix + "shared_experts.", H, c.shared_expert_dim));
+    w.shared = shared;
+  }
+  if (c.latent_dim > 0) {
+    KAPITSA_TRY(w.fc1_latent, ckpt.get(prefix + "fc1_latent_proj.weight", {c.latent_dim, H}));
+    KAPITSA_TRY(w.fc2_latent, ckpt.get(prefix + "fc2_latent_proj.weight", {H, c.latent_dim}));
+  }
+  return w;
+}
+
+void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, const Tensor& x, const Tensor& out) {
+  const int64_t T = x.dim(0), E = c.n_experts, k = c.top_k, H = c.hidden_size;
+  Buffer logits = Buffer::allocate(DType::f32, {T, E});
+  ops::matmul(x, w.router, logits);  // f32 accumulation over the checkpoint's router weights
+  Buffer ids = Buffer::allocate(DType::i32, {T, k});
+  Buffer weights = Buffer::allocate(DType::f32, {T, k});
+  ops::moe_route_sigmoid(logits, w.correction_bias, static_cast<int>(k), static_cast<int>(c.n_group),
+                         static_cast<int>(c.topk_group), c.renormalize, c.routed_scaling_factor, ids, weights);
+  auto expert = [&](int64_t e, const Tensor& xe, const Tensor& ye) {
+    relu2_mlp_forward(w.experts[static_cast<size_t>(e)], xe, ye);
+  };
+  if (c.latent_dim > 0) {
+    Buffer latent = Buffer::allocate(DType::f32, {T, c.latent_dim});
+    Buffer routed = Buffer::allocate(DType::f32, {T, c.latent_dim});
+    ops::matmul(x, w.fc1_latent, latent);
+    run_routed_experts(E, ids, weights, latent, routed, expert);
+    ops::matmul(routed, w.fc2_latent, out);
+  } else {
+    run_routed_experts(E, ids, weights, x, out, expert);
+  }
+  if (w.shared) {
+    Buffer shared = Buffer::allocate(DType::f32, {T, H});
+    relu2_mlp_forward(*w.shared, x, shared);
+    ops::add(out, shared, out);
+  }
+}
+
+}  // namespace kapitsa::models

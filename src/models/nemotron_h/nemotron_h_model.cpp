@@ -1,0 +1,247 @@
+// Nemotron-H family: weights by name, per-sequence state and the forward pass.
+#include "models/nemotron_h/nemotron_h_model.h"
+
+#include "base/log.h"
+#include "models/layers/attention.h"
+#include "models/layers/mamba2.h"
+#include "models/layers/mlp.h"
+#include "models/layers/moe_sigmoid.h"
+#include "models/nemotron_h/config.h"
+#include "ops/ops.h"
+#include "weights/safetensors.h"
+
+#include <optional>
+
+namespace kapitsa::models::nemotron_h {
+namespace {
+
+struct Layer {
+  LayerKind kind;
+  Buffer norm;  // [H] f32
+  std::optional<Mamba2Weights> mamba;
+  std::optional<AttentionWeights> attention;
+  std::optional<Relu2MlpWeights> mlp;
+  std::optional<SigmoidMoeWeights> moe;
+};
+
+class NemotronHState final : public SequenceState {
+ public:
+  std::vector<std::optional<KvCache>> kv;         // per layer (attention layers only)
+  std::vector<std::optional<Mamba2State>> mamba;  // per layer (Mamba-2 layers only)
+
+  size_t bytes() const override {
+    size_t total = 0;
+    for (const auto& c : kv)
+      if (c) total += c->k.tensor().nbytes() + c->v.tensor().nbytes();
+    for (const auto& s : mamba)
+      if (s) total += s->conv_window.tensor().nbytes() + s->ssm.tensor().nbytes();
+    return total;
+  }
+  std::unique_ptr<SequenceState> clone() const override {
+    auto copy = std::make_unique<NemotronHState>();
+    copy->n_past_ = n_past_;
+    copy->capacity_ = capacity_;
+    for (const auto& c : kv)
+      copy->kv.push_back(c ? std::optional<KvCache>(KvCache{Buffer::copy_of(c->k), Buffer::copy_of(c->v)}) : std::nullopt);
+    for (const auto& s : mamba)
+      copy->mamba.push_back(
+          s ? std::optional<Mamba2State>(Mamba2State{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)})
+            : std::nullopt);
+    return copy;
+  }
+  void advance(int64_t n) { n_past_ += n; }
+  void set_capacity(int64_t n) { capacity_ = n; }
+};
+
+class NemotronHModel final : public Model {
+ public:
+  NemotronHModel(NemotronHConfig config, weights::Checkpoint checkpoint)
+      : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
+
+  Status load_weights();
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
+  Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
+                 const Tensor& hidden) const override;
+
+ private:
+  NemotronHConfig config_;
+  weights::Checkpoint checkpoint_;
+  ModelInfo info_;
+  AttentionConfig attention_config_;
+  Mamba2Config mamba_config_;
+  SigmoidMoeConfig moe_config_;
+  Tensor embeddings_;  // [V, H]
+  Tensor lm_head_;     // [V, H] (the embedding when tied)
+  Buffer norm_f_;      // [H] f32
+  std::vector<Layer> layers_;
+};
+
+Status NemotronHModel::load_weights() {
+  const NemotronHConfig& c = config_;
+  const int64_t H = c.hidden_size;
+  attention_config_ = AttentionConfig{H, c.n_heads, c.n_kv_heads, c.head_dim, /*output_gate=*/false,
+                                      /*qk_norm=*/false, c.norm_eps, /*norm_weight_offset=*/0.0f,
+                                      /*rotary_dim=*/0, /*rope_theta=*/0.0f, false};
+  mamba_config_ = Mamba2Config{H,
+                               c.mamba_heads,
+                               c.mamba_head_dim,
+                               c.n_groups,
+                               c.d_state,
+                               c.d_conv,
+                               c.chunk_size,
+                               c.conv_bias,
+                               c.proj_bias,
+                               c.norm_eps,
+                               static_cast<float>(c.time_step_limit[0]),
+                               static_cast<float>(c.time_step_limit[1])};
+  moe_config_ = SigmoidMoeConfig{H,
+                                 c.n_experts,
+                                 c.top_k,
+                                 c.moe_intermediate_size,
+                                 c.shared_expert_intermediate_size,
+                                 c.moe_latent_size,
+                                 c.n_group,
+                                 c.topk_group,
+                                 c.norm_topk_prob,
+                                 static_cast<float>(c.routed_scaling_factor)};
+
+  // Released checkpoints name the trunk backbone.*, transformers' own module tree model.*;
+  // multimodal releases put either behind language_model.
+  std::string prefix;
+  for (const char* candidate : {"backbone.", "model.", "language_model.backbone.", "language_model.model."})
+    if (checkpoint_.contains(std::string(candidate) + "embeddings.weight")) {
+      prefix = candidate;
+      break;
+    }
+  if (prefix.empty())
+    return error("checkpoint has no backbone.embeddings.weight (nor model.embeddings.weight): not a Nemotron-H "
+                 "checkpoint?");
+  const std::string head_prefix = prefix.rfind("language_model.", 0) == 0 ? "language_model." : "";
+  KAPITSA_TRY(embeddings_, checkpoint_.get(prefix + "embeddings.weight", {c.vocab_size, H}));
+  if (c.tie_word_embeddings && !checkpoint_.contains(head_prefix + "lm_head.weight")) {
+    lm_head_ = embeddings_;
+  } else {
+    KAPITSA_TRY(lm_head_, checkpoint_.get(head_prefix + "lm_head.weight", {c.vocab_size, H}));
+  }
+  KAPITSA_TRY(norm_f_, checkpoint_.get_f32(prefix + "norm_f.weight", {H}));
+
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    log::progress("loading layers", static_cast<size_t>(i + 1), static_cast<size_t>(c.n_layers));
+    const std::string p = fmt::format("{}layers.{}.", prefix, i);
+    const std::string m = p + "mixer.";
+    Layer layer;
+    layer.kind = c.layer_kinds[static_cast<size_t>(i)];
+    KAPITSA_TRY(layer.norm, checkpoint_.get_f32(p + "norm.weight", {H}));
+    switch (layer.kind) {
+      case LayerKind::mamba: {
+        KAPITSA_TRY(Mamba2Weights w, Mamba2Weights::load(checkpoint_, m, mamba_config_));
+        layer.mamba = std::move(w);
+        break;
+      }
+      case LayerKind::attention: {
+        KAPITSA_TRY(AttentionWeights w, AttentionWeights::load(checkpoint_, m, attention_config_));
+        layer.attention = std::move(w);
+        break;
+      }
+      case LayerKind::mlp: {
+        KAPITSA_TRY(Relu2MlpWeights w, Relu2MlpWeights::load(checkpoint_, m, H, c.intermediate_size));
+        layer.mlp = w;
+        break;
+      }
+      case LayerKind::moe: {
+        KAPITSA_TRY(SigmoidMoeWeights w, SigmoidMoeWeights::load(checkpoint_, m, moe_config_));
+        layer.moe = std::move(w);
+        break;
+      }
+    }
+    layers_.push_back(std::move(layer));
+  }
+
+  std::string experts;
+  if (c.count(LayerKind::moe) > 0)
+    experts = fmt::format(", {} experts top-{}{}", c.n_experts, c.top_k,
+                          c.moe_latent_size > 0 ? fmt::format(" (latent {})", c.moe_latent_size) : std::string());
+  info_ = ModelInfo{c.model_type, c.vocab_size, H, c.n_layers, c.max_position_embeddings, c.eos_token_ids,
+                    fmt::format("{}: {} layers ({} Mamba-2, {} attention, {} MLP, {} MoE), hidden {}, vocab {}{}",
+                                c.model_type, c.n_layers, c.count(LayerKind::mamba), c.count(LayerKind::attention),
+                                c.count(LayerKind::mlp), c.count(LayerKind::moe), H, c.vocab_size, experts)};
+  return ok_status();
+}
+
+std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens) const {
+  auto state = std::make_unique<NemotronHState>();
+  state->set_capacity(max_tokens);
+  for (const Layer& layer : layers_) {
+    state->kv.push_back(layer.attention ? std::optional<KvCache>(KvCache::allocate(attention_config_, max_tokens))
+                                        : std::nullopt);
+    state->mamba.push_back(layer.mamba ? std::optional<Mamba2State>(Mamba2State::allocate(mamba_config_))
+                                       : std::nullopt);
+  }
+  return state;
+}
+
+Status NemotronHModel::forward(std::span<const int32_t> ids, SequenceState& base_state, const Tensor& logits,
+                               const Tensor& hidden) const {
+  auto& state = static_cast<NemotronHState&>(base_state);
+  const int64_t T = static_cast<int64_t>(ids.size()), H = config_.hidden_size, V = config_.vocab_size;
+  const int64_t L = config_.n_layers, pos0 = state.n_past();
+  if (T == 0) return error("forward: no tokens given");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V) return error("token id {} at index {} is outside the vocabulary [0, {})", ids[i], i, V);
+  if (pos0 + T > state.capacity())
+    return error("sequence of {} tokens exceeds this state's capacity of {} tokens", pos0 + T, state.capacity());
+  KAPITSA_CHECK(logits.rank() == 2 && logits.dim(1) == V && (logits.dim(0) == T || logits.dim(0) == 1),
+                "logits {} for T={} V={}", logits.shape().str(), T, V);
+  KAPITSA_CHECK(hidden.empty() || hidden.shape() == Shape({L + 1, T, H}), "hidden {}", hidden.shape().str());
+
+  Buffer x = Buffer::allocate(DType::f32, {T, H});  // residual stream
+  Buffer normed = Buffer::allocate(DType::f32, {T, H});
+  Buffer mixed = Buffer::allocate(DType::f32, {T, H});
+  ops::embedding(embeddings_, ids, x);
+  if (!hidden.empty()) ops::copy(x, hidden.index(0));
+
+  for (int64_t i = 0; i < L; ++i) {
+    const Layer& layer = layers_[static_cast<size_t>(i)];
+    ops::rms_norm(x, layer.norm, config_.norm_eps, 0.0f, normed);
+    switch (layer.kind) {
+      case LayerKind::mamba:
+        mamba2_forward(mamba_config_, *layer.mamba, normed, *state.mamba[static_cast<size_t>(i)], mixed);
+        break;
+      case LayerKind::attention:
+        attention_forward(attention_config_, *layer.attention, normed, pos0, *state.kv[static_cast<size_t>(i)], mixed);
+        break;
+      case LayerKind::mlp: relu2_mlp_forward(*layer.mlp, normed, mixed); break;
+      case LayerKind::moe: sigmoid_moe_forward(moe_config_, *layer.moe, normed, mixed); break;
+    }
+    ops::add(x, mixed, x);
+    if (!hidden.empty() && i + 1 < L) ops::copy(x, hidden.index(i + 1));
+  }
+
+  ops::rms_norm(x, norm_f_, config_.norm_eps, 0.0f, normed);
+  if (!hidden.empty()) ops::copy(normed, hidden.index(L));
+  const Tensor last = logits.dim(0) == 1 ? normed.tensor().rows(T - 1, T) : normed.tensor();
+  ops::matmul(last, lm_head_, logits);
+  state.advance(T);
+  return ok_status();
+}
+
+}  // namespace
+
+bool release_layout(const std::string& model_type, const std::string& tensor_name) {
+  auto ends_with = [&](std::string_view suffix) {
+    return tensor_name.size() >= suffix.size() &&
+           tensor_name.compare(tensor_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return tensor_name == "backbone.embeddings.weight" || tensor_name == "lm_head.weight" ||
+         ends_with(".gate.e_score_correction_bias");
+}
+
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint) {
+  KAPITSA_TRY(NemotronHConfig parsed, parse_config(config));
+  auto model = std::make_unique<NemotronHModel>(std::move(parsed), std::move(checkpoint));
+  KAPITSA_RETURN_IF_ERROR(model->load_weights());
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace kapitsa::models::nemotron_h
