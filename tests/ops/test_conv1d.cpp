@@ -47,7 +47,7 @@ void check_chaining(ConvFn fn, const char* name, Rng& r) {
         fn(Tensor(x.tensor()).rows(t0, t0 + n), w, b, win_step, true, Tensor(y_step.tensor()).rows(t0, t0 + n));
         t0 += n;
       }
-      EXPECT_LE(relative_error(y_step, y_all), 1e-6);
+      EXPECT_LE(kapitsa::testing::max_abs_diff(y_step, y_all), 1e-6 * (1 + K));
       EXPECT_TRUE(test::bit_equal(win_step, win_all));
       // After T ≥ K-1 tokens the window is the last K-1 inputs.
       for (int64_t i = 0; i < (K - 1) * C; ++i) ASSERT_EQ(win_all.f32()[i], x.f32()[(T - (K - 1)) * C + i]);
@@ -77,7 +77,12 @@ TEST(Conv1d, CpuMatchesRef) {
             const Tensor bias = with_bias ? Tensor(b.tensor()) : Tensor();
             ref::conv1d_causal(x, w, bias, win_r, silu, yr);
             cpu::conv1d_causal(x, w, bias, win_c, silu, yc);
-            EXPECT_LE(relative_error(yc, yr), 1e-6);
+            // Outputs can cancel to near zero, so bound the absolute error by the size of the terms
+            // (|bias| + Σ|w·x| ≤ 1 + 2K), and the relative error only over many outputs.
+            EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr), 1e-6 * (1 + 2 * K));
+            if (T * C >= 256) {
+              EXPECT_LE(relative_error(yc, yr), 1e-6);
+            }
             EXPECT_TRUE(test::bit_equal(win_c, win_r));
           }
 }

@@ -44,7 +44,10 @@ TEST(Matmul, CpuMatchesRef) {
       ref::matmul(x, w, yr);
       cpu::matmul(x, w, yc);
       // f32 accumulation vs double: error grows like sqrt(K)·eps relative to the row norm.
-      EXPECT_LE(relative_error(yc, yr), 2e-6);
+      // Over many outputs: the relative error (few outputs may cancel to near zero).
+      if (c.T * c.N >= 64) {
+        EXPECT_LE(relative_error(yc, yr), 2e-6);
+      }
       // every element, relative to the scale of the dot products (≈ sqrt(K/9))
       const double scale = std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3;
       EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr) / scale, 1e-5);
