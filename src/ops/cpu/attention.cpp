@@ -1,5 +1,5 @@
-// CPU attention ops. rope_neox: per-call cos/sin table computed exactly as ops/ref (float32 angles,
-// as transformers), then applied to every head. attention: flash-style causal GQA — a task takes one
+// CPU attention ops. rope_neox: per-token cos/sin computed exactly as ops/ref (float32 angles, as
+// transformers), then applied to every head. attention: flash-style causal GQA — a task takes one
 // kv head, a tile of query tokens (all query heads of that group, so K/V are read once per tile) and
 // a range of keys; scores in 64-key blocks with an online softmax, so memory stays O(tile), never
 // O(T·S). Decode (few query tiles) splits the keys across tasks and merges the partial softmaxes.

@@ -1,7 +1,7 @@
 // Reference attention ops: partial NeoX RoPE and causal grouped-query attention.
-// RoPE reproduces transformers' float32 arithmetic step by step (inv_freq, angle, cos/sin all rounded
-// to float32) because logits at long positions are sensitive to the angle's rounding. Attention is
-// the naive two-pass softmax in double.
+// RoPE reproduces transformers' float32 arithmetic (angle = float32(pos · inv_freq), cos/sin rounded
+// to float32) because logits at long positions are sensitive to the angle's rounding; the caller
+// supplies inv_freq. Attention is the naive two-pass softmax in double.
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
