@@ -240,7 +240,9 @@ Value Interpreter::eval_slice(const Expr& e) {
     return Value(utf8_encode(out), obj.is_markup());
   }
   if (obj.is_undefined()) fail_undefined(obj);
-  return Value::undefined(object_name(obj) + " is not sliceable");
+  // Jinja subscripts slices directly in Python (no getitem fallback), so anything else fails.
+  if (obj.is_dict()) fail("unhashable type: 'slice'");
+  fail("'{}' object is not subscriptable", obj.type_name());
 }
 
 }  // namespace kapitsa::text::jinja

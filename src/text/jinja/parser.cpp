@@ -630,7 +630,7 @@ class Parser {
       index = node(ExprKind::Tuple, at);
       index->items = std::move(args);
     }
-    if (index->kind == ExprKind::Slice) {
+    if (index->kind == ExprKind::Slice && !index->a) {  // slice syntax, not an expression that slices
       index->a = std::move(target);
       return seal(std::move(index));
     }

@@ -11,30 +11,34 @@
 namespace kapitsa::text::jinja {
 namespace {
 
-void check_expr(const Expr* e);
+// Jinja rejects unknown filters and tests when compiling, except inside `if` statements and
+// inline if-expressions, where it defers the error to the moment they run (so do we).
+void check_expr(const Expr* e, bool soft);
 
-void check_body(const Body& body) {
+void check_body(const Body& body, bool soft) {
   for (const StmtPtr& s : body) {
-    check_expr(s->expr.get());
-    check_expr(s->filter.get());
-    for (const auto& c : s->conds) check_expr(c.get());
-    for (const auto& b : s->bodies) check_body(b);
-    check_body(s->body);
-    check_body(s->else_body);
-    for (const auto& p : s->params) check_expr(p.default_value.get());
-    for (const auto& a : s->assignments) check_expr(a.second.get());
+    bool inner = soft || s->kind == StmtKind::If;
+    check_expr(s->expr.get(), inner);
+    check_expr(s->filter.get(), inner);
+    for (const auto& c : s->conds) check_expr(c.get(), inner);
+    for (const auto& b : s->bodies) check_body(b, inner);
+    check_body(s->body, inner);
+    check_body(s->else_body, inner);
+    for (const auto& p : s->params) check_expr(p.default_value.get(), inner);
+    for (const auto& a : s->assignments) check_expr(a.second.get(), inner);
   }
 }
 
-void check_expr(const Expr* e) {
+void check_expr(const Expr* e, bool soft) {
   if (!e) return;
-  if (e->kind == ExprKind::Filter && !has_filter(e->name))
+  soft = soft || e->kind == ExprKind::Cond;
+  if (!soft && e->kind == ExprKind::Filter && !has_filter(e->name))
     throw TemplateError("no filter named '" + e->name + "'", e->line, e->col);
-  if (e->kind == ExprKind::Test && !has_test(e->name))
+  if (!soft && e->kind == ExprKind::Test && !has_test(e->name))
     throw TemplateError("no test named '" + e->name + "'", e->line, e->col);
-  for (const ExprPtr* c : {&e->a, &e->b, &e->c, &e->d}) check_expr(c->get());
-  for (const auto& item : e->items) check_expr(item.get());
-  for (const auto& kw : e->kwargs) check_expr(kw.second.get());
+  for (const ExprPtr* c : {&e->a, &e->b, &e->c, &e->d}) check_expr(c->get(), soft);
+  for (const auto& item : e->items) check_expr(item.get(), soft);
+  for (const auto& kw : e->kwargs) check_expr(kw.second.get(), soft);
 }
 
 Error to_error(const std::string& name, const TemplateError& e) {
@@ -48,7 +52,7 @@ Expected<Template> Template::parse(std::string_view source, std::string name) {
   try {
     std::string normalized = normalize_newlines(source);
     auto body = std::make_shared<Body>(jinja::parse(tokenize(normalized)));
-    check_body(*body);
+    check_body(*body, false);
     Template t;
     t.body_ = std::move(body);
     t.name_ = std::move(name);

@@ -152,7 +152,7 @@ static void append_str(const Value& v, std::string& out) {
 
 static void append_repr(const Value& v, std::string& out) {
   switch (v.kind()) {
-    case Kind::Undefined: return;  // Jinja's Undefined prints as the empty string even inside lists
+    case Kind::Undefined: out += "Undefined"; return;  // repr(); str() of Undefined is ""
     case Kind::None: out += "None"; return;
     case Kind::Bool: out += v.as_bool() ? "True" : "False"; return;
     case Kind::Int: out += std::to_string(v.as_int()); return;
