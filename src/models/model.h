@@ -57,6 +57,17 @@ class Model {
   // Errors (nothing is changed then): token ids outside the vocabulary, more tokens than the state holds.
   virtual Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                          const Tensor& hidden = {}) const = 0;
+
+  // One step over several sequences at once (continuous batching): each item's tokens continue its
+  // own state and give its own logits ([n, V] or [1, V]). Same results as calling forward() per item;
+  // architectures override it to share weight reads across the batch. All items are validated first:
+  // on error nothing is changed.
+  struct BatchItem {
+    std::span<const int32_t> ids;
+    SequenceState* state = nullptr;
+    Tensor logits;
+  };
+  virtual Status forward_batch(std::span<const BatchItem> items) const;
 };
 
 // Numerical choices that are not part of a checkpoint.
