@@ -59,6 +59,7 @@ class NemotronHModel final : public Model {
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
+  size_t decode_weight_bytes() const;
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
   Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
@@ -166,7 +167,29 @@ Status NemotronHModel::load_weights() {
                     fmt::format("{}: {} layers ({} Mamba-2, {} attention, {} MLP, {} MoE), hidden {}, vocab {}{}",
                                 c.model_type, c.n_layers, c.count(LayerKind::mamba), c.count(LayerKind::attention),
                                 c.count(LayerKind::mlp), c.count(LayerKind::moe), H, c.vocab_size, experts)};
+  info_.weight_bytes_per_token = static_cast<int64_t>(decode_weight_bytes());
   return ok_status();
+}
+
+size_t NemotronHModel::decode_weight_bytes() const {
+  auto bytes = [](const Tensor& t) { return t.empty() ? size_t{0} : t.nbytes(); };  // absent (non-latent) → 0
+  auto relu2 = [](const Relu2MlpWeights& w) { return w.up.nbytes() + w.down.nbytes(); };
+  size_t total = lm_head_.nbytes();
+  for (const Layer& layer : layers_) {
+    if (layer.mamba) total += layer.mamba->in_proj.nbytes() + layer.mamba->out_proj.nbytes();
+    if (layer.attention) {
+      const AttentionWeights& a = *layer.attention;
+      total += a.q_proj.nbytes() + a.k_proj.nbytes() + a.v_proj.nbytes() + a.o_proj.nbytes();
+    }
+    if (layer.mlp) total += relu2(*layer.mlp);
+    if (layer.moe) {
+      const SigmoidMoeWeights& m = *layer.moe;
+      total += m.router.nbytes() + bytes(m.fc1_latent) + bytes(m.fc2_latent);
+      if (m.shared) total += relu2(*m.shared);
+      total += static_cast<size_t>(config_.top_k) * relu2(m.experts.front());  // k experts per token
+    }
+  }
+  return total;
 }
 
 std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens) const {
