@@ -246,6 +246,7 @@ Value do_indent(Interpreter& in, const Value& v, ArgReader& r, CallArgs&) {
 // select / reject / selectattr / rejectattr: keep items whose (attribute's) test result is keep_if.
 // Positional args: [attribute,] [test name, test args...]; no test name means truthiness.
 Value select_like(Interpreter& in, const Value& v, CallArgs& args, bool with_attr, bool keep_if) {
+  if (!v.truthy()) return Value(List{});  // Jinja checks the arguments only for a non-empty input
   size_t next = 0;
   Value attribute;
   if (with_attr) {
@@ -279,6 +280,7 @@ Value select_like(Interpreter& in, const Value& v, CallArgs& args, bool with_att
 
 Value do_map(Interpreter& in, const Value& v, ArgReader&, CallArgs& args) {
   List out;
+  if (!v.truthy()) return Value(std::move(out));  // as select_like
   for (const auto& kw : args.kwargs) {
     if (kw.first == "attribute") {
       Value fallback;

@@ -70,7 +70,7 @@ Value percent_format(Interpreter& in, const Value& fmt_value, const Value& arg) 
     switch (conv) {
       case 's': body = py_str(v); break;
       case 'r': body = py_repr_value(v); break;
-      case 'd': case 'i': case 'x': case 'X': case 'o': {
+      case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': {
         if (!v.is_number()) fail("%{} format: a real number is required, not {}", conv, v.type_name());
         int64_t n = v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int();
         body = conv == 'x' ? fmt::format("{:x}", n) : conv == 'X' ? fmt::format("{:X}", n)

@@ -239,6 +239,7 @@ CASES = [
     "{{ d | nofilter if false else 'skip' }}{% if false %}{{ x | nofilter }}{{ x is nosuchtest }}{% endif %}ok",
     "{% if true %}{{ x | nofilter }}{% endif %}",
     "{% for x in l %}{{ x | nofilter }}{% endfor %}",
+    "{{ undefinedvar | map('nofilter') | list }} {{ [] | select('nosuchtest') | list }} {{ '%u%%' % 5 }}",
     "{{ (1, 2) }} {{ (1,) }} {{ () }} {{ (1, 2) | tojson }} {{ 1 in (1, 2) }}",
     "{{ 'a' * -1 }}|{{ [1] * 0 }}",
     "{{ {'a': 1}['a'] }} {{ {1: 'x', 'k': none}[1] }} {{ {1: 'x'} | tojson }}",
