@@ -127,6 +127,19 @@ TEST(Chat, ModelFolderTemplateAndSpecialTokens) {
   fs::remove_all(dir);
 }
 
+TEST(Chat, RealModelFolderRendersTheGoldens) {
+  // The Qwen3 tokenizer folder carries its template in tokenizer_config.json.
+  auto t = ChatTemplate::from_model_dir(std::string(KAPITSA_TEST_DATA) + "/text/data/qwen3");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  for (const char* conv : {"single-user", "tools-one-call", "reasoning-after-last-query", "unicode-and-quotes"}) {
+    auto request = chat_request_from_json(conversation(conv), conv);
+    ASSERT_TRUE(request.ok());
+    auto out = t->render(*request);
+    ASSERT_TRUE(out.ok()) << out.error().message;
+    EXPECT_EQ(*out, golden("qwen3", conv)) << conv;
+  }
+}
+
 TEST(Chat, MissingOrBrokenInputsAreErrorsNamingTheProblem) {
   auto missing = ChatTemplate::from_model_dir("/nonexistent/model/dir");
   ASSERT_FALSE(missing.ok());
