@@ -102,21 +102,58 @@ constexpr int kPackTokens = 8;  // 16 accumulators + 2 weight vectors + 1 broadc
 constexpr int kPackTokens = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 registers
 #endif
 
+#if defined(__AVX2__)
+// In-register transpose of an 8×8 block of floats (rows r[0..7] become columns).
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // h = 0: rows 0-3, h = 1: rows 4-7
+    u[4 * h + 0] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * h + 1] = _mm256_shuffle_ps(t[4 * h + 0], t[4 * h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+#endif
+
 // panel[k, j] = w[j, k] for j < rows (zero beyond), widened to f32.  panel: [K, kPackRows].
+// Rows are widened into `rows_buf` first, then transposed in 8×8 register blocks (a scalar
+// transpose here cost as much as a third of the GEMM at T = 128).
 template <class WL>
-void pack_panel(const typename WL::T* w, int rows, int64_t K, float* panel, std::vector<float>& row) {
-  row.resize(static_cast<size_t>(K));
+void pack_panel(const typename WL::T* w, int rows, int64_t K, float* panel, std::vector<float>& rows_buf) {
+  rows_buf.resize(static_cast<size_t>(kPackRows * K));
+  float* buf = rows_buf.data();
   for (int j = 0; j < kPackRows; ++j) {
+    float* dst = buf + j * K;
     if (j >= rows) {
-      for (int64_t k = 0; k < K; ++k) panel[k * kPackRows + j] = 0.0f;
+      std::fill(dst, dst + K, 0.0f);
       continue;
     }
     const typename WL::T* src = w + j * K;
     int64_t k = 0;
-    for (; k + simd::kW <= K; k += simd::kW) simd::store(row.data() + k, WL::load(src + k));
-    for (; k < K; ++k) row[static_cast<size_t>(k)] = WL::scalar(src + k);
-    for (k = 0; k < K; ++k) panel[k * kPackRows + j] = row[static_cast<size_t>(k)];
+    for (; k + simd::kW <= K; k += simd::kW) simd::store(dst + k, WL::load(src + k));
+    for (; k < K; ++k) dst[k] = WL::scalar(src + k);
   }
+  int64_t k = 0;
+#if defined(__AVX2__)
+  static_assert(kPackRows % 8 == 0);
+  for (; k + 8 <= K; k += 8)
+    for (int j0 = 0; j0 < kPackRows; j0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(buf + (j0 + i) * K + k);
+      transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (k + i) * kPackRows + j0, r[i]);
+    }
+#endif
+  for (; k < K; ++k)
+    for (int j = 0; j < kPackRows; ++j) panel[k * kPackRows + j] = buf[j * K + k];
 }
 
 // y[t, 0:cols] = Σ_k x[t, k] · panel[k, 0:cols] for t < MR.
