@@ -97,6 +97,52 @@ TEST_P(FixtureTest, PromptInPiecesEqualsOnePass) {
   EXPECT_LE(relative_error(pieces, whole), 1e-5);
 }
 
+// Several sequences in one forward_batch step give the logits each gives alone (prefill chunks of
+// different lengths, then a decode step for all of them together).
+TEST_P(FixtureTest, BatchEqualsAlone) {
+  FixtureReference ref = load_fixture_reference(dir());
+  auto loaded = load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  const int64_t V = model.info().vocab_size;
+  const std::vector<int64_t> lengths = {5, 17, 1, 40};
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t j = 0; j < lengths.size(); ++j)
+    prompts.emplace_back(ref.prompt_ids.begin() + static_cast<int64_t>(j) * 7,
+                         ref.prompt_ids.begin() + static_cast<int64_t>(j) * 7 + lengths[j]);
+
+  std::vector<std::unique_ptr<models::SequenceState>> alone_states, batch_states;
+  std::vector<Buffer> alone, batched;
+  std::vector<models::Model::BatchItem> items;
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    const int64_t n = lengths[j];
+    alone_states.push_back(model.new_state(n + 1));
+    batch_states.push_back(model.new_state(n + 1));
+    alone.push_back(Buffer::allocate(DType::f32, {n, V}));
+    batched.push_back(Buffer::allocate(DType::f32, {n, V}));
+    ASSERT_TRUE(model.forward(prompts[j], *alone_states[j], alone[j]).ok());
+    items.push_back({prompts[j], batch_states[j].get(), batched[j].tensor()});
+  }
+  ASSERT_TRUE(model.forward_batch(items).ok());
+  for (size_t j = 0; j < prompts.size(); ++j) EXPECT_LE(relative_error(batched[j], alone[j]), 1e-5) << "sequence " << j;
+
+  // One decode step for all, last-row logits only.
+  const int32_t next[] = {11, 12, 13, 14};
+  items.clear();
+  std::vector<Buffer> step_alone, step_batched;
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    step_alone.push_back(Buffer::allocate(DType::f32, {1, V}));
+    step_batched.push_back(Buffer::allocate(DType::f32, {1, V}));
+    ASSERT_TRUE(model.forward(std::span<const int32_t>(&next[j], 1), *alone_states[j], step_alone[j]).ok());
+    items.push_back({std::span<const int32_t>(&next[j], 1), batch_states[j].get(), step_batched[j].tensor()});
+  }
+  ASSERT_TRUE(model.forward_batch(items).ok());
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    EXPECT_LE(relative_error(step_batched[j], step_alone[j]), 1e-5) << "sequence " << j;
+    EXPECT_EQ(batch_states[j]->n_past(), lengths[j] + 1);
+  }
+}
+
 // The scalar oracle backend runs the same model to the same logits.
 TEST_P(FixtureTest, ReferenceBackendAgrees) {
   FixtureReference ref = load_fixture_reference(dir());

@@ -32,8 +32,8 @@ KvCache KvCache::allocate(const AttentionConfig& c, int64_t capacity) {
                  Buffer::zeros(DType::f32, {capacity, c.n_kv_heads, c.head_dim})};
 }
 
-void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
-                       KvCache& cache, const Tensor& out) {
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x,
+                       std::span<const AttentionSegment> segments, const Tensor& out) {
   const int64_t T = x.dim(0), Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
 
   // q (and the gate) — q_proj rows are laid out per head as [q_h | gate_h] when gated.
@@ -48,31 +48,43 @@ void attention_forward(const AttentionConfig& c, const AttentionWeights& w, cons
   } else {
     ops::matmul(x, w.q_proj, q.tensor().reshape({T, Hq * D}));
   }
-
-  // k, v go straight into the cache rows of these positions.
-  const Tensor k_new = cache.k.tensor().rows(pos0, pos0 + T);  // [T, Hkv, D]
-  const Tensor v_new = cache.v.tensor().rows(pos0, pos0 + T);
-  ops::matmul(x, w.k_proj, k_new.reshape({T, Hkv * D}));
-  ops::matmul(x, w.v_proj, v_new.reshape({T, Hkv * D}));
+  Buffer k = Buffer::allocate(DType::f32, {T, Hkv, D});
+  Buffer v = Buffer::allocate(DType::f32, {T, Hkv, D});
+  ops::matmul(x, w.k_proj, k.tensor().reshape({T, Hkv * D}));
+  ops::matmul(x, w.v_proj, v.tensor().reshape({T, Hkv * D}));
 
   if (c.qk_norm) {
     ops::rms_norm(q.tensor().reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,
                   q.tensor().reshape({T * Hq, D}));
-    ops::rms_norm(k_new.reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset, k_new.reshape({T * Hkv, D}));
+    ops::rms_norm(k.tensor().reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset,
+                  k.tensor().reshape({T * Hkv, D}));
   }
   if (c.rotary_dim > 0) {
     std::vector<int32_t> positions(static_cast<size_t>(T));
-    std::iota(positions.begin(), positions.end(), static_cast<int32_t>(pos0));
+    for (const AttentionSegment& s : segments)
+      std::iota(positions.begin() + s.begin, positions.begin() + s.begin + s.length, static_cast<int32_t>(s.pos0));
     ops::rope_neox(q, positions, w.rope_inv_freq);
-    ops::rope_neox(k_new, positions, w.rope_inv_freq);
+    ops::rope_neox(k, positions, w.rope_inv_freq);
   }
 
   Buffer o = Buffer::allocate(DType::f32, {T, Hq, D});
-  ops::attention(q, cache.k.tensor().rows(0, pos0 + T), cache.v.tensor().rows(0, pos0 + T), pos0,
-                 1.0f / std::sqrt(static_cast<float>(D)), o);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (const AttentionSegment& s : segments) {
+    const int64_t end = s.pos0 + s.length;
+    ops::copy(k.tensor().rows(s.begin, s.begin + s.length), s.cache->k.tensor().rows(s.pos0, end));
+    ops::copy(v.tensor().rows(s.begin, s.begin + s.length), s.cache->v.tensor().rows(s.pos0, end));
+    ops::attention(q.tensor().rows(s.begin, s.begin + s.length), s.cache->k.tensor().rows(0, end),
+                   s.cache->v.tensor().rows(0, end), s.pos0, scale, o.tensor().rows(s.begin, s.begin + s.length));
+  }
   const Tensor o_flat = o.tensor().reshape({T, Hq * D});
   if (c.output_gate) ops::mul_sigmoid(o_flat, gate.tensor().reshape({T, Hq * D}), o_flat);
   ops::matmul(o_flat, w.o_proj, out);
+}
+
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
+                       KvCache& cache, const Tensor& out) {
+  const AttentionSegment segment{0, x.dim(0), pos0, &cache};
+  attention_forward(c, w, x, std::span<const AttentionSegment>(&segment, 1), out);
 }
 
 }  // namespace kapitsa::models

@@ -48,8 +48,22 @@ struct KvCache {
   static KvCache allocate(const AttentionConfig& c, int64_t capacity);
 };
 
-// out = Attention(x) for tokens at positions pos0 … pos0+T-1; writes their K/V into the cache.
-// x: [T, H];  out: [T, H].
+// One sequence's rows inside a batch: rows [begin, begin + length) of x continue that sequence at
+// position pos0 and use its cache.
+struct AttentionSegment {
+  int64_t begin = 0;
+  int64_t length = 0;
+  int64_t pos0 = 0;
+  KvCache* cache = nullptr;
+};
+
+// out = Attention(x) for several sequences at once: projections run over all rows (weights read once
+// per step), RoPE and attention per segment. Writes each segment's K/V into its cache.
+// x: [T_total, H];  out: [T_total, H].
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x,
+                       std::span<const AttentionSegment> segments, const Tensor& out);
+
+// One sequence: tokens at positions pos0 … pos0+T-1.  x: [T, H];  out: [T, H].
 void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
                        KvCache& cache, const Tensor& out);
 

@@ -35,7 +35,8 @@ GdnState GdnState::allocate(const GdnConfig& c) {
                   Buffer::zeros(DType::f32, {c.n_v_heads, c.k_head_dim, c.v_head_dim})};
 }
 
-void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnState& state, const Tensor& out) {
+void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, std::span<const GdnSegment> segments,
+                 const Tensor& out) {
   const int64_t T = x.dim(0), Hk = c.n_k_heads, Hv = c.n_v_heads, Dk = c.k_head_dim, Dv = c.v_head_dim;
   const int64_t r = Hv / Hk;
 
@@ -69,7 +70,9 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnSt
 
   // Causal depthwise conv + SiLU over the concatenated channels, carrying the window.
   Buffer mixed = Buffer::allocate(DType::f32, {T, c.conv_dim()});
-  ops::conv1d_causal(qkv, w.conv, Tensor(), state.conv_window, /*silu=*/true, mixed);
+  for (const GdnSegment& s : segments)
+    ops::conv1d_causal(qkv.tensor().rows(s.begin, s.begin + s.length), w.conv, Tensor(), s.state->conv_window,
+                       /*silu=*/true, mixed.tensor().rows(s.begin, s.begin + s.length));
 
   Buffer q = Buffer::allocate(DType::f32, {T, Hk, Dk});
   Buffer k = Buffer::allocate(DType::f32, {T, Hk, Dk});
@@ -86,15 +89,23 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnSt
   ops::gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
 
   Buffer o = Buffer::allocate(DType::f32, {T, Hv, Dv});
-  if (T == 1) {
-    ops::gated_delta_rule_recurrent(q, k, v, g, beta, state.ssm, o);
-  } else {
-    ops::gated_delta_rule_chunked(q, k, v, g, beta, state.ssm, o);
+  for (const GdnSegment& s : segments) {
+    auto rows = [&](const Buffer& b) { return b.tensor().rows(s.begin, s.begin + s.length); };
+    if (s.length == 1) {
+      ops::gated_delta_rule_recurrent(rows(q), rows(k), rows(v), rows(g), rows(beta), s.state->ssm, rows(o));
+    } else {
+      ops::gated_delta_rule_chunked(rows(q), rows(k), rows(v), rows(g), rows(beta), s.state->ssm, rows(o));
+    }
   }
 
   const Tensor o_rows = o.tensor().reshape({T * Hv, Dv});
   ops::rms_norm_gated(o_rows, z.tensor().reshape({T * Hv, Dv}), w.norm, c.norm_eps, o_rows);
   ops::matmul(o.tensor().reshape({T, Hv * Dv}), w.out_proj, out);
+}
+
+void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnState& state, const Tensor& out) {
+  const GdnSegment segment{0, x.dim(0), &state};
+  gdn_forward(c, w, x, std::span<const GdnSegment>(&segment, 1), out);
 }
 
 }  // namespace kapitsa::models

@@ -8,6 +8,7 @@
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
+#include <span>
 #include <string>
 
 namespace kapitsa::models {
@@ -51,7 +52,19 @@ struct GdnState {
   static GdnState allocate(const GdnConfig& c);
 };
 
-// x: [T, H];  out: [T, H]. Advances the state by T tokens.
+// One sequence's rows inside a batch: rows [begin, begin + length) of x continue `state`.
+struct GdnSegment {
+  int64_t begin = 0;
+  int64_t length = 0;
+  GdnState* state = nullptr;
+};
+
+// Several sequences at once: projections and the output over all rows (weights read once per step),
+// conv and the delta rule per segment.  x: [T_total, H];  out: [T_total, H].
+void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, std::span<const GdnSegment> segments,
+                 const Tensor& out);
+
+// One sequence.  x: [T, H];  out: [T, H]. Advances the state by T tokens.
 void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnState& state, const Tensor& out);
 
 }  // namespace kapitsa::models

@@ -60,10 +60,13 @@ class Qwen35Model final : public Model {
 
   Status load_weights();
   size_t decode_weight_bytes() const;
+  // forward / forward_batch: hidden only for a single item.
+  Status run(std::span<const BatchItem> items, const Tensor& hidden) const;
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
   Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                  const Tensor& hidden) const override;
+  Status forward_batch(std::span<const BatchItem> items) const override;
 
  private:
   Qwen35Config config_;
@@ -176,21 +179,46 @@ std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens) const 
   return state;
 }
 
-Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& base_state, const Tensor& logits,
+Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                             const Tensor& hidden) const {
-  auto& state = static_cast<Qwen35State&>(base_state);
-  const int64_t T = static_cast<int64_t>(ids.size()), H = config_.hidden_size, V = config_.vocab_size;
-  const int64_t L = config_.n_layers, pos0 = state.n_past();
-  if (T == 0) return error("forward: no tokens given");
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= V) return error("token id {} at index {} is outside the vocabulary [0, {})", ids[i], i, V);
-  if (pos0 + T > state.capacity())
-    return error("sequence of {} tokens exceeds this state's capacity of {} tokens", pos0 + T, state.capacity());
-  KAPITSA_CHECK(logits.rank() == 2 && logits.dim(1) == V && (logits.dim(0) == T || logits.dim(0) == 1),
-                "logits {} for T={} V={}", logits.shape().str(), T, V);
-  KAPITSA_CHECK(hidden.empty() || hidden.shape() == Shape({L + 1, T, H}), "hidden {}", hidden.shape().str());
+  const BatchItem item{ids, &state, logits};
+  return run(std::span<const BatchItem>(&item, 1), hidden);
+}
 
-  Buffer x = Buffer::allocate(DType::f32, {T, H});     // residual stream
+Status Qwen35Model::forward_batch(std::span<const BatchItem> items) const { return run(items, Tensor()); }
+
+Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) const {
+  const int64_t H = config_.hidden_size, V = config_.vocab_size, L = config_.n_layers;
+  // Validate everything before touching any state.
+  int64_t T = 0, n_logit_rows = 0;
+  for (const BatchItem& item : items) {
+    const int64_t n = static_cast<int64_t>(item.ids.size());
+    if (item.state == nullptr || n == 0) return error("forward: an item has no state or no tokens");
+    for (size_t i = 0; i < item.ids.size(); ++i)
+      if (item.ids[i] < 0 || item.ids[i] >= V)
+        return error("token id {} at index {} is outside the vocabulary [0, {})", item.ids[i], i, V);
+    if (item.state->n_past() + n > item.state->capacity())
+      return error("sequence of {} tokens exceeds this state's capacity of {} tokens", item.state->n_past() + n,
+                   item.state->capacity());
+    KAPITSA_CHECK(item.logits.rank() == 2 && item.logits.dim(1) == V && (item.logits.dim(0) == n || item.logits.dim(0) == 1),
+                  "logits {} for {} tokens, V={}", item.logits.shape().str(), n, V);
+    T += n;
+    n_logit_rows += item.logits.dim(0);
+  }
+  KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
+                hidden.shape().str());
+
+  // All sequences' tokens side by side: matrices are read once per step, mixers run per sequence.
+  std::vector<int32_t> ids;
+  std::vector<int64_t> begins;
+  for (const BatchItem& item : items) {
+    begins.push_back(static_cast<int64_t>(ids.size()));
+    ids.insert(ids.end(), item.ids.begin(), item.ids.end());
+  }
+  std::vector<AttentionSegment> attention_segments(items.size());
+  std::vector<GdnSegment> gdn_segments(items.size());
+
+  Buffer x = Buffer::allocate(DType::f32, {T, H});  // residual stream
   Buffer normed = Buffer::allocate(DType::f32, {T, H});
   Buffer mixed = Buffer::allocate(DType::f32, {T, H});
   ops::embedding(embed_tokens_, ids, x);
@@ -199,10 +227,16 @@ Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& base_st
   for (int64_t i = 0; i < L; ++i) {
     const Layer& layer = layers_[static_cast<size_t>(i)];
     ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, 1.0f, normed);
+    for (size_t j = 0; j < items.size(); ++j) {
+      auto& state = static_cast<Qwen35State&>(*items[j].state);
+      const int64_t n = static_cast<int64_t>(items[j].ids.size());
+      if (layer.gdn) gdn_segments[j] = GdnSegment{begins[j], n, &*state.gdn[static_cast<size_t>(i)]};
+      else attention_segments[j] = AttentionSegment{begins[j], n, state.n_past(), &*state.kv[static_cast<size_t>(i)]};
+    }
     if (layer.gdn) {
-      gdn_forward(gdn_config_, *layer.gdn, normed, *state.gdn[static_cast<size_t>(i)], mixed);
+      gdn_forward(gdn_config_, *layer.gdn, normed, gdn_segments, mixed);
     } else {
-      attention_forward(attention_config_, *layer.attention, normed, pos0, *state.kv[static_cast<size_t>(i)], mixed);
+      attention_forward(attention_config_, *layer.attention, normed, attention_segments, mixed);
     }
     ops::add(x, mixed, x);
     ops::rms_norm(x, layer.post_norm, config_.rms_norm_eps, 1.0f, normed);
@@ -214,12 +248,30 @@ Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& base_st
     ops::add(x, mixed, x);
     if (!hidden.empty() && i + 1 < L) ops::copy(x, hidden.index(i + 1));
   }
-
   ops::rms_norm(x, final_norm_, config_.rms_norm_eps, 1.0f, normed);
   if (!hidden.empty()) ops::copy(normed, hidden.index(L));
-  const Tensor last = logits.dim(0) == 1 ? normed.tensor().rows(T - 1, T) : normed.tensor();
-  ops::matmul(last, lm_head_, logits);
-  state.advance(T);
+
+  // Output head once over the rows anyone asked logits for.
+  std::vector<int32_t> rows;
+  for (size_t j = 0; j < items.size(); ++j) {
+    const int64_t n = static_cast<int64_t>(items[j].ids.size());
+    for (int64_t r = items[j].logits.dim(0) == 1 ? n - 1 : 0; r < n; ++r) rows.push_back(static_cast<int32_t>(begins[j] + r));
+  }
+  if (items.size() == 1) {
+    const int64_t first = rows.front();
+    ops::matmul(normed.tensor().rows(first, first + n_logit_rows), lm_head_, items[0].logits);
+  } else {
+    Buffer picked = Buffer::allocate(DType::f32, {n_logit_rows, H});
+    Buffer all_logits = Buffer::allocate(DType::f32, {n_logit_rows, V});
+    ops::gather_rows(normed, rows, picked);
+    ops::matmul(picked, lm_head_, all_logits);
+    int64_t at = 0;
+    for (const BatchItem& item : items) {
+      ops::copy(all_logits.tensor().rows(at, at + item.logits.dim(0)), item.logits);
+      at += item.logits.dim(0);
+    }
+  }
+  for (const BatchItem& item : items) static_cast<Qwen35State&>(*item.state).advance(static_cast<int64_t>(item.ids.size()));
   return ok_status();
 }
 
