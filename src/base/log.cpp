@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,15 @@ void write(Level l, const std::string& message) {
 void progress(const std::string& what, size_t done, size_t total) {
   if (level() < Level::info || total == 0) return;
   std::lock_guard lock(g_mutex);
+  // Quick operations stay silent: lines start once the operation has run for half a second.
+  static std::chrono::steady_clock::time_point started;
+  static bool shown = false;
+  if (done <= 1) {
+    started = std::chrono::steady_clock::now();
+    shown = false;
+  }
+  if (!shown && std::chrono::steady_clock::now() - started < std::chrono::milliseconds(500)) return;
+  shown = true;
   static const bool tty = isatty(STDERR_FILENO);
   const int percent = static_cast<int>(100 * done / total);
   if (tty) {

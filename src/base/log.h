@@ -28,7 +28,8 @@ void debug(fmt::format_string<Args...> f, Args&&... args) {
 }
 
 // Progress of a long operation, e.g. progress("loading", 12, 40): rewrites one stderr line when it is a
-// terminal, prints every ~10% otherwise; done == total ends the line.
+// terminal, prints every ~10% otherwise; done == total ends the line. Silent for the first half second
+// (done == 1 starts the clock), so quick operations print nothing.
 void progress(const std::string& what, size_t done, size_t total);
 
 }  // namespace kapitsa::log
