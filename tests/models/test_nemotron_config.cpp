@@ -202,5 +202,27 @@ TEST(NemotronLoad, TransformersLayoutGivesTheSameLogits) {
   }
 }
 
+// A clone is a snapshot: continuing the clone and the original with the same tokens gives the same
+// logits, and continuing the original does not disturb the clone (conv windows, SSM state and KV).
+TEST(NemotronLoad, CloneSnapshotsEveryKindOfState) {
+  auto model = models::load_model(test_data_path("fixtures/nemotron-h-tiny"));
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const int64_t V = (*model)->info().vocab_size;
+  const int32_t prefix[] = {3, 99, 1500, 7, 42}, a[] = {2000, 5}, b[] = {11, 600};
+  auto state = (*model)->new_state(16);
+  Buffer logits = Buffer::allocate(DType::f32, {1, V});
+  ASSERT_TRUE((*model)->forward(prefix, *state, logits).ok());
+  auto snapshot = state->clone();
+  EXPECT_EQ(snapshot->n_past(), 5);
+  EXPECT_EQ(snapshot->bytes(), state->bytes());
+  Buffer first = Buffer::allocate(DType::f32, {1, V}), other = Buffer::allocate(DType::f32, {1, V});
+  ASSERT_TRUE((*model)->forward(a, *state, first).ok());
+  ASSERT_TRUE((*model)->forward(b, *state, other).ok());  // moves the original further on
+  Buffer again = Buffer::allocate(DType::f32, {1, V});
+  ASSERT_TRUE((*model)->forward(a, *snapshot, again).ok());
+  EXPECT_EQ(max_abs_diff(again, first), 0.0);
+  EXPECT_GT(max_abs_diff(other, first), 0.0);
+}
+
 }  // namespace
 }  // namespace kapitsa::testing
