@@ -39,6 +39,13 @@ struct EngineOptions {
   int max_sequences = 16;              // decoded together in one step
   int prefill_chunk_tokens = 512;      // chunked prefill budget per step
   size_t prefix_cache_bytes = size_t{2} << 30;  // snapshots + KV kept for reuse
+  // Sequence states (KV + recurrent) of running sequences; 0 → limited by max_sequences only. When a
+  // sequence outgrows its state and the budget is full, younger sequences are preempted (recomputed
+  // later), never failed.
+  size_t memory_budget_bytes = 0;
+  int64_t snapshot_interval_tokens = 4096;  // prefix-cache snapshots every N tokens of long prompts
+  int64_t decode_reserve_tokens = 256;      // room for generated tokens a new state is given
+  uint64_t seed = 0;                        // seeds requests without one; 0 → random
 };
 
 struct EngineCounters {
@@ -50,6 +57,9 @@ struct EngineCounters {
   int64_t snapshot_bytes = 0;
   int queued = 0;
   int running = 0;
+  int64_t preemptions = 0;      // states dropped for memory (recomputed later)
+  int64_t snapshots = 0;        // snapshots held by the prefix cache
+  int64_t sequence_bytes = 0;   // states of running sequences
 };
 
 class Engine {
@@ -64,7 +74,8 @@ class Engine {
   virtual Expected<std::unique_ptr<Generation>> submit(GenerateRequest request) = 0;
 
   virtual const models::ModelInfo& model_info() const = 0;
-  virtual const text::Tokenizer& tokenizer() const = 0;
+  virtual const text::Tokenizer& tokenizer() const = 0;  // only when has_tokenizer()
+  virtual bool has_tokenizer() const { return true; }  // false: created with a null tokenizer (ids only, no text)
   virtual EngineCounters counters() const = 0;
   virtual const EngineOptions& options() const = 0;
 };
