@@ -43,8 +43,8 @@ Mamba2State Mamba2State::allocate(const Mamba2Config& c) {
                      Buffer::zeros(DType::f32, {c.n_heads, c.head_dim, c.d_state})};
 }
 
-void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x, Mamba2State& state,
-                    const Tensor& out) {
+void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x,
+                    std::span<const Mamba2Segment> segments, const Tensor& out) {
   const int64_t T = x.dim(0), Hm = c.n_heads, P = c.head_dim, G = c.n_groups, N = c.d_state;
   const int64_t d_inner = c.d_inner(), conv_dim = c.conv_dim();
 
@@ -58,8 +58,10 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor&
   ops::split_columns(proj, parts);
 
   Buffer xbc_act = Buffer::allocate(DType::f32, {T, conv_dim});
-  ops::conv1d_causal(xbc, w.conv, c.conv_bias ? w.conv_bias.tensor() : Tensor(), state.conv_window, /*silu=*/true,
-                     xbc_act);
+  for (const Mamba2Segment& s : segments)
+    ops::conv1d_causal(xbc.tensor().rows(s.begin, s.begin + s.length), w.conv,
+                       c.conv_bias ? w.conv_bias.tensor() : Tensor(), s.state->conv_window, /*silu=*/true,
+                       xbc_act.tensor().rows(s.begin, s.begin + s.length));
 
   Buffer xs = Buffer::allocate(DType::f32, {T, Hm, P});
   Buffer B = Buffer::allocate(DType::f32, {T, G, N});
@@ -69,16 +71,27 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor&
   ops::split_columns(xbc_act, xbc_parts);
 
   Buffer y = Buffer::allocate(DType::f32, {T, Hm, P});
-  if (T == 1) {
-    ops::ssd_scan_recurrent(xs, dt, B, C, w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max, state.ssm, y);
-  } else {
-    ops::ssd_scan_chunked(xs, dt, B, C, w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max, c.chunk_size, state.ssm, y);
+  for (const Mamba2Segment& s : segments) {
+    auto rows = [&](const Buffer& b) { return b.tensor().rows(s.begin, s.begin + s.length); };
+    if (s.length == 1) {
+      ops::ssd_scan_recurrent(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
+                              s.state->ssm, rows(y));
+    } else {
+      ops::ssd_scan_chunked(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
+                            c.chunk_size, s.state->ssm, rows(y));
+    }
   }
 
   const Tensor y_flat = y.tensor().reshape({T, d_inner});
   ops::rms_norm_group_gated(y_flat, z, w.norm, d_inner / G, c.norm_eps, y_flat);
   ops::matmul(y_flat, w.out_proj, out);
   if (c.proj_bias) add_bias(out, w.out_proj_bias);
+}
+
+void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x, Mamba2State& state,
+                    const Tensor& out) {
+  const Mamba2Segment segment{0, x.dim(0), &state};
+  mamba2_forward(c, w, x, std::span<const Mamba2Segment>(&segment, 1), out);
 }
 
 }  // namespace kapitsa::models

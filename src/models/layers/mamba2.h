@@ -9,6 +9,7 @@
 #include "weights/safetensors.h"
 
 #include <limits>
+#include <span>
 #include <string>
 
 namespace kapitsa::models {
@@ -54,7 +55,19 @@ struct Mamba2State {
   static Mamba2State allocate(const Mamba2Config& c);
 };
 
-// x: [T, hidden];  out: [T, hidden]. Advances the state by T tokens.
+// One sequence's rows inside a batch: rows [begin, begin + length) of x continue `state`.
+struct Mamba2Segment {
+  int64_t begin = 0;
+  int64_t length = 0;
+  Mamba2State* state = nullptr;
+};
+
+// Several sequences at once: projections and norm over all rows (weights read once per step), conv
+// and scan per segment.  x: [T_total, hidden];  out: [T_total, hidden].
+void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x,
+                    std::span<const Mamba2Segment> segments, const Tensor& out);
+
+// One sequence.  x: [T, hidden];  out: [T, hidden]. Advances the state by T tokens.
 void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x, Mamba2State& state,
                     const Tensor& out);
 

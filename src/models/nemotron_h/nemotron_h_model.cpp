@@ -2,6 +2,7 @@
 #include "models/nemotron_h/nemotron_h_model.h"
 
 #include "base/log.h"
+#include "models/batch.h"
 #include "models/layers/attention.h"
 #include "models/layers/mamba2.h"
 #include "models/layers/mlp.h"
@@ -64,6 +65,9 @@ class NemotronHModel final : public Model {
   std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
   Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                  const Tensor& hidden) const override;
+  Status forward_batch(std::span<const BatchItem> items) const override;
+  // forward / forward_batch: hidden only for a single item.
+  Status run(std::span<const BatchItem> items, const Tensor& hidden) const;
 
  private:
   NemotronHConfig config_;
@@ -204,35 +208,43 @@ std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens) con
   return state;
 }
 
-Status NemotronHModel::forward(std::span<const int32_t> ids, SequenceState& base_state, const Tensor& logits,
+Status NemotronHModel::forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                                const Tensor& hidden) const {
-  auto& state = static_cast<NemotronHState&>(base_state);
-  const int64_t T = static_cast<int64_t>(ids.size()), H = config_.hidden_size, V = config_.vocab_size;
-  const int64_t L = config_.n_layers, pos0 = state.n_past();
-  if (T == 0) return error("forward: no tokens given");
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= V) return error("token id {} at index {} is outside the vocabulary [0, {})", ids[i], i, V);
-  if (pos0 + T > state.capacity())
-    return error("sequence of {} tokens exceeds this state's capacity of {} tokens", pos0 + T, state.capacity());
-  KAPITSA_CHECK(logits.rank() == 2 && logits.dim(1) == V && (logits.dim(0) == T || logits.dim(0) == 1),
-                "logits {} for T={} V={}", logits.shape().str(), T, V);
-  KAPITSA_CHECK(hidden.empty() || hidden.shape() == Shape({L + 1, T, H}), "hidden {}", hidden.shape().str());
+  const BatchItem item{ids, &state, logits};
+  return run(std::span<const BatchItem>(&item, 1), hidden);
+}
+
+Status NemotronHModel::forward_batch(std::span<const BatchItem> items) const { return run(items, Tensor()); }
+
+Status NemotronHModel::run(std::span<const BatchItem> items, const Tensor& hidden) const {
+  const int64_t H = config_.hidden_size, L = config_.n_layers;
+  KAPITSA_TRY(BatchLayout batch, layout_batch(items, config_.vocab_size));
+  const int64_t T = batch.total_tokens;
+  KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
+                hidden.shape().str());
+  std::vector<AttentionSegment> attention_segments(items.size());
+  std::vector<Mamba2Segment> mamba_segments(items.size());
 
   Buffer x = Buffer::allocate(DType::f32, {T, H});  // residual stream
   Buffer normed = Buffer::allocate(DType::f32, {T, H});
   Buffer mixed = Buffer::allocate(DType::f32, {T, H});
-  ops::embedding(embeddings_, ids, x);
+  ops::embedding(embeddings_, batch.ids, x);
   if (!hidden.empty()) ops::copy(x, hidden.index(0));
 
   for (int64_t i = 0; i < L; ++i) {
     const Layer& layer = layers_[static_cast<size_t>(i)];
     ops::rms_norm(x, layer.norm, config_.norm_eps, 0.0f, normed);
+    for (size_t j = 0; j < items.size(); ++j) {
+      auto& state = static_cast<NemotronHState&>(*items[j].state);
+      const int64_t n = static_cast<int64_t>(items[j].ids.size());
+      if (layer.kind == LayerKind::mamba) mamba_segments[j] = {batch.begins[j], n, &*state.mamba[static_cast<size_t>(i)]};
+      if (layer.kind == LayerKind::attention)
+        attention_segments[j] = {batch.begins[j], n, state.n_past(), &*state.kv[static_cast<size_t>(i)]};
+    }
     switch (layer.kind) {
-      case LayerKind::mamba:
-        mamba2_forward(mamba_config_, *layer.mamba, normed, *state.mamba[static_cast<size_t>(i)], mixed);
-        break;
+      case LayerKind::mamba: mamba2_forward(mamba_config_, *layer.mamba, normed, mamba_segments, mixed); break;
       case LayerKind::attention:
-        attention_forward(attention_config_, *layer.attention, normed, pos0, *state.kv[static_cast<size_t>(i)], mixed);
+        attention_forward(attention_config_, *layer.attention, normed, attention_segments, mixed);
         break;
       case LayerKind::mlp: relu2_mlp_forward(*layer.mlp, normed, mixed); break;
       case LayerKind::moe: sigmoid_moe_forward(moe_config_, *layer.moe, normed, mixed); break;
@@ -243,9 +255,9 @@ Status NemotronHModel::forward(std::span<const int32_t> ids, SequenceState& base
 
   ops::rms_norm(x, norm_f_, config_.norm_eps, 0.0f, normed);
   if (!hidden.empty()) ops::copy(normed, hidden.index(L));
-  const Tensor last = logits.dim(0) == 1 ? normed.tensor().rows(T - 1, T) : normed.tensor();
-  ops::matmul(last, lm_head_, logits);
-  state.advance(T);
+  write_batch_logits(items, batch, normed, lm_head_);
+  for (const BatchItem& item : items)
+    static_cast<NemotronHState&>(*item.state).advance(static_cast<int64_t>(item.ids.size()));
   return ok_status();
 }
 

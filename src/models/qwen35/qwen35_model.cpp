@@ -2,6 +2,7 @@
 #include "models/qwen35/qwen35_model.h"
 
 #include "base/log.h"
+#include "models/batch.h"
 #include "models/layers/attention.h"
 #include "models/layers/gated_deltanet.h"
 #include "models/layers/mlp.h"
@@ -188,40 +189,19 @@ Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& state, 
 Status Qwen35Model::forward_batch(std::span<const BatchItem> items) const { return run(items, Tensor()); }
 
 Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) const {
-  const int64_t H = config_.hidden_size, V = config_.vocab_size, L = config_.n_layers;
-  // Validate everything before touching any state.
-  int64_t T = 0, n_logit_rows = 0;
-  for (const BatchItem& item : items) {
-    const int64_t n = static_cast<int64_t>(item.ids.size());
-    if (item.state == nullptr || n == 0) return error("forward: an item has no state or no tokens");
-    for (size_t i = 0; i < item.ids.size(); ++i)
-      if (item.ids[i] < 0 || item.ids[i] >= V)
-        return error("token id {} at index {} is outside the vocabulary [0, {})", item.ids[i], i, V);
-    if (item.state->n_past() + n > item.state->capacity())
-      return error("sequence of {} tokens exceeds this state's capacity of {} tokens", item.state->n_past() + n,
-                   item.state->capacity());
-    KAPITSA_CHECK(item.logits.rank() == 2 && item.logits.dim(1) == V && (item.logits.dim(0) == n || item.logits.dim(0) == 1),
-                  "logits {} for {} tokens, V={}", item.logits.shape().str(), n, V);
-    T += n;
-    n_logit_rows += item.logits.dim(0);
-  }
+  const int64_t H = config_.hidden_size, L = config_.n_layers;
+  KAPITSA_TRY(BatchLayout batch, layout_batch(items, config_.vocab_size));
+  const int64_t T = batch.total_tokens;
   KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
                 hidden.shape().str());
-
-  // All sequences' tokens side by side: matrices are read once per step, mixers run per sequence.
-  std::vector<int32_t> ids;
-  std::vector<int64_t> begins;
-  for (const BatchItem& item : items) {
-    begins.push_back(static_cast<int64_t>(ids.size()));
-    ids.insert(ids.end(), item.ids.begin(), item.ids.end());
-  }
+  const std::vector<int64_t>& begins = batch.begins;
   std::vector<AttentionSegment> attention_segments(items.size());
   std::vector<GdnSegment> gdn_segments(items.size());
 
   Buffer x = Buffer::allocate(DType::f32, {T, H});  // residual stream
   Buffer normed = Buffer::allocate(DType::f32, {T, H});
   Buffer mixed = Buffer::allocate(DType::f32, {T, H});
-  ops::embedding(embed_tokens_, ids, x);
+  ops::embedding(embed_tokens_, batch.ids, x);
   if (!hidden.empty()) ops::copy(x, hidden.index(0));
 
   for (int64_t i = 0; i < L; ++i) {
@@ -251,26 +231,7 @@ Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) 
   ops::rms_norm(x, final_norm_, config_.rms_norm_eps, 1.0f, normed);
   if (!hidden.empty()) ops::copy(normed, hidden.index(L));
 
-  // Output head once over the rows anyone asked logits for.
-  std::vector<int32_t> rows;
-  for (size_t j = 0; j < items.size(); ++j) {
-    const int64_t n = static_cast<int64_t>(items[j].ids.size());
-    for (int64_t r = items[j].logits.dim(0) == 1 ? n - 1 : 0; r < n; ++r) rows.push_back(static_cast<int32_t>(begins[j] + r));
-  }
-  if (items.size() == 1) {
-    const int64_t first = rows.front();
-    ops::matmul(normed.tensor().rows(first, first + n_logit_rows), lm_head_, items[0].logits);
-  } else {
-    Buffer picked = Buffer::allocate(DType::f32, {n_logit_rows, H});
-    Buffer all_logits = Buffer::allocate(DType::f32, {n_logit_rows, V});
-    ops::gather_rows(normed, rows, picked);
-    ops::matmul(picked, lm_head_, all_logits);
-    int64_t at = 0;
-    for (const BatchItem& item : items) {
-      ops::copy(all_logits.tensor().rows(at, at + item.logits.dim(0)), item.logits);
-      at += item.logits.dim(0);
-    }
-  }
+  write_batch_logits(items, batch, normed, lm_head_);
   for (const BatchItem& item : items) static_cast<Qwen35State&>(*item.state).advance(static_cast<int64_t>(item.ids.size()));
   return ok_status();
 }
