@@ -90,7 +90,7 @@ class EngineImpl final : public Engine {
     }
     inbox_->cv.notify_all();
     thread_.join();
-    for (auto& [id, seq] : seqs_) finish_event(*seq, FinishReason::cancelled, "", "the engine was shut down");
+    for (auto& [id, seq] : seqs_) seq->channel->push(finish_event(*seq, FinishReason::cancelled, "", "the engine was shut down"));
     for (auto& [request, channel] : inbox_->submitted) {
       FinishEvent f;
       f.reason = FinishReason::cancelled;
@@ -245,7 +245,12 @@ class EngineImpl final : public Engine {
                        seq.state.get(), logits_.tensor().rows(i, i + 1)});
       prefilled += std::max<int64_t>(0, std::min<int64_t>(from + w.n_tokens, static_cast<int64_t>(seq.prompt_len)) - from);
     }
-    Status status = model_->forward_batch(items);
+    Status status = [&] {
+      // The op thread pool serves one computing thread at a time: engines in one process take turns.
+      static std::mutex compute;
+      std::lock_guard lock(compute);
+      return model_->forward_batch(items);
+    }();
     if (!status.ok()) {
       log::error("forward step failed: {}", status.error().message);
       for (const Scheduler::Work& w : work) finish(*seqs_.at(w.id), FinishReason::error, "", status.error().message);
@@ -315,7 +320,7 @@ class EngineImpl final : public Engine {
     scheduler_->append(seq.id);
   }
 
-  void finish_event(Sequence& seq, FinishReason reason, const std::string& matched, const std::string& message) {
+  FinishEvent finish_event(Sequence& seq, FinishReason reason, const std::string& matched, const std::string& message) {
     FinishEvent f;
     f.reason = reason;
     f.matched_stop = matched;
@@ -327,11 +332,11 @@ class EngineImpl final : public Engine {
       const double span = std::chrono::duration<double>(seq.last_token - seq.first_token).count();
       if (seq.generated > 1 && span > 0) f.stats.decode_tokens_per_s = static_cast<double>(seq.generated - 1) / span;
     }
-    seq.channel->push(std::move(f));
+    return f;
   }
 
   void finish(Sequence& seq, FinishReason reason, const std::string& matched = "", const std::string& message = "") {
-    finish_event(seq, reason, matched, message);
+    FinishEvent f = finish_event(seq, reason, matched, message);
     // A finished reply stays reusable: the state after prompt + reply (all but the last sampled
     // token, which was never folded) moves into the prefix cache without a copy.
     if ((reason == FinishReason::stop || reason == FinishReason::length) && seq.state && seq.state->n_past() > 0 &&
@@ -340,7 +345,11 @@ class EngineImpl final : public Engine {
       if (!cache_.contains(key, seq.state->capacity())) cache_.insert(key, std::move(seq.state));
     }
     scheduler_->remove(seq.id);
+    std::shared_ptr<Channel> channel = seq.channel;
     seqs_.erase(seq.id);
+    // Counters first: a reader that has seen the FinishEvent sees the memory freed.
+    publish_counters();
+    channel->push(std::move(f));
   }
 
   void publish_counters() {

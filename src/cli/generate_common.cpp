@@ -1,0 +1,147 @@
+// Model lookup, loading and reply printing for `kapitsa run` / `kapitsa chat` (see generate_common.h).
+#include "cli/generate_common.h"
+
+#include "base/json.h"
+#include "models/model.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+namespace kapitsa::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kDemo = "models/demo/target";
+
+bool is_model_dir(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p / "config.json", ec);
+}
+
+}  // namespace
+
+Expected<std::string> resolve_model_dir(const std::string& option) {
+  if (!option.empty()) {
+    if (!is_model_dir(option)) return error("--model {}: no config.json there (give a Hugging Face model folder)", option);
+    return option;
+  }
+  std::vector<fs::path> tried;
+  if (const char* home = std::getenv("KAPITSA_HOME"); home != nullptr && *home != '\0') tried.push_back(fs::path(home) / kDemo);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec)
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
+      tried.push_back(dir / kDemo);
+  tried.push_back(fs::current_path(ec) / kDemo);
+  for (const fs::path& p : tried)
+    if (is_model_dir(p)) return p.string();
+  return error("no --model given and the bundled demo model ({}) was not found next to the kapitsa executable, "
+               "under $KAPITSA_HOME or in the current directory; pass --model DIR",
+               kDemo);
+}
+
+Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options) {
+  LoadedModel out;
+  out.dir = dir;
+  KAPITSA_TRY(auto tokenizer, text::Tokenizer::load(dir));
+  out.tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
+  if (auto t = text::ChatTemplate::from_model_dir(dir); t.ok()) out.chat_template.emplace(std::move(t).value());
+  // generation_config.json: the sampling the model was released with (absent keys keep the defaults).
+  const fs::path gen = fs::path(dir) / "generation_config.json";
+  if (fs::exists(gen)) {
+    KAPITSA_TRY(Json g, read_json_file(gen.string()));
+    runtime::SamplingParams& s = out.default_sampling;
+    if (g.value("do_sample", true) == false) s.temperature = 0;
+    else if (g.contains("temperature") && g["temperature"].is_number()) s.temperature = g["temperature"].get<float>();
+    if (g.contains("top_k") && g["top_k"].is_number_integer()) s.top_k = g["top_k"].get<int>();
+    if (g.contains("top_p") && g["top_p"].is_number()) s.top_p = g["top_p"].get<float>();
+    if (g.contains("min_p") && g["min_p"].is_number()) s.min_p = g["min_p"].get<float>();
+    if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
+      s.repetition_penalty = g["repetition_penalty"].get<float>();
+  }
+  KAPITSA_TRY(auto model, models::load_model(dir));
+  KAPITSA_TRY(out.engine, runtime::Engine::create(std::move(model), out.tokenizer, options));
+  return out;
+}
+
+void SamplingFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--temperature", temperature, "Sampling temperature; 0 = greedy (default: the model's generation_config)");
+  cmd->add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", top_p, "Nucleus sampling mass (1 = off)");
+  cmd->add_option("--min-p", min_p, "Drop tokens below min-p × the best token's probability (0 = off)");
+  cmd->add_option("--repetition-penalty", repetition_penalty, "Penalise tokens already seen (1 = off)");
+  cmd->add_option("--presence-penalty", presence_penalty, "Subtract from tokens already generated");
+  cmd->add_option("--frequency-penalty", frequency_penalty, "Subtract per occurrence of a generated token");
+  cmd->add_option("--seed", seed, "Random seed: the same seed gives the same output");
+}
+
+runtime::SamplingParams SamplingFlags::apply(runtime::SamplingParams s) const {
+  if (temperature) s.temperature = *temperature;
+  if (top_k) s.top_k = *top_k;
+  if (top_p) s.top_p = *top_p;
+  if (min_p) s.min_p = *min_p;
+  if (repetition_penalty) s.repetition_penalty = *repetition_penalty;
+  if (presence_penalty) s.presence_penalty = *presence_penalty;
+  if (frequency_penalty) s.frequency_penalty = *frequency_penalty;
+  if (seed) s.seed = *seed;
+  return s;
+}
+
+ReplyPrinter::ReplyPrinter(bool reasoning, bool starts_in_reasoning, bool colour)
+    : parser_(text::ParserOptions{reasoning, starts_in_reasoning, text::ToolFormat::qwen_xml, {}}), colour_(colour) {}
+
+void ReplyPrinter::print(const text::ParseEvents& events) {
+  for (const text::ParseEvent& e : events) {
+    const bool reasoning = e.kind == text::ParseEvent::Kind::reasoning;
+    if (reasoning != in_reasoning_) {
+      if (colour_) std::fputs(reasoning ? "\x1b[2m" : "\x1b[0m", stdout);
+      if (!reasoning && !reasoning_.empty()) std::fputs("\n\n", stdout);  // set the answer apart
+      in_reasoning_ = reasoning;
+    }
+    switch (e.kind) {
+      case text::ParseEvent::Kind::content:
+        content_ += e.text;
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+        break;
+      case text::ParseEvent::Kind::reasoning:
+        reasoning_ += e.text;
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+        break;
+      case text::ParseEvent::Kind::tool_call:
+        std::fprintf(stdout, "\n[tool call] %s(%s)\n", e.call.name.c_str(), e.call.arguments.c_str());
+        break;
+      case text::ParseEvent::Kind::warning:
+        break;
+    }
+  }
+  std::fflush(stdout);
+}
+
+void ReplyPrinter::feed(const std::string& text) { print(parser_.feed(text)); }
+
+void ReplyPrinter::finish() {
+  print(parser_.finish());
+  if (in_reasoning_ && colour_) std::fputs("\x1b[0m", stdout);
+  in_reasoning_ = false;
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+}
+
+void print_stats(const runtime::FinishEvent& f, bool colour) {
+  const char* reason = f.reason == runtime::FinishReason::stop      ? "stop"
+                       : f.reason == runtime::FinishReason::length  ? "length"
+                       : f.reason == runtime::FinishReason::cancelled ? "cancelled"
+                                                                      : "error";
+  std::fprintf(stderr, "%s[%d tokens, %.1f tokens/s, first token %.3f s, prompt %d tokens (%d cached), %s]%s\n",
+               colour ? "\x1b[2m" : "", f.stats.completion_tokens, f.stats.decode_tokens_per_s,
+               f.stats.time_to_first_token_s, f.stats.prompt_tokens, f.stats.cached_prompt_tokens, reason,
+               colour ? "\x1b[0m" : "");
+  if (f.reason == runtime::FinishReason::error) std::fprintf(stderr, "error: %s\n", f.error.c_str());
+}
+
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0 && std::getenv("NO_COLOR") == nullptr; }
+
+}  // namespace kapitsa::cli

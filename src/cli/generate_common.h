@@ -1,0 +1,67 @@
+// Shared by `kapitsa run` and `kapitsa chat`: finding the model folder (default: the bundled demo
+// model), loading it into an Engine with its tokenizer and chat template, sampler options (defaults
+// from the model's generation_config.json), and printing a streamed reply with reasoning set apart.
+// Not a server concern: nothing here speaks HTTP or JSON APIs.
+#pragma once
+
+#include "base/status.h"
+#include "runtime/engine.h"
+#include "text/chat/chat_template.h"
+#include "text/parse/output_parser.h"
+#include "text/tokenizer/tokenizer.h"
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace kapitsa::cli {
+
+// `option` when given; otherwise models/demo/target under $KAPITSA_HOME, or under the repository the
+// executable was built in (…/build/<dir>/kapitsa), or under the current directory.
+Expected<std::string> resolve_model_dir(const std::string& option);
+
+struct LoadedModel {
+  std::string dir;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::optional<text::ChatTemplate> chat_template;  // absent when the model ships none
+  runtime::SamplingParams default_sampling;         // from generation_config.json
+  std::unique_ptr<runtime::Engine> engine;
+};
+Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options);
+
+// Sampler flags; a flag left unset keeps the model's default.
+struct SamplingFlags {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  void add_to(CLI::App* cmd);
+  runtime::SamplingParams apply(runtime::SamplingParams base) const;
+};
+
+// Prints reply text as it streams: content plain, reasoning dim (when the terminal shows colour),
+// tool calls as one line each.
+class ReplyPrinter {
+ public:
+  ReplyPrinter(bool reasoning, bool starts_in_reasoning, bool colour);
+  void feed(const std::string& text);
+  void finish();
+  const std::string& content() const { return content_; }
+  const std::string& reasoning() const { return reasoning_; }
+
+ private:
+  void print(const text::ParseEvents& events);
+  text::OutputParser parser_;
+  bool colour_;
+  bool in_reasoning_ = false;
+  std::string content_, reasoning_;
+};
+
+// One line of numbers after a reply, on stderr.
+void print_stats(const runtime::FinishEvent& finish, bool colour);
+
+// Whether stdout/stderr are terminals (for colour).
+bool stdout_is_terminal();
+
+}  // namespace kapitsa::cli

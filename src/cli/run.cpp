@@ -1,0 +1,128 @@
+// `kapitsa run [--model M] "prompt"`: one generation streamed to the terminal. The prompt goes through
+// the model's chat template (one user message) unless --no-template; --prompt-ids FILE takes token ids
+// instead of text, and --output json prints the generated ids as a JSON array (for scripts and tests).
+// Numbers (tokens/s, time to first token) go to stderr so stdout holds only the reply.
+#include "base/json.h"
+#include "cli/commands.h"
+#include "cli/generate_common.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace kapitsa::cli {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  std::string system;
+  std::string output = "text";
+  int max_tokens = 256;
+  int64_t context = 32768;
+  bool no_template = false;
+  bool no_think = false;
+  bool ignore_eos = false;
+  bool quiet = false;
+  std::vector<std::string> stop;
+  SamplingFlags sampling;
+};
+
+Expected<std::vector<int32_t>> read_ids(const std::string& path) {
+  KAPITSA_TRY(Json json, read_json_file(path));
+  if (!json.is_array()) return error("{}: expected a JSON array of token ids", path);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < json.size(); ++i) {
+    if (!json[i].is_number_integer() || json[i].get<int64_t>() < 0 || json[i].get<int64_t>() > INT32_MAX)
+      return error("{}: element {} is {}, not a token id", path, i, json[i].dump());
+    ids.push_back(json[i].get<int32_t>());
+  }
+  if (ids.empty()) return error("{}: the array of token ids is empty", path);
+  return ids;
+}
+
+Status run(const RunOptions& o) {
+  if (o.output != "text" && o.output != "json") return error("--output must be 'text' or 'json', got '{}'", o.output);
+  if (o.prompt.empty() == o.prompt_ids.empty()) return error("give a prompt, or --prompt-ids FILE (not both)");
+  if (o.max_tokens < 1) return error("--max-tokens must be at least 1, got {}", o.max_tokens);
+  KAPITSA_TRY(std::string dir, resolve_model_dir(o.model));
+  runtime::EngineOptions options;
+  options.context_tokens = o.context;
+  options.max_sequences = 1;
+  options.prefix_cache_bytes = 0;  // one generation: nothing to reuse
+  KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
+
+  runtime::GenerateRequest request;
+  bool starts_in_reasoning = false, reasoning = false;
+  if (!o.prompt_ids.empty()) {
+    KAPITSA_TRY(request.prompt_ids, read_ids(o.prompt_ids));
+  } else if (o.no_template || !loaded.chat_template) {
+    request.prompt_ids = loaded.tokenizer->encode(o.prompt, text::EncodeOptions{true, true});
+  } else {
+    text::ChatRequest chat;
+    if (!o.system.empty()) chat.messages.push_back({{"role", "system"}, {"content", o.system}});
+    chat.messages.push_back({{"role", "user"}, {"content", o.prompt}});
+    if (o.no_think) chat.kwargs["enable_thinking"] = false;
+    KAPITSA_TRY(std::string rendered, loaded.chat_template->render(chat));
+    request.prompt_ids = loaded.tokenizer->encode(rendered);
+    reasoning = true;
+    starts_in_reasoning = text::prompt_opens_reasoning(rendered);
+  }
+  request.max_tokens = o.max_tokens;
+  request.sampling = o.sampling.apply(loaded.default_sampling);
+  request.stop_strings = o.stop;
+  request.ignore_eos = o.ignore_eos;
+  KAPITSA_TRY(auto generation, loaded.engine->submit(std::move(request)));
+
+  const bool json = o.output == "json", colour = stdout_is_terminal();
+  ReplyPrinter printer(reasoning, starts_in_reasoning, colour);
+  std::vector<int32_t> ids;
+  runtime::FinishEvent finish;
+  runtime::Event event;
+  while (generation->next(event)) {
+    if (auto* t = std::get_if<runtime::TokenEvent>(&event)) {
+      ids.push_back(t->id);
+      if (!json) printer.feed(t->text);
+    } else {
+      finish = std::get<runtime::FinishEvent>(event);
+    }
+  }
+  if (json) {
+    std::fputs(Json(ids).dump().c_str(), stdout);
+    std::fputs("\n", stdout);
+  } else {
+    printer.finish();
+  }
+  if (!o.quiet) print_stats(finish, isatty(2) != 0);
+  if (finish.reason == runtime::FinishReason::error) return error("generation failed: {}", finish.error);
+  return ok_status();
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate a reply to one prompt, streamed to the terminal");
+  cmd->add_option("prompt", o->prompt, "The prompt (rendered with the model's chat template unless --no-template)");
+  cmd->add_option("--model", o->model, "Model folder (default: the bundled demo model)");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "JSON file with the prompt as an array of token ids (no template)");
+  cmd->add_option("--output", o->output, "text (default) or json: the generated token ids as a JSON array");
+  cmd->add_option("--max-tokens", o->max_tokens, "Most tokens to generate (default 256)");
+  cmd->add_option("--ctx", o->context, "Context size in tokens (default 32768, at most the model's)");
+  cmd->add_option("--system", o->system, "A system message (with the chat template)");
+  cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable); it is not printed");
+  cmd->add_flag("--no-template", o->no_template, "Raw completion: encode the prompt as is");
+  cmd->add_flag("--no-think", o->no_think, "Ask the template to skip reasoning (enable_thinking=false)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep going past end-of-sequence tokens");
+  cmd->add_flag("--quiet", o->quiet, "No statistics line on stderr");
+  o->sampling.add_to(cmd);
+  cmd->callback([o] {
+    Status status = run(*o);
+    if (!status.ok()) {
+      std::fprintf(stderr, "kapitsa run: %s\n", status.error().message.c_str());
+      exit_code() = 1;
+    }
+  });
+}
+
+}  // namespace kapitsa::cli

@@ -1,0 +1,153 @@
+// PrefixCache tests with stand-in states (the tree logic), and with real fixture models: resuming from
+// a snapshot and prefilling the rest gives the logits of a cold run over the whole sequence.
+#include "models/model.h"
+#include "runtime/prefix_cache.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace kapitsa::runtime {
+namespace {
+
+class FakeState final : public models::SequenceState {
+ public:
+  FakeState(int64_t n_past, int64_t capacity, size_t bytes) : bytes_(bytes) {
+    n_past_ = n_past;
+    capacity_ = capacity;
+  }
+  size_t bytes() const override { return bytes_; }
+  std::unique_ptr<models::SequenceState> clone() const override { return std::make_unique<FakeState>(n_past_, capacity_, bytes_); }
+
+ private:
+  size_t bytes_;
+};
+
+std::unique_ptr<models::SequenceState> fake(size_t n_past, int64_t capacity = 100, size_t bytes = 10) {
+  return std::make_unique<FakeState>(static_cast<int64_t>(n_past), capacity, bytes);
+}
+
+std::vector<int32_t> ids(std::initializer_list<int32_t> v) { return v; }
+
+TEST(PrefixCache, DeepestSnapshotOnThePathWins) {
+  PrefixCache cache(1000);
+  const auto a = ids({1, 2, 3}), ab = ids({1, 2, 3, 4, 5}), other = ids({1, 2, 9});
+  EXPECT_TRUE(cache.insert(a, fake(a.size())));
+  EXPECT_TRUE(cache.insert(ab, fake(ab.size())));
+  EXPECT_TRUE(cache.insert(other, fake(other.size())));
+  EXPECT_EQ(cache.snapshots(), 3u);
+  EXPECT_EQ(cache.bytes(), 30u);
+
+  const auto query = ids({1, 2, 3, 4, 5, 6, 7});
+  PrefixCache::Hit hit = cache.lookup(query, 100, 0);
+  ASSERT_NE(hit.snapshot, nullptr);
+  EXPECT_EQ(hit.tokens, 5);
+  EXPECT_EQ(hit.snapshot->n_past(), 5);
+  EXPECT_EQ(cache.lookup(query, 4, 0).tokens, 3);   // at most 4 tokens: the shallower one
+  EXPECT_EQ(cache.lookup(ids({1, 2, 9, 9}), 100, 0).tokens, 3);
+  EXPECT_EQ(cache.lookup(ids({1, 2, 3, 4}), 100, 0).tokens, 3);  // ends inside an edge
+  EXPECT_EQ(cache.lookup(ids({1, 2}), 100, 0).snapshot, nullptr);
+  EXPECT_EQ(cache.lookup(ids({7}), 100, 0).snapshot, nullptr);
+  EXPECT_TRUE(cache.contains(ab));
+  EXPECT_FALSE(cache.contains(ids({1, 2, 3, 4})));
+}
+
+TEST(PrefixCache, CapacityFilterAndReplacement) {
+  PrefixCache cache(1000);
+  const auto a = ids({5, 6, 7, 8});
+  cache.insert(ids({5, 6}), fake(2, 512));
+  cache.insert(a, fake(4, 256));
+  EXPECT_EQ(cache.lookup(ids({5, 6, 7, 8, 9}), 100, 300).tokens, 2);  // the deeper one is too small
+  cache.insert(a, fake(4, 1024, 20));                                 // a larger one replaces it
+  EXPECT_EQ(cache.lookup(ids({5, 6, 7, 8, 9}), 100, 300).tokens, 4);
+  EXPECT_EQ(cache.bytes(), 30u);
+  cache.insert(a, fake(4, 64, 5));  // a smaller one does not
+  EXPECT_EQ(cache.bytes(), 30u);
+}
+
+TEST(PrefixCache, EvictsLeastRecentlyUsedAndPrunes) {
+  PrefixCache cache(30);
+  cache.insert(ids({1, 2, 3}), fake(3));
+  cache.insert(ids({1, 2, 4}), fake(3));
+  cache.insert(ids({8, 9}), fake(2));
+  cache.lookup(ids({1, 2, 3, 0}), 100, 0);  // {1,2,3} is now more recent than {1,2,4}
+  cache.insert(ids({5}), fake(1));           // evicts {1,2,4}
+  EXPECT_EQ(cache.snapshots(), 3u);
+  EXPECT_TRUE(cache.contains(ids({1, 2, 3})));
+  EXPECT_FALSE(cache.contains(ids({1, 2, 4})));
+  EXPECT_TRUE(cache.contains(ids({8, 9})));
+  EXPECT_FALSE(cache.insert(ids({6}), fake(1, 100, 31)));  // larger than the whole budget
+  EXPECT_EQ(cache.snapshots(), 3u);
+  cache.insert(ids({6}), fake(1, 100, 30));  // evicts everything else
+  EXPECT_EQ(cache.snapshots(), 1u);
+  EXPECT_EQ(cache.nodes(), 1u);  // emptied branches were pruned
+}
+
+TEST(PrefixCache, RandomInsertsAndLookupsMatchABruteForceModel) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  PrefixCache cache(size_t{1} << 40);
+  std::vector<std::vector<int32_t>> stored;
+  auto random_ids = [&] {
+    std::vector<int32_t> v(1 + rng() % 12);
+    for (int32_t& x : v) x = static_cast<int32_t>(rng() % 3);
+    return v;
+  };
+  for (int i = 0; i < 300; ++i) {
+    const std::vector<int32_t> v = random_ids();
+    cache.insert(v, fake(v.size()));
+    if (std::find(stored.begin(), stored.end(), v) == stored.end()) stored.push_back(v);
+    const std::vector<int32_t> q = random_ids();
+    int64_t best = 0;
+    for (const auto& s : stored)
+      if (s.size() <= q.size() && std::equal(s.begin(), s.end(), q.begin())) best = std::max<int64_t>(best, static_cast<int64_t>(s.size()));
+    EXPECT_EQ(cache.lookup(q, 100, 0).tokens, best);
+  }
+  EXPECT_EQ(cache.snapshots(), stored.size());
+}
+
+// Resume = recompute on real models: prefill A, snapshot, then (from the cache) prefill B; the logits
+// of B's tokens equal those of a cold forward over A+B.
+void expect_resume_equals_recompute(const std::string& fixture) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << fixture << " seed " << seed);
+  auto model = models::load_model(testing::test_data_path("fixtures/" + fixture));
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const models::Model& m = **model;
+  const int64_t V = m.info().vocab_size;
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> all(static_cast<size_t>(60 + rng() % 40));
+  for (int32_t& x : all) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+  const size_t split = 10 + rng() % 40;
+  const int64_t T = static_cast<int64_t>(all.size()), rest = T - static_cast<int64_t>(split);
+
+  auto cold = m.new_state(T + 8);
+  Buffer cold_logits = Buffer::allocate(DType::f32, {T, V});
+  ASSERT_TRUE(m.forward(all, *cold, cold_logits).ok());
+
+  PrefixCache cache(size_t{1} << 30);
+  {
+    auto state = m.new_state(T + 8);
+    Buffer scratch = Buffer::allocate(DType::f32, {1, V});
+    ASSERT_TRUE(m.forward(std::span<const int32_t>(all).first(split), *state, scratch).ok());
+    ASSERT_TRUE(cache.insert(std::span<const int32_t>(all).first(split), state->clone()));
+    // Keep using the original: the snapshot must not alias it.
+    ASSERT_TRUE(m.forward(std::span<const int32_t>(all).subspan(split, 3), *state, scratch).ok());
+  }
+  PrefixCache::Hit hit = cache.lookup(all, T - 1, T);
+  ASSERT_NE(hit.snapshot, nullptr);
+  ASSERT_EQ(hit.tokens, static_cast<int64_t>(split));
+  auto resumed = hit.snapshot->clone();
+  Buffer warm_logits = Buffer::allocate(DType::f32, {rest, V});
+  ASSERT_TRUE(m.forward(std::span<const int32_t>(all).subspan(split), *resumed, warm_logits).ok());
+  const double diff = testing::max_abs_diff(warm_logits, cold_logits.tensor().rows(static_cast<int64_t>(split), T));
+  EXPECT_LE(diff, 1e-5);
+}
+
+TEST(PrefixCacheModels, ResumeEqualsRecomputeQwen35) { expect_resume_equals_recompute("qwen35-dense-tiny"); }
+TEST(PrefixCacheModels, ResumeEqualsRecomputeNemotronH) { expect_resume_equals_recompute("nemotron-h-tiny"); }
+
+}  // namespace
+}  // namespace kapitsa::runtime

@@ -1,0 +1,94 @@
+// `kapitsa run` and `kapitsa chat` end to end on the bundled demo model (a trained tiny Qwen3.5 with
+// tokenizer and chat template): text comes out, --output json ids equal `kapitsa logits --generate`'s
+// greedy ids, the chat reuses the prefix cache on its second turn, and bad input fails clearly.
+#include "models/cli_runner.h"
+#include "test_util.h"
+#include "weights/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+namespace kapitsa::testing {
+namespace {
+
+std::string demo_dir() { return test_data_path("../models/demo/target"); }
+
+std::string stdout_only(const std::string& args) {
+  const std::string command = std::string(KAPITSA_BIN) + " " + args + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
+TEST(RunCli, StreamsTextFromTheDemoModel) {
+  CommandResult r = run_kapitsa("run --model " + demo_dir() + " --max-tokens 20 --temperature 0 --no-template \"def fib(n):\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
+  const std::string text = stdout_only("run --model " + demo_dir() + " --max-tokens 20 --temperature 0 --no-template \"def fib(n):\"");
+  EXPECT_GT(text.size(), 5u) << text;
+}
+
+TEST(RunCli, ChatTemplatePromptProducesAReply) {
+  CommandResult r = run_kapitsa("run --model " + demo_dir() + " --max-tokens 24 --seed 3 \"Write a haiku about rivers.\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("prompt"), std::string::npos);
+}
+
+TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
+  ScratchDir dir;
+  const std::string ids_file = dir.path("ids.json");
+  std::ofstream(ids_file) << "[750, 1668, 1445, 2238, 1025, 12, 279, 220]";
+  const int n = 16;
+  const std::string json = stdout_only("run --model " + demo_dir() + " --prompt-ids " + ids_file +
+                                       " --output json --temperature 0 --ignore-eos --max-tokens " + std::to_string(n));
+  ASSERT_FALSE(json.empty());
+  CommandResult logits = run_kapitsa("logits --model " + demo_dir() + " --ids-file " + ids_file + " --out " +
+                                     dir.path("out.safetensors") + " --generate " + std::to_string(n));
+  ASSERT_EQ(logits.exit_code, 0) << logits.output;
+  auto file = weights::SafetensorsFile::open(dir.path("out.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  const auto& entry = (*file)->entries().at("greedy_ids");
+  std::vector<int32_t> greedy(static_cast<size_t>(n));
+  std::memcpy(greedy.data(), (*file)->data(entry), greedy.size() * sizeof(int32_t));
+  std::string expected = "[";
+  for (size_t i = 0; i < greedy.size(); ++i) expected += (i ? "," : "") + std::to_string(greedy[i]);
+  expected += "]\n";
+  EXPECT_EQ(json, expected);
+}
+
+TEST(RunCli, ChatReusesTheCacheOnTheSecondTurn) {
+  ScratchDir dir;
+  std::ofstream(dir.path("input.txt")) << "Hello! Who are you?\nTell me more.\n";
+  CommandResult r = run_kapitsa("chat --model " + demo_dir() + " --max-tokens 16 --seed 1 < " + dir.path("input.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Two statistics lines; the second reports cached prompt tokens.
+  const size_t first = r.output.find("cached)");
+  ASSERT_NE(first, std::string::npos) << r.output;
+  const size_t second = r.output.find("cached)", first + 1);
+  ASSERT_NE(second, std::string::npos) << r.output;
+  const size_t open = r.output.rfind('(', second);
+  EXPECT_NE(r.output.substr(open, second - open), "(0 ") << r.output;
+}
+
+TEST(RunCli, BadInputFailsClearly) {
+  CommandResult none = run_kapitsa("run --model /nonexistent/model \"hi\"");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.output.find("/nonexistent/model"), std::string::npos) << none.output;
+  CommandResult both = run_kapitsa("run --model " + demo_dir());
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_NE(both.output.find("give a prompt"), std::string::npos) << both.output;
+  ScratchDir dir;
+  std::ofstream(dir.path("bad.json")) << "[1, 2, 99999999]";
+  CommandResult bad = run_kapitsa("run --model " + demo_dir() + " --prompt-ids " + dir.path("bad.json"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("outside the vocabulary"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace kapitsa::testing
