@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 namespace kapitsa::runtime {
@@ -142,8 +143,13 @@ void expect_resume_equals_recompute(const std::string& fixture) {
   auto resumed = hit.snapshot->clone();
   Buffer warm_logits = Buffer::allocate(DType::f32, {rest, V});
   ASSERT_TRUE(m.forward(std::span<const int32_t>(all).subspan(split), *resumed, warm_logits).ok());
-  const double diff = testing::max_abs_diff(warm_logits, cold_logits.tensor().rows(static_cast<int64_t>(split), T));
-  EXPECT_LE(diff, 1e-5);
+  // 1e-5 relative to the logits' scale: the two runs fold the same tokens in different chunks (and
+  // so through different GEMM tilings), which moves float sums by a few ulps per layer.
+  const Tensor reference = cold_logits.tensor().rows(static_cast<int64_t>(split), T);
+  double scale = 1;
+  for (int64_t i = 0; i < reference.numel(); ++i) scale = std::max(scale, static_cast<double>(std::abs(reference.f32()[i])));
+  const double diff = testing::max_abs_diff(warm_logits, reference);
+  EXPECT_LE(diff, 1e-5 * scale) << "largest |logit| " << scale;
 }
 
 TEST(PrefixCacheModels, ResumeEqualsRecomputeQwen35) { expect_resume_equals_recompute("qwen35-dense-tiny"); }

@@ -1,0 +1,182 @@
+// Runtime benchmark (whole process, not Google Benchmark): through the Engine, on a random checkpoint
+// written from a config (or an existing model folder):
+//   1. aggregate decode tokens/s with 1, 4 and 16 sequences decoding concurrently, measured over the
+//      window in which all of them are decoding;
+//   2. time to first token of turn 2 of a ~4k-token conversation, cold (empty prefix cache) vs cached
+//      (the engine that served turn 1).
+// Not a test; run it by hand:
+//   build/release/bench/bench_runtime --config bench/configs/qwen35-0.8b.json [--turn1 4000] [--decode 32]
+#include "models/model.h"
+#include "runtime/engine.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+using namespace kapitsa;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Timeline {
+  std::vector<Clock::time_point> tokens;
+  std::vector<int32_t> ids;
+  runtime::FinishEvent finish;
+};
+
+Timeline read_all(runtime::Generation& g) {
+  Timeline t;
+  runtime::Event e;
+  while (g.next(e)) {
+    if (auto* token = std::get_if<runtime::TokenEvent>(&e)) {
+      t.tokens.push_back(Clock::now());
+      t.ids.push_back(token->id);
+    } else t.finish = std::get<runtime::FinishEvent>(e);
+  }
+  return t;
+}
+
+std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t vocab) {
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+runtime::GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  runtime::GenerateRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+Expected<std::unique_ptr<runtime::Engine>> make_engine(const std::string& dir, const runtime::EngineOptions& o) {
+  KAPITSA_TRY(auto model, models::load_model(dir));
+  return runtime::Engine::create(std::move(model), nullptr, o);
+}
+
+// Aggregate tokens/s while all `n` sequences decode.
+Expected<double> decode_throughput(const std::string& dir, int n, int prompt, int decode, std::mt19937_64& rng) {
+  runtime::EngineOptions o;
+  o.max_sequences = n;
+  o.context_tokens = prompt + decode + 8;
+  o.prefix_cache_bytes = 0;
+  KAPITSA_TRY(auto engine, make_engine(dir, o));
+  const int64_t V = engine->model_info().vocab_size;
+  std::vector<std::unique_ptr<runtime::Generation>> gens;
+  for (int i = 0; i < n; ++i) {
+    KAPITSA_TRY(auto g, engine->submit(greedy(random_ids(rng, static_cast<size_t>(prompt), V), decode)));
+    gens.push_back(std::move(g));
+  }
+  std::vector<Timeline> timelines(static_cast<size_t>(n));
+  std::vector<std::thread> readers;
+  for (int i = 0; i < n; ++i) readers.emplace_back([&, i] { timelines[static_cast<size_t>(i)] = read_all(*gens[static_cast<size_t>(i)]); });
+  for (auto& r : readers) r.join();
+  Clock::time_point start = Clock::time_point::min(), end = Clock::time_point::max();
+  for (const Timeline& t : timelines) {
+    if (t.tokens.size() < 2) return error("a sequence produced {} tokens", t.tokens.size());
+    start = std::max(start, t.tokens.front());
+    end = std::min(end, t.tokens.back());
+  }
+  int64_t tokens = 0;
+  for (const Timeline& t : timelines)
+    for (const auto& at : t.tokens) tokens += at > start && at <= end;
+  const double seconds = std::chrono::duration<double>(end - start).count();
+  if (seconds <= 0 || tokens == 0) return error("no overlapping decode window (raise --decode)");
+  return static_cast<double>(tokens) / seconds;
+}
+
+struct TurnTwo {
+  double cold_ttft = 0, cached_ttft = 0;
+  int prompt_tokens = 0, cached_tokens = 0;
+};
+
+Expected<TurnTwo> conversation_ttft(const std::string& dir, int turn1, int reply, int user2, std::mt19937_64& rng) {
+  runtime::EngineOptions o;
+  o.max_sequences = 1;
+  o.context_tokens = turn1 + reply + user2 + 64;
+  KAPITSA_TRY(auto warm, make_engine(dir, o));
+  const int64_t V = warm->model_info().vocab_size;
+  std::vector<int32_t> prompt = random_ids(rng, static_cast<size_t>(turn1), V);
+  runtime::GenerateRequest first = greedy(prompt, reply);
+  first.turn_boundary = prompt.size() - 3;  // "before the generation prompt"
+  KAPITSA_TRY(auto g1, warm->submit(first));
+  const Timeline t1 = read_all(*g1);
+  // Turn 2: the history (prompt + reply, as a template renders it again) and the user's new message.
+  std::vector<int32_t> second = prompt;
+  second.insert(second.end(), t1.ids.begin(), t1.ids.end());
+  const std::vector<int32_t> user = random_ids(rng, static_cast<size_t>(user2), V);
+  second.insert(second.end(), user.begin(), user.end());
+  TurnTwo out;
+  out.prompt_tokens = static_cast<int>(second.size());
+  KAPITSA_TRY(auto g2, warm->submit(greedy(second, 2)));
+  Timeline cached = read_all(*g2);
+  out.cached_ttft = cached.finish.stats.time_to_first_token_s;
+  out.cached_tokens = cached.finish.stats.cached_prompt_tokens;
+  o.prefix_cache_bytes = 0;
+  KAPITSA_TRY(auto cold, make_engine(dir, o));
+  KAPITSA_TRY(auto g3, cold->submit(greedy(second, 2)));
+  out.cold_ttft = read_all(*g3).finish.stats.time_to_first_token_s;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Kapitsa runtime benchmark: concurrent decode throughput and cached time to first token"};
+  std::string config = "bench/configs/qwen35-0.8b.json", model_dir;
+  int prompt = 32, decode = 32, turn1 = 4000, reply = 64, user2 = 100;
+  std::vector<int> concurrency = {1, 4, 16};
+  uint64_t seed = 1;
+  app.add_option("--config", config, "config.json of a random checkpoint (written once, cached in /tmp)");
+  app.add_option("--model", model_dir, "Existing model folder (instead of --config)");
+  app.add_option("--prompt", prompt, "Prompt tokens per sequence in the throughput runs");
+  app.add_option("--decode", decode, "Tokens each sequence decodes in the throughput runs");
+  app.add_option("--concurrency", concurrency, "Numbers of concurrent sequences");
+  app.add_option("--turn1", turn1, "Tokens of the conversation before turn 2");
+  app.add_option("--reply", reply, "Tokens of the first reply");
+  app.add_option("--user2", user2, "Tokens of the second user message");
+  app.add_option("--seed", seed, "Seed of the random checkpoint and prompts");
+  CLI11_PARSE(app, argc, argv);
+  if (model_dir.empty()) {
+    model_dir = (std::filesystem::temp_directory_path() / "kapitsa-bench" / std::filesystem::path(config).stem()).string();
+    if (!std::filesystem::exists(model_dir + "/model.safetensors")) {
+      fmt::print(stderr, "writing a random checkpoint for {} to {}\n", config, model_dir);
+      Status s = models::write_random_checkpoint(config, model_dir, seed);
+      if (!s.ok()) {
+        fmt::print(stderr, "bench_runtime: {}\n", s.error().message);
+        return 1;
+      }
+    }
+  }
+  std::mt19937_64 rng(seed);
+  fmt::print("model: {}\n", model_dir);
+  fmt::print("{:>12} {:>22}\n", "sequences", "aggregate decode tok/s");
+  for (int n : concurrency) {
+    auto tps = decode_throughput(model_dir, n, prompt, decode, rng);
+    if (!tps.ok()) {
+      fmt::print(stderr, "bench_runtime: {}\n", tps.error().message);
+      return 1;
+    }
+    fmt::print("{:>12} {:>22.1f}\n", n, *tps);
+  }
+  if (turn1 > 0) {
+    auto t = conversation_ttft(model_dir, turn1, reply, user2, rng);
+    if (!t.ok()) {
+      fmt::print(stderr, "bench_runtime: {}\n", t.error().message);
+      return 1;
+    }
+    fmt::print("turn 2 of a {}-token conversation: time to first token cold {:.3f} s, cached {:.3f} s "
+               "({} of {} prompt tokens reused)\n",
+               t->prompt_tokens, t->cold_ttft, t->cached_ttft, t->cached_tokens, t->prompt_tokens);
+  }
+  return 0;
+}
