@@ -17,3 +17,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+# The official OpenAI / Anthropic SDKs for tests/server_js (npm ci; --prefer-offline uses the npm cache
+# when there is no network). Without node/npm the SDK tests are skipped, not failed.
+js="$(dirname "$0")/../tests/server_js"
+if command -v npm >/dev/null 2>&1 && [ -f "$js/package-lock.json" ] && [ ! -d "$js/node_modules" ]; then
+  (cd "$js" && npm ci --no-audit --no-fund --prefer-offline) || echo "kapitsa: npm ci in tests/server_js failed; the SDK tests will be skipped"
+fi

@@ -13,6 +13,7 @@ void add_logits_command(CLI::App& app);
 void add_dev_command(CLI::App& app);  // kapitsa dev random-model ...
 void add_template_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_serve_command(CLI::App& app);  // kapitsa serve (src/cli/serve.cpp)
 void add_run_command(CLI::App& app);   // kapitsa run
 void add_chat_command(CLI::App& app);  // kapitsa chat
 

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   kapitsa::cli::add_dev_command(app);
   kapitsa::cli::add_template_command(app);
   kapitsa::cli::add_tokenize_command(app);
+  kapitsa::cli::add_serve_command(app);
   kapitsa::cli::add_run_command(app);
   kapitsa::cli::add_chat_command(app);
   try {

@@ -1,0 +1,147 @@
+// `kapitsa serve [--model DIR] [--host H] [--port P] [--api-key K] ...`: the OpenAI (chat, completions,
+// responses) and Anthropic (messages) HTTP server. Binds first and answers /health with 503 while the
+// model loads in the background, then 200. SIGINT / SIGTERM: refuse new requests, end every running
+// stream properly (finish events), then stop. Prints "listening on http://HOST:PORT" once bound
+// (with --port 0 the port is chosen by the system), for scripts and tests to read.
+#include "cli/commands.h"
+#include "cli/generate_common.h"
+#include "server/transport.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace kapitsa::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  bool cors = false;
+  std::vector<std::string> aliases;
+  bool accept_any_model = false;
+  int64_t context_tokens = 32768;
+  int parallel = 16;
+  double max_body_mb = 64;
+  int threads = 128;
+  int keepalive_ms = 5000;
+  bool no_think = false;
+  std::string template_kwargs;
+};
+
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_signal(int) { g_stop = 1; }
+
+std::string default_model_id(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  // The bundled demo lives in models/demo/target: call it "demo", not "target".
+  if ((name == "target" || name == "draft") && p.has_parent_path()) name = p.parent_path().filename().string();
+  return name.empty() ? std::string("kapitsa") : name;
+}
+
+int run_serve(const ServeOptions& o) {
+  auto dir = resolve_model_dir(o.model);
+  if (!dir.ok()) {
+    std::fprintf(stderr, "kapitsa serve: %s\n", dir.error().message.c_str());
+    return 1;
+  }
+  server::ServiceOptions so;
+  so.model_ids = o.aliases.empty() ? std::vector<std::string>{default_model_id(*dir)} : o.aliases;
+  so.accept_any_model = o.accept_any_model;
+  so.keepalive = std::chrono::milliseconds(std::max(100, o.keepalive_ms));
+  if (!o.template_kwargs.empty()) {
+    so.template_kwargs = server::OJson::parse(o.template_kwargs, nullptr, false);
+    if (!so.template_kwargs.is_object()) {
+      std::fprintf(stderr, "kapitsa serve: --chat-template-kwargs must be a JSON object\n");
+      return 2;
+    }
+  }
+  if (o.no_think) so.template_kwargs["enable_thinking"] = false;
+  server::Service service(so);
+
+  server::TransportOptions to;
+  to.host = o.host;
+  to.port = o.port;
+  to.api_key = o.api_key.empty() && std::getenv("KAPITSA_API_KEY") ? std::getenv("KAPITSA_API_KEY") : o.api_key;
+  to.cors = o.cors;
+  to.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1024 * 1024);
+  to.threads = o.threads;
+  server::HttpServer http(service, to);
+  std::string bind_error;
+  if (!http.bind(bind_error)) {
+    std::fprintf(stderr, "kapitsa serve: %s\n", bind_error.c_str());
+    return 1;
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client hanging up must not kill the server
+
+  std::printf("kapitsa serve: listening on http://%s:%d (model %s, id '%s')\n", o.host.c_str(), http.port(),
+              dir->c_str(), so.model_ids.front().c_str());
+  std::fflush(stdout);
+
+  std::atomic<bool> load_failed{false};
+  std::thread loader([&] {
+    runtime::EngineOptions eo;
+    eo.context_tokens = o.context_tokens;
+    eo.max_sequences = o.parallel;
+    auto loaded = load_for_generation(*dir, eo);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "kapitsa serve: %s\n", loaded.error().message.c_str());
+      load_failed = true;
+      g_stop = 1;
+      return;
+    }
+    std::shared_ptr<const text::ChatTemplate> tmpl;
+    if (loaded->chat_template) tmpl = std::make_shared<const text::ChatTemplate>(std::move(*loaded->chat_template));
+    service.set_model(std::shared_ptr<runtime::Engine>(std::move(loaded->engine)), tmpl, loaded->default_sampling);
+    std::fprintf(stderr, "kapitsa serve: model ready (%lld-token context, %d sequences)\n",
+                 static_cast<long long>(o.context_tokens), o.parallel);
+  });
+  std::thread server_thread([&] { http.run(); });
+
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::fprintf(stderr, "kapitsa serve: shutting down\n");
+  service.shutdown();  // running generations end; their streams write their final events
+  for (int i = 0; i < 100 && service.metrics().streams_active.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  http.stop();
+  server_thread.join();
+  loader.join();
+  return load_failed ? 1 : 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve OpenAI (chat, completions, responses) and Anthropic (messages) APIs");
+  cmd->add_option("--model", o->model, "Model folder (default: the bundled demo model)");
+  cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->api_key, "Require this key (Authorization: Bearer or x-api-key); default $KAPITSA_API_KEY");
+  cmd->add_flag("--cors", o->cors, "Allow browser pages from any origin (off by default)");
+  cmd->add_option("--alias", o->aliases, "Model id(s) to serve under (repeatable; default: the folder name)");
+  cmd->add_flag("--accept-any-model", o->accept_any_model, "Answer requests naming any model id");
+  cmd->add_option("--ctx", o->context_tokens, "Context window per sequence, in tokens")->check(CLI::Range(int64_t{16}, int64_t{1} << 22));
+  cmd->add_option("--parallel", o->parallel, "Sequences decoded together")->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-body-mb", o->max_body_mb, "Largest request body accepted, in MiB")->check(CLI::Range(0.001, 4096.0));
+  cmd->add_option("--threads", o->threads, "HTTP connections served at once")->check(CLI::Range(4, 4096));
+  cmd->add_option("--keepalive-ms", o->keepalive_ms, "Keep-alive interval of idle streams (pings during long prefills)");
+  cmd->add_flag("--no-think", o->no_think, "Render prompts with enable_thinking=false unless a request asks otherwise");
+  cmd->add_option("--chat-template-kwargs", o->template_kwargs, "JSON object of default chat template variables");
+  cmd->callback([o] { exit_code() = run_serve(*o); });
+}
+
+}  // namespace kapitsa::cli

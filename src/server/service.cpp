@@ -1,0 +1,188 @@
+// Service (see service.h).
+#include "server/service.h"
+
+#include "text/tokenizer/tokenizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kapitsa::server {
+
+void Metrics::count_request(const std::string& endpoint, int status) {
+  std::lock_guard lock(mutex);
+  ++requests[fmt::format("{} {}", endpoint, status)];
+}
+
+text::ToolFormat detect_tool_format(const std::string& source) {
+  if (source.find("<function=") != std::string::npos) return text::ToolFormat::qwen_xml;
+  if (source.find("<TOOLCALL>") != std::string::npos) return text::ToolFormat::nemotron;
+  if (source.find("<tool_call>") != std::string::npos) return text::ToolFormat::hermes_json;
+  return text::ToolFormat::none;
+}
+
+// Forwards to the engine's Generation and stays registered with the Service while alive.
+class Service::Tracked : public runtime::Generation {
+ public:
+  Tracked(Service* service, std::unique_ptr<runtime::Generation> inner) : service_(service), inner_(std::move(inner)) {}
+  ~Tracked() override { service_->untrack(this); }
+  bool next(runtime::Event& event) override { return inner_->next(event); }
+  bool next_for(runtime::Event& event, std::chrono::milliseconds timeout, bool& timed_out) override {
+    return inner_->next_for(event, timeout, timed_out);
+  }
+  void cancel() override { inner_->cancel(); }
+
+ private:
+  Service* service_;
+  std::unique_ptr<runtime::Generation> inner_;
+};
+
+Service::Service(ServiceOptions options) : options_(std::move(options)) {
+  if (options_.model_ids.empty()) options_.model_ids.push_back("kapitsa");
+}
+
+void Service::set_model(std::shared_ptr<runtime::Engine> engine, std::shared_ptr<const text::ChatTemplate> t,
+                        runtime::SamplingParams sampling) {
+  engine_ = std::move(engine);
+  default_sampling_ = std::move(sampling);
+  template_ = std::move(t);
+  tool_format_ = template_ ? detect_tool_format(template_->source()) : text::ToolFormat::none;
+  template_reasons_ = template_ && template_->source().find("<think>") != std::string::npos;
+  ready_.store(engine_ != nullptr);
+}
+
+int64_t Service::context_tokens() const {
+  return engine_ ? engine_->options().context_tokens : 0;
+}
+
+std::optional<ApiError> Service::check_model(const OJson& body) const {
+  if (shutting_down()) return ApiError{ErrorKind::unavailable, "the server is shutting down"};
+  if (!ready()) return ApiError{ErrorKind::unavailable, "the model is still loading"};
+  auto it = body.find("model");
+  if (it == body.end() || !it->is_string() || it->get<std::string>().empty())
+    return invalid_request("model is required (a string naming the model, see GET /v1/models)", "model");
+  const std::string model = it->get<std::string>();
+  if (options_.accept_any_model) return std::nullopt;
+  if (std::find(options_.model_ids.begin(), options_.model_ids.end(), model) != options_.model_ids.end())
+    return std::nullopt;
+  return ApiError{ErrorKind::not_found,
+                  fmt::format("model '{}' does not exist; this server serves '{}'", model, model_id()), "model"};
+}
+
+namespace {
+
+ApiError too_long(size_t n, int64_t context) {
+  return ApiError{ErrorKind::context_length,
+                  fmt::format("prompt is too long: {} tokens > {} maximum (the request exceeds the available "
+                              "context size of {} tokens)",
+                              n, context - 1, context),
+                  "messages"};
+}
+
+}  // namespace
+
+ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
+  if (!template_) return ApiError{ErrorKind::invalid_request, "this model has no chat template; use /v1/completions"};
+  if (input.messages.empty()) return invalid_request("messages must not be empty", "messages");
+  text::ChatRequest request;
+  request.messages = input.messages;
+  const bool with_tools = input.offer_tools && !input.tools.tools.is_null();
+  request.tools = with_tools ? input.tools.tools : OJson(nullptr);
+  request.kwargs = options_.template_kwargs;
+  for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) request.kwargs[it.key()] = it.value();
+  request.add_generation_prompt = true;
+  auto rendered = template_->render(request);
+  if (!rendered.ok()) return invalid_request("the chat template rejected the conversation: " + rendered.error().message);
+
+  PreparedPrompt p;
+  p.text = std::move(*rendered);
+  const auto& tok = engine_->tokenizer();
+  p.ids = tok.encode(p.text);
+  if (p.ids.empty()) return invalid_request("the prompt is empty", "messages");
+  if (static_cast<int64_t>(p.ids.size()) >= context_tokens()) return too_long(p.ids.size(), context_tokens());
+
+  // The conversation without the generation prompt: where the prefix cache should keep a snapshot.
+  request.add_generation_prompt = false;
+  if (auto prefix = template_->render(request); prefix.ok() && p.text.starts_with(*prefix)) {
+    std::vector<int32_t> pre = tok.encode(*prefix);
+    if (pre.size() <= p.ids.size() && std::equal(pre.begin(), pre.end(), p.ids.begin())) p.turn_boundary = pre.size();
+  }
+
+  p.parser.reasoning = template_reasons_;
+  p.parser.starts_in_reasoning = template_reasons_ && text::prompt_opens_reasoning(p.text);
+  if (with_tools) {
+    p.parser.tools = tool_format_;
+    p.parser.tool_schemas = Json(input.tools.tools);
+    p.custom_tools = input.tools.custom_names;
+  }
+  return p;
+}
+
+ApiResult<PreparedPrompt> Service::prepare_text(const std::string& prompt) const {
+  PreparedPrompt p;
+  p.text = prompt;
+  p.ids = engine_->tokenizer().encode(prompt);
+  if (p.ids.empty()) return invalid_request("prompt must not be empty", "prompt");
+  if (static_cast<int64_t>(p.ids.size()) >= context_tokens()) return too_long(p.ids.size(), context_tokens());
+  return p;
+}
+
+ApiResult<size_t> Service::count_chat_tokens(const ChatInput& input) const {
+  auto p = prepare_chat(input);
+  if (auto* e = std::get_if<ApiError>(&p)) {
+    if (e->kind != ErrorKind::context_length) return *e;
+    // Counting a prompt that does not fit is still an answer (clients use it to decide to compact).
+    text::ChatRequest request;
+    request.messages = input.messages;
+    request.tools = input.offer_tools ? input.tools.tools : OJson(nullptr);
+    request.kwargs = options_.template_kwargs;
+    for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) request.kwargs[it.key()] = it.value();
+    auto rendered = template_->render(request);
+    return rendered.ok() ? engine_->tokenizer().encode(*rendered).size() : size_t{0};
+  }
+  return std::get<PreparedPrompt>(p).ids.size();
+}
+
+int Service::max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) const {
+  const int64_t room = std::max<int64_t>(1, context_tokens() - static_cast<int64_t>(prompt_tokens));
+  int64_t n = requested && *requested > 0 ? std::min(*requested, room) : room;
+  return static_cast<int>(std::min<int64_t>(n, 1 << 30));
+}
+
+ApiResult<std::unique_ptr<runtime::Generation>> Service::submit(runtime::GenerateRequest request) {
+  if (shutting_down()) return ApiError{ErrorKind::unavailable, "the server is shutting down"};
+  auto g = engine_->submit(std::move(request));
+  if (!g.ok()) {
+    const std::string& m = g.error().message;
+    const bool context = m.find("context") != std::string::npos || m.find("too long") != std::string::npos;
+    return ApiError{context ? ErrorKind::context_length : ErrorKind::invalid_request, m};
+  }
+  auto tracked = std::make_unique<Tracked>(this, std::move(*g));
+  std::lock_guard lock(mutex_);
+  running_.insert(tracked.get());
+  if (shutting_down()) tracked->cancel();  // raced with shutdown(): end it at once
+  return std::unique_ptr<runtime::Generation>(std::move(tracked));
+}
+
+void Service::untrack(Tracked* g) {
+  std::lock_guard lock(mutex_);
+  running_.erase(g);
+}
+
+void Service::record_finish(const runtime::FinishEvent& f) {
+  metrics_.prompt_tokens += f.stats.prompt_tokens;
+  metrics_.cached_prompt_tokens += f.stats.cached_prompt_tokens;
+  metrics_.completion_tokens += f.stats.completion_tokens;
+  if (f.stats.decode_tokens_per_s > 0 && f.stats.completion_tokens > 1) {
+    metrics_.decode_tokens += f.stats.completion_tokens;
+    metrics_.decode_micros += static_cast<int64_t>(1e6 * f.stats.completion_tokens / f.stats.decode_tokens_per_s);
+  }
+}
+
+void Service::shutdown() {
+  shutting_down_.store(true);
+  std::lock_guard lock(mutex_);
+  for (Tracked* g : running_) g->cancel();
+}
+
+}  // namespace kapitsa::server

@@ -1,0 +1,114 @@
+// Service: what every endpoint shares — the engine (absent while the model loads), the chat template,
+// the served model ids, prompt preparation (normalised conversation → rendered prompt → token ids,
+// with the turn boundary and the output-parser setup), generation tracking (so shutdown can end every
+// stream cleanly) and the counters behind /metrics. Thread-safe; endpoints hold it by reference.
+// Not HTTP: no sockets, no wire formats (those are transport.cpp and api/).
+#pragma once
+
+#include "runtime/engine.h"
+#include "server/api_error.h"
+#include "server/conversation.h"
+#include "text/chat/chat_template.h"
+#include "text/parse/output_parser.h"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kapitsa::server {
+
+struct ServiceOptions {
+  std::vector<std::string> model_ids = {"kapitsa"};  // the first is what /v1/models lists first
+  bool accept_any_model = false;                      // serve any requested model id with the one model
+  std::chrono::milliseconds keepalive{5000};          // SSE keep-alive (ping) while nothing is produced
+  OJson template_kwargs = OJson::object();            // defaults under each request's own kwargs
+};
+
+// A conversation ready to render: normalised messages and tools plus template variables.
+struct ChatInput {
+  OJson messages = OJson::array();
+  NormalizedTools tools;
+  bool offer_tools = true;  // false for tool_choice "none": tools are left out of the prompt
+  OJson kwargs = OJson::object();
+};
+
+struct PreparedPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::optional<size_t> turn_boundary;  // tokens before the generation prompt
+  text::ParserOptions parser;
+  std::set<std::string> custom_tools;
+};
+
+struct Metrics {
+  std::atomic<int64_t> prompt_tokens{0}, cached_prompt_tokens{0}, completion_tokens{0};
+  std::atomic<int64_t> streams_active{0}, client_disconnects{0};
+  std::atomic<int64_t> decode_tokens{0}, decode_micros{0};  // for the mean decode rate
+  std::mutex mutex;
+  std::map<std::string, int64_t> requests;  // "endpoint status" → count
+  void count_request(const std::string& endpoint, int status);
+};
+
+class Service {
+ public:
+  explicit Service(ServiceOptions options);
+
+  // Installs the loaded model; /health turns 200 from here on.
+  // `sampling`: what a request that sets no sampling field gets (the model's generation_config).
+  void set_model(std::shared_ptr<runtime::Engine> engine, std::shared_ptr<const text::ChatTemplate> chat_template,
+                 runtime::SamplingParams sampling = {});
+  const runtime::SamplingParams& default_sampling() const { return default_sampling_; }
+  bool ready() const { return ready_.load(); }
+  runtime::Engine& engine() const { return *engine_; }
+  const ServiceOptions& options() const { return options_; }
+  const std::string& model_id() const { return options_.model_ids.front(); }
+  int64_t context_tokens() const;
+
+  // Ready and not shutting down, and `model` (the request's field) names a served model.
+  std::optional<ApiError> check_model(const OJson& body) const;
+
+  ApiResult<PreparedPrompt> prepare_chat(const ChatInput& input) const;
+  ApiResult<PreparedPrompt> prepare_text(const std::string& prompt) const;  // raw completions
+  // Tokens for count_tokens-style endpoints (rendered prompt, generation prompt included).
+  ApiResult<size_t> count_chat_tokens(const ChatInput& input) const;
+
+  // The completion budget: the request's (clamped to what the context leaves), or all of it.
+  int max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) const;
+
+  // Submits to the engine; the Generation is tracked until destroyed so shutdown can cancel it.
+  ApiResult<std::unique_ptr<runtime::Generation>> submit(runtime::GenerateRequest request);
+  void record_finish(const runtime::FinishEvent& finish);
+
+  // Refuse new requests and cancel every running generation (their streams then end normally).
+  void shutdown();
+  bool shutting_down() const { return shutting_down_.load(); }
+
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  class Tracked;
+  void untrack(Tracked* g);
+
+  ServiceOptions options_;
+  std::shared_ptr<runtime::Engine> engine_;
+  std::shared_ptr<const text::ChatTemplate> template_;
+  runtime::SamplingParams default_sampling_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> shutting_down_{false};
+  text::ToolFormat tool_format_ = text::ToolFormat::none;
+  bool template_reasons_ = false;
+  std::mutex mutex_;
+  std::set<Tracked*> running_;
+  Metrics metrics_;
+};
+
+// Which tool-call syntax a chat template teaches the model (from its source text).
+text::ToolFormat detect_tool_format(const std::string& template_source);
+
+}  // namespace kapitsa::server

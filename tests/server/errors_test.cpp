@@ -1,0 +1,163 @@
+// Negative tests: every error class answers with the right status and the API's own error shape
+// (OpenAI {"error":{message,type,param,code}}, Anthropic {"type":"error","error":{type,message}}).
+#include "server_fixture.h"
+
+namespace kapitsa::server::testing {
+namespace {
+
+void expect_openai_error(const HttpResponse& r, int status, const std::string& code_or_type, const std::string& needle = "") {
+  EXPECT_EQ(r.status, status) << r.body;
+  OJson j = OJson::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.body;
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  const bool matches = j["error"]["type"] == code_or_type || j["error"]["code"] == code_or_type;
+  EXPECT_TRUE(matches) << r.body;
+  if (!needle.empty()) {
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << r.body;
+  }
+}
+
+void expect_anthropic_error(const HttpResponse& r, int status, const std::string& type, const std::string& needle = "") {
+  EXPECT_EQ(r.status, status) << r.body;
+  OJson j = OJson::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.body;
+  EXPECT_EQ(j["type"], "error") << r.body;
+  EXPECT_EQ(j["error"]["type"], type) << r.body;
+  if (!needle.empty()) {
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << r.body;
+  }
+}
+
+const OJson kUser = {{{"role", "user"}, {"content", "hi"}}};
+
+TEST_F(ServerTest, MalformedJson) {
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/responses"}) {
+    expect_openai_error(call_raw(path, "{\"model\": "), 400, "invalid_request_error", "not valid JSON");
+    expect_openai_error(call_raw(path, "[1,2]"), 400, "invalid_request_error", "JSON object");
+    expect_openai_error(call_raw(path, ""), 400, "invalid_request_error");
+  }
+  expect_anthropic_error(call_raw("/v1/messages", "{oops"), 400, "invalid_request_error", "not valid JSON");
+  expect_anthropic_error(call_raw("/v1/messages/count_tokens", "nope"), 400, "invalid_request_error");
+  EXPECT_TRUE(engine->requests().empty());
+}
+
+TEST_F(ServerTest, UnknownAndMissingModel) {
+  expect_openai_error(call("/v1/chat/completions", {{"model", "gpt-9"}, {"messages", kUser}}), 404, "model_not_found", "gpt-9");
+  expect_openai_error(call("/v1/responses", {{"model", "gpt-9"}, {"input", "hi"}}), 404, "model_not_found");
+  expect_anthropic_error(call("/v1/messages", {{"model", "claude-x"}, {"max_tokens", 5}, {"messages", kUser}}), 404,
+                         "not_found_error", "claude-x");
+  expect_openai_error(call("/v1/chat/completions", {{"messages", kUser}}), 400, "invalid_request_error", "model");
+  expect_openai_error(call_raw("/v1/models/gpt-9", "", {}, "GET"), 404, "model_not_found");
+  // An alias is served.
+  EXPECT_EQ(call("/v1/chat/completions", {{"model", "alias-b"}, {"messages", kUser}}).status, 200);
+}
+
+TEST_F(ServerTest, MissingAndMistypedFields) {
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}}), 400, "invalid_request_error", "messages");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", "hi"}}), 400, "invalid_request_error");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", OJson::array()}}), 400,
+                      "invalid_request_error", "empty");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", {{{"role", "wizard"}, {"content", "x"}}}}}),
+                      400, "invalid_request_error", "role");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"temperature", "hot"}}), 400,
+                      "invalid_request_error", "temperature");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"max_tokens", "many"}}), 400,
+                      "invalid_request_error", "max_tokens");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"n", 3}}), 400,
+                      "invalid_request_error", "n other than 1");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"tools", {{{"type", "function"}}}}}),
+                      400, "invalid_request_error", "tools[0]");
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"top_logprobs", 50}}), 400,
+                      "invalid_request_error", "top_logprobs");
+  expect_openai_error(call("/v1/completions", {{"model", "kapitsa-test"}}), 400, "invalid_request_error", "prompt");
+  expect_openai_error(call("/v1/responses", {{"model", "kapitsa-test"}}), 400, "invalid_request_error", "input");
+  expect_openai_error(call("/v1/responses", {{"model", "kapitsa-test"}, {"input", "x"}, {"previous_response_id", "resp_1"}}), 400,
+                      "invalid_request_error", "previous_response_id");
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"}, {"messages", kUser}}), 400, "invalid_request_error",
+                         "max_tokens");
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"}, {"max_tokens", 10}}), 400, "invalid_request_error",
+                         "messages");
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"}, {"max_tokens", 10}, {"messages", {{{"role", "bot"}, {"content", "x"}}}}}),
+                         400, "invalid_request_error", "role");
+  EXPECT_TRUE(engine->requests().empty());
+}
+
+TEST_F(ServerTest, TemplateRejectionIsAClearError) {
+  // Qwen3.5 needs a user query; a conversation of only an assistant turn is refused by the template.
+  auto r = call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", {{{"role", "assistant"}, {"content", "x"}}}}});
+  expect_openai_error(r, 400, "invalid_request_error", "No user query");
+}
+
+TEST_F(ServerTest, PromptLongerThanContext) {
+  make("qwen3.5.jinja", /*context=*/64);
+  std::string big;
+  for (int i = 0; i < 200; ++i) big += "word ";
+  OJson msgs = {{{"role", "user"}, {"content", big}}};
+  auto r = call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", msgs}});
+  expect_openai_error(r, 400, "context_length_exceeded", "exceeds the available context size");
+  auto a = call("/v1/messages", {{"model", "kapitsa-test"}, {"max_tokens", 10}, {"messages", msgs}});
+  expect_anthropic_error(a, 400, "invalid_request_error", "prompt is too long");
+  expect_openai_error(call("/v1/responses", {{"model", "kapitsa-test"}, {"input", big}}), 400, "context_length_exceeded");
+  expect_openai_error(call("/v1/completions", {{"model", "kapitsa-test"}, {"prompt", big}}), 400, "context_length_exceeded");
+  EXPECT_TRUE(engine->requests().empty());  // never silently truncated
+  // count_tokens still answers for a prompt that does not fit (clients use it to decide to compact).
+  auto c = call("/v1/messages/count_tokens", {{"model", "kapitsa-test"}, {"messages", msgs}});
+  EXPECT_EQ(c.status, 200) << c.body;
+  EXPECT_GT(json(c)["input_tokens"].get<int>(), 64);
+}
+
+TEST_F(ServerTest, ApiKey) {
+  TransportOptions t;
+  t.api_key = "s3cret";
+  t.log_requests = false;
+  transport = std::make_unique<HttpServer>(*service, t);
+  OJson body = {{"model", "kapitsa-test"}, {"messages", kUser}};
+  expect_openai_error(call("/v1/chat/completions", body), 401, "authentication_error");
+  expect_openai_error(call("/v1/chat/completions", body, {{"Authorization", "Bearer wrong"}}), 401, "authentication_error");
+  expect_anthropic_error(call("/v1/messages", body), 401, "authentication_error");
+  EXPECT_EQ(call("/v1/chat/completions", body, {{"Authorization", "Bearer s3cret"}}).status, 200);
+  EXPECT_EQ(call("/v1/chat/completions", body, {{"x-api-key", "s3cret"}}).status, 200);
+  EXPECT_EQ(call_raw("/health", "", {}, "GET").status, 200);  // health stays open
+  EXPECT_EQ(call_raw("/", "", {}, "HEAD").status, 200);       // Claude Code's probe carries no auth
+}
+
+TEST_F(ServerTest, UnknownPath) {
+  expect_openai_error(call_raw("/v1/embeddings", "{}"), 404, "not_found_error");
+  expect_anthropic_error(call_raw("/v1/messages/batches", "{}"), 404, "not_found_error");
+  expect_openai_error(call_raw("/v1/chat/completions", "", {}, "GET"), 404, "not_found_error");
+}
+
+TEST_F(ServerTest, LoadingAnswers503) {
+  service = std::make_unique<Service>(ServiceOptions{});
+  TransportOptions t;
+  t.log_requests = false;
+  transport = std::make_unique<HttpServer>(*service, t);
+  EXPECT_EQ(call_raw("/health", "", {}, "GET").status, 503);
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa"}, {"messages", kUser}}), 503, "model_loading");
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa"}, {"max_tokens", 1}, {"messages", kUser}}), 503, "overloaded_error");
+  EXPECT_EQ(call_raw("/metrics", "", {}, "GET").status, 200);
+}
+
+TEST_F(ServerTest, ModelsHealthMetrics) {
+  auto m = call_raw("/v1/models", "", {}, "GET");
+  ASSERT_EQ(m.status, 200);
+  OJson j = json(m);
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][0]["id"], "kapitsa-test");
+  EXPECT_EQ(j["data"][0]["context_length"], 4096);
+  EXPECT_EQ(j["data"][0]["meta"]["context_length"], 4096);
+  EXPECT_EQ(json(call_raw("/v1/models/alias-b", "", {}, "GET"))["id"], "alias-b");
+  auto h = call_raw("/health", "", {}, "GET");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(json(h)["status"], "ok");
+  call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}});
+  auto x = call_raw("/metrics", "", {}, "GET");
+  EXPECT_EQ(x.status, 200);
+  for (const char* name : {"kapitsa_completion_tokens_total 4", "kapitsa_prompt_tokens_total", "kapitsa_queue_depth",
+                           "kapitsa_prefix_cache_reuse_ratio", "kapitsa_decode_tokens_per_second", "kapitsa_requests_total"})
+    EXPECT_NE(x.body.find(name), std::string::npos) << name << "\n" << x.body;
+}
+
+}  // namespace
+}  // namespace kapitsa::server::testing
