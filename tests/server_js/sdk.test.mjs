@@ -35,7 +35,7 @@ async function waitHealthy(base, ms = 120000) {
 }
 
 async function startReal() {
-  const proc = spawn(KAPITSA, ['serve', '--port', '0', '--alias', MODEL, '--ctx', '4096', '--parallel', '4'],
+  const proc = spawn(KAPITSA, ['serve', '--port', '0', '--alias', MODEL, '--ctx', '1024', '--parallel', '4'],
                      { stdio: ['ignore', 'pipe', 'inherit'] });
   const base = await new Promise((resolve, reject) => {
     let out = '';
@@ -78,7 +78,7 @@ const anthropic = (s) => new Anthropic({ baseURL: s.base, apiKey: 'dummy', maxRe
 test('models lists the alias with its context length', async () => {
   const page = await openai(real).models.list();
   assert.equal(page.data[0].id, MODEL);
-  assert.equal(page.data[0].context_length, 4096);
+  assert.equal(page.data[0].context_length, 1024);
 });
 
 test('chat completions, not streamed', async () => {
