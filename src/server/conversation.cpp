@@ -91,6 +91,19 @@ struct ToolCollector {
   }
 };
 
+// Arguments of a call in the history as the object templates iterate: clients send a JSON string
+// (sometimes malformed, or empty); text that is not a JSON object is kept under "raw" rather than
+// failing the whole request in the template.
+OJson history_arguments(const OJson* args) {
+  if (!args || args->is_null()) return OJson::object();
+  if (args->is_object()) return *args;
+  if (!args->is_string()) return OJson{{"raw", args->dump()}};
+  const std::string& text = args->get_ref<const std::string&>();
+  if (is_blank(text)) return OJson::object();
+  OJson parsed = OJson::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_object() ? parsed : OJson{{"raw", text}};
+}
+
 }  // namespace
 
 std::string content_text(const OJson& content) {
@@ -204,9 +217,7 @@ ApiResult<OJson> normalize_messages(const OJson& messages) {
           OJson call = OJson::object();
           call["id"] = string_field(c, "id");
           call["type"] = "function";
-          const OJson* args = find(*fn, "arguments");
-          call["function"] = OJson{{"name", string_field(*fn, "name")},
-                                   {"arguments", args && !args->is_null() ? *args : OJson("{}")}};
+          call["function"] = OJson{{"name", string_field(*fn, "name")}, {"arguments", history_arguments(find(*fn, "arguments"))}};
           norm.push_back(std::move(call));
         }
         n["tool_calls"] = std::move(norm);

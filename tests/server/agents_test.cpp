@@ -214,6 +214,15 @@ TEST(Conversation, Normalisation) {
   OJson expected = OJson::parse(R"([{"role":"system","content":"A\n\nB"},{"role":"user","content":"q\n\nmid"},
     {"role":"assistant","content":"","reasoning_content":"r"},{"role":"user","content":"after assistant"}])");
   EXPECT_EQ(out, expected) << out.dump();
+  OJson calls = {{{"role", "user"}, {"content", "q"}},
+                 {{"role", "assistant"}, {"content", ""}, {"tool_calls", {
+                    {{"id", "1"}, {"function", {{"name", "f"}, {"arguments", "{\"a\": 1}"}}}},
+                    {{"id", "2"}, {"function", {{"name", "f"}, {"arguments", "not json"}}}},
+                    {{"id", "3"}, {"function", {{"name", "f"}, {"arguments", ""}}}}}}}};
+  OJson norm = std::get<OJson>(normalize_messages(calls));
+  EXPECT_EQ(norm[1]["tool_calls"][0]["function"]["arguments"], OJson::parse(R"({"a":1})"));
+  EXPECT_EQ(norm[1]["tool_calls"][1]["function"]["arguments"], OJson::parse(R"({"raw":"not json"})"));
+  EXPECT_EQ(norm[1]["tool_calls"][2]["function"]["arguments"], OJson::object());
   EXPECT_EQ(strip_volatile_lines("x-anthropic-billing-header: a;\nKeep me\n"), "Keep me\n");
 }
 
