@@ -184,6 +184,7 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
 
 // Python slice semantics (negative indices, clamping, any non-zero step) on lists and strings.
 Value Interpreter::eval_slice(const Expr& e) {
+  if (!e.a) fail("a slice can only appear directly inside []");  // the parser never builds one; stay safe
   Value obj = eval(*e.a);
   auto bound = [&](const ExprPtr& x) -> std::optional<int64_t> {
     if (!x) return std::nullopt;

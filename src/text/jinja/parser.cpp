@@ -627,6 +627,9 @@ class Parser {
     if (args.size() == 1) {
       index = std::move(args[0]);
     } else {
+      // a[1:2, 3]: Python builds a tuple of slice objects, which no sequence in a template accepts.
+      for (const ExprPtr& arg : args)
+        if (arg->kind == ExprKind::Slice) throw TemplateError("a slice can not be part of a tuple subscript", at.line, at.col);
       index = node(ExprKind::Tuple, at);
       index->items = std::move(args);
     }
