@@ -36,6 +36,9 @@ class SequenceState {
   int64_t capacity() const { return capacity_; }   // most tokens it can hold
   virtual size_t bytes() const = 0;
   virtual std::unique_ptr<SequenceState> clone() const = 0;  // a snapshot (deep copy)
+  // A deep copy with room for `capacity` tokens (>= n_past): the runtime trims snapshots to what they
+  // hold and grows states without recomputing. Null when unsupported or capacity < n_past.
+  virtual std::unique_ptr<SequenceState> resized(int64_t capacity) const { return nullptr; }
 
  protected:
   int64_t n_past_ = 0;

@@ -80,6 +80,8 @@ class EngineImpl final : public Engine {
     sc.context_tokens = options_.context_tokens;
     sc.decode_reserve_tokens = std::max<int64_t>(options_.decode_reserve_tokens, 1);
     scheduler_ = std::make_unique<Scheduler>(sc);
+    // States that can be resized are cached trimmed to what they hold and grow without recompute.
+    resizable_ = model_->new_state(2)->resized(4) != nullptr;
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -209,11 +211,17 @@ class EngineImpl final : public Engine {
     seqs_.emplace(seq->id, std::move(seq));
   }
 
-  void admit(Sequence& seq, int64_t capacity) {
+  void admit(Sequence& seq, int64_t capacity, std::unique_ptr<models::SequenceState> outgrown) {
     const int64_t known = static_cast<int64_t>(seq.tokens.size());
+    if (outgrown && resizable_) {
+      // Growth: the same state in a larger buffer, nothing recomputed.
+      seq.state = outgrown->resized(capacity);
+      scheduler_->on_admitted(seq.id, seq.state->n_past(), seq.state->capacity());
+      return;
+    }
     // The last known token is always folded here: its logits choose the next token.
-    PrefixCache::Hit hit = cache_.lookup(seq.tokens, known - 1, capacity);
-    if (hit.snapshot != nullptr) seq.state = hit.snapshot->clone();
+    PrefixCache::Hit hit = cache_.lookup(seq.tokens, known - 1, resizable_ ? 0 : capacity);
+    if (hit.snapshot != nullptr) seq.state = resizable_ ? hit.snapshot->resized(capacity) : hit.snapshot->clone();
     else seq.state = model_->new_state(capacity);
     scheduler_->on_admitted(seq.id, hit.tokens, seq.state->capacity());
     if (!seq.admitted_once) {
@@ -226,8 +234,13 @@ class EngineImpl final : public Engine {
 
   void step() {
     Scheduler::Decision decision = scheduler_->schedule();
-    for (uint64_t id : decision.preempt) seqs_.at(id)->state.reset();
-    for (const Scheduler::Admission& a : decision.admit) admit(*seqs_.at(a.id), a.capacity);
+    std::map<uint64_t, std::unique_ptr<models::SequenceState>> dropped;
+    for (uint64_t id : decision.preempt) dropped[id] = std::move(seqs_.at(id)->state);
+    for (const Scheduler::Admission& a : decision.admit) {
+      auto it = dropped.find(a.id);
+      admit(*seqs_.at(a.id), a.capacity, it == dropped.end() ? nullptr : std::move(it->second));
+    }
+    dropped.clear();  // preempted for memory: freed before the step runs
     const std::vector<Scheduler::Work> work = scheduler_->batch();
     if (work.empty()) return;
 
@@ -272,8 +285,8 @@ class EngineImpl final : public Engine {
 
   void snapshot(Sequence& seq, int64_t at) {
     const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(at));
-    if (cache_.contains(key, seq.state->capacity())) return;
-    cache_.insert(key, seq.state->clone());
+    if (cache_.contains(key, resizable_ ? 0 : seq.state->capacity())) return;
+    cache_.insert(key, resizable_ ? seq.state->resized(at) : seq.state->clone());
   }
 
   void sample(Sequence& seq, std::span<const float> logits) {
@@ -342,7 +355,8 @@ class EngineImpl final : public Engine {
     if ((reason == FinishReason::stop || reason == FinishReason::length) && seq.state && seq.state->n_past() > 0 &&
         scheduler_->has_state(seq.id)) {
       const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(seq.state->n_past()));
-      if (!cache_.contains(key, seq.state->capacity())) cache_.insert(key, std::move(seq.state));
+      if (!cache_.contains(key, resizable_ ? 0 : seq.state->capacity()))
+        cache_.insert(key, resizable_ ? seq.state->resized(seq.state->n_past()) : std::move(seq.state));
     }
     scheduler_->remove(seq.id);
     std::shared_ptr<Channel> channel = seq.channel;
@@ -367,6 +381,7 @@ class EngineImpl final : public Engine {
   EngineOptions options_;
   PrefixCache cache_;
   std::unique_ptr<Scheduler> scheduler_;
+  bool resizable_ = false;
   std::shared_ptr<Inbox> inbox_;
   std::mt19937_64 seeds_;
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only

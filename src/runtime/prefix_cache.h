@@ -3,8 +3,9 @@
 // cannot be truncated, so a request resumes only from a node that has a snapshot: the deepest one on
 // its prompt's path. LRU eviction of snapshots under a byte budget; nodes left without snapshot and
 // children are pruned. Not thread-safe (the engine thread owns it).
-// Snapshots are full SequenceState deep copies (clone()), not paged KV with shared pages: two
-// snapshots of one conversation each hold their own copy of the common KV.
+// Snapshots are SequenceState deep copies (trimmed to the tokens they hold when the model can resize
+// states), not paged KV with shared pages: two snapshots of one conversation each hold their own copy
+// of the common KV.
 #pragma once
 
 #include "models/model.h"

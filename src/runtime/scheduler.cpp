@@ -71,7 +71,7 @@ Scheduler::Decision Scheduler::schedule() {
     Seq& s = seqs_.at(id);
     if (s.capacity == 0 || s.known <= s.capacity) continue;
     const int64_t want = wanted_capacity(s);
-    drop_state(s);  // a bigger state is recomputed from scratch (snapshots cannot be resized)
+    drop_state(s);  // replaced by a bigger one (copied over, or recomputed when states cannot resize)
     d.preempt.push_back(id);
     while (!fits(state_bytes(want))) {
       std::optional<uint64_t> victim = youngest_running();

@@ -6,8 +6,9 @@
 // `prefill_chunk_tokens` per step, oldest first.
 // Memory: a state of capacity C costs fixed + per_token·C bytes; capacities come in power-of-two
 // buckets covering the known tokens plus a decode reserve. A sequence that outgrows its state gets a
-// bigger one; when that does not fit the budget the youngest sequence is preempted (its state dropped,
-// recomputed later), never failed. Admission is FIFO by arrival (a preempted sequence keeps its
+// bigger one (the engine copies it over when the model can resize states, else recomputes); when that
+// does not fit the budget the youngest sequence is preempted (its state dropped, recomputed later),
+// never failed. Admission is FIFO by arrival (a preempted sequence keeps its
 // place); a lone sequence always runs, whatever the budget.
 #pragma once
 

@@ -133,14 +133,21 @@ void expect_resume_equals_recompute(const std::string& fixture) {
     auto state = m.new_state(T + 8);
     Buffer scratch = Buffer::allocate(DType::f32, {1, V});
     ASSERT_TRUE(m.forward(std::span<const int32_t>(all).first(split), *state, scratch).ok());
-    ASSERT_TRUE(cache.insert(std::span<const int32_t>(all).first(split), state->clone()));
+    // Stored trimmed to what it holds (resized), restored below into a state with room to spare.
+    auto trimmed = state->resized(static_cast<int64_t>(split));
+    ASSERT_NE(trimmed, nullptr);
+    EXPECT_LT(trimmed->bytes(), state->bytes());
+    ASSERT_TRUE(cache.insert(std::span<const int32_t>(all).first(split), std::move(trimmed)));
     // Keep using the original: the snapshot must not alias it.
     ASSERT_TRUE(m.forward(std::span<const int32_t>(all).subspan(split, 3), *state, scratch).ok());
   }
-  PrefixCache::Hit hit = cache.lookup(all, T - 1, T);
+  PrefixCache::Hit hit = cache.lookup(all, T - 1, 0);
   ASSERT_NE(hit.snapshot, nullptr);
   ASSERT_EQ(hit.tokens, static_cast<int64_t>(split));
-  auto resumed = hit.snapshot->clone();
+  EXPECT_EQ(hit.snapshot->resized(static_cast<int64_t>(split) - 1), nullptr);  // cannot drop tokens
+  auto resumed = hit.snapshot->resized(T + 8);
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_EQ(resumed->capacity(), T + 8);
   Buffer warm_logits = Buffer::allocate(DType::f32, {rest, V});
   ASSERT_TRUE(m.forward(std::span<const int32_t>(all).subspan(split), *resumed, warm_logits).ok());
   // 1e-5 relative to the logits' scale: the two runs fold the same tokens in different chunks (and

@@ -11,6 +11,7 @@
 #include "ops/ops.h"
 #include "weights/safetensors.h"
 
+#include <cstring>
 #include <optional>
 
 namespace kapitsa::models::qwen35 {
@@ -38,6 +39,23 @@ class Qwen35State final : public SequenceState {
     for (const auto& s : gdn)
       if (s) total += s->conv_window.tensor().nbytes() + s->ssm.tensor().nbytes();
     return total;
+  }
+  std::unique_ptr<SequenceState> resized(int64_t capacity) const override {
+    if (capacity < n_past_) return nullptr;
+    auto copy = std::make_unique<Qwen35State>();
+    copy->n_past_ = n_past_;
+    copy->capacity_ = capacity;
+    // KV rows [0, n_past) carry over; rows past them are never read before being written.
+    auto rows = [&](const Buffer& b) {
+      const Tensor& t = b.tensor();
+      Buffer out = Buffer::allocate(DType::f32, {capacity, t.dim(1), t.dim(2)});
+      std::memcpy(out.tensor().data(), t.data(), static_cast<size_t>(n_past_) * static_cast<size_t>(t.dim(1) * t.dim(2)) * sizeof(float));
+      return out;
+    };
+    for (const auto& c : kv) copy->kv.push_back(c ? std::optional<KvCache>(KvCache{rows(c->k), rows(c->v)}) : std::nullopt);
+    for (const auto& s : gdn)
+      copy->gdn.push_back(s ? std::optional<GdnState>(GdnState{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)}) : std::nullopt);
+    return copy;
   }
   std::unique_ptr<SequenceState> clone() const override {
     auto copy = std::make_unique<Qwen35State>();
