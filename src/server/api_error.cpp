@@ -25,7 +25,10 @@ std::string openai_error_json(const ApiError& e) {
     case ErrorKind::invalid_request: break;
     case ErrorKind::context_length: code = "context_length_exceeded"; break;
     case ErrorKind::authentication: type = "authentication_error"; code = "invalid_api_key"; break;
-    case ErrorKind::not_found: type = "not_found_error"; code = "model_not_found"; break;
+    case ErrorKind::not_found:
+      type = "not_found_error";
+      code = e.param == "model" ? "model_not_found" : "not_found";
+      break;
     case ErrorKind::too_large: code = "request_too_large"; break;
     case ErrorKind::unavailable: type = "unavailable_error"; code = "model_loading"; break;
     case ErrorKind::internal: type = "server_error"; break;
