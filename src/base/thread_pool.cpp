@@ -64,6 +64,7 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     fn(0, n);
     return;
   }
+  std::lock_guard caller_lock(caller_mutex_);
   const size_t target_chunks = size() * 4;
   const size_t chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
   {

@@ -1,6 +1,6 @@
 // ThreadPool: a fixed set of workers for data-parallel loops in ops. parallel_for blocks until every
-// index has run; the calling thread works too. Not re-entrant: a task must not call parallel_for on
-// the same pool (nested calls run inline on the calling thread instead).
+// index has run; the calling thread works too. Calls from several threads take turns (one loop runs at
+// a time); a nested call from inside a task runs inline on the calling thread.
 #pragma once
 
 #include <condition_variable>
@@ -29,6 +29,7 @@ class ThreadPool {
   void run_chunks();
 
   std::vector<std::thread> workers_;
+  std::mutex caller_mutex_;  // one parallel_for at a time
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
