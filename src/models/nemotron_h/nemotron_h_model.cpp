@@ -3,6 +3,7 @@
 
 #include "base/log.h"
 #include "models/batch.h"
+#include "models/hybrid_state.h"
 #include "models/layers/attention.h"
 #include "models/layers/mamba2.h"
 #include "models/layers/mlp.h"
@@ -26,51 +27,7 @@ struct Layer {
   std::optional<SigmoidMoeWeights> moe;
 };
 
-class NemotronHState final : public SequenceState {
- public:
-  std::vector<std::optional<KvCache>> kv;         // per layer (attention layers only)
-  std::vector<std::optional<Mamba2State>> mamba;  // per layer (Mamba-2 layers only)
-
-  size_t bytes() const override {
-    size_t total = 0;
-    for (const auto& c : kv)
-      if (c) total += c->k.tensor().nbytes() + c->v.tensor().nbytes();
-    for (const auto& s : mamba)
-      if (s) total += s->conv_window.tensor().nbytes() + s->ssm.tensor().nbytes();
-    return total;
-  }
-  std::unique_ptr<SequenceState> resized(int64_t capacity) const override {
-    if (capacity < n_past_) return nullptr;
-    auto copy = std::make_unique<NemotronHState>();
-    copy->n_past_ = n_past_;
-    copy->capacity_ = capacity;
-    // KV rows [0, n_past) carry over; rows past them are never read before being written.
-    auto rows = [&](const Buffer& b) {
-      const Tensor& t = b.tensor();
-      Buffer out = Buffer::allocate(DType::f32, {capacity, t.dim(1), t.dim(2)});
-      std::memcpy(out.tensor().data(), t.data(), static_cast<size_t>(n_past_) * static_cast<size_t>(t.dim(1) * t.dim(2)) * sizeof(float));
-      return out;
-    };
-    for (const auto& c : kv) copy->kv.push_back(c ? std::optional<KvCache>(KvCache{rows(c->k), rows(c->v)}) : std::nullopt);
-    for (const auto& s : mamba)
-      copy->mamba.push_back(s ? std::optional<Mamba2State>(Mamba2State{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)}) : std::nullopt);
-    return copy;
-  }
-  std::unique_ptr<SequenceState> clone() const override {
-    auto copy = std::make_unique<NemotronHState>();
-    copy->n_past_ = n_past_;
-    copy->capacity_ = capacity_;
-    for (const auto& c : kv)
-      copy->kv.push_back(c ? std::optional<KvCache>(KvCache{Buffer::copy_of(c->k), Buffer::copy_of(c->v)}) : std::nullopt);
-    for (const auto& s : mamba)
-      copy->mamba.push_back(
-          s ? std::optional<Mamba2State>(Mamba2State{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)})
-            : std::nullopt);
-    return copy;
-  }
-  void advance(int64_t n) { n_past_ += n; }
-  void set_capacity(int64_t n) { capacity_ = n; }
-};
+using NemotronHState = HybridState<Mamba2State>;
 
 class NemotronHModel final : public Model {
  public:
@@ -215,12 +172,11 @@ size_t NemotronHModel::decode_weight_bytes() const {
 }
 
 std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens) const {
-  auto state = std::make_unique<NemotronHState>();
-  state->set_capacity(max_tokens);
+  auto state = std::make_unique<NemotronHState>(max_tokens);
   for (const Layer& layer : layers_) {
     state->kv.push_back(layer.attention ? std::optional<KvCache>(KvCache::allocate(attention_config_, max_tokens))
                                         : std::nullopt);
-    state->mamba.push_back(layer.mamba ? std::optional<Mamba2State>(Mamba2State::allocate(mamba_config_))
+    state->recurrent.push_back(layer.mamba ? std::optional<Mamba2State>(Mamba2State::allocate(mamba_config_))
                                        : std::nullopt);
   }
   return state;
@@ -255,7 +211,7 @@ Status NemotronHModel::run(std::span<const BatchItem> items, const Tensor& hidde
     for (size_t j = 0; j < items.size(); ++j) {
       auto& state = static_cast<NemotronHState&>(*items[j].state);
       const int64_t n = static_cast<int64_t>(items[j].ids.size());
-      if (layer.kind == LayerKind::mamba) mamba_segments[j] = {batch.begins[j], n, &*state.mamba[static_cast<size_t>(i)]};
+      if (layer.kind == LayerKind::mamba) mamba_segments[j] = {batch.begins[j], n, &*state.recurrent[static_cast<size_t>(i)]};
       if (layer.kind == LayerKind::attention)
         attention_segments[j] = {batch.begins[j], n, state.n_past(), &*state.kv[static_cast<size_t>(i)]};
     }

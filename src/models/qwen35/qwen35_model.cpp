@@ -3,6 +3,7 @@
 
 #include "base/log.h"
 #include "models/batch.h"
+#include "models/hybrid_state.h"
 #include "models/layers/attention.h"
 #include "models/layers/gated_deltanet.h"
 #include "models/layers/mlp.h"
@@ -27,50 +28,7 @@ struct Layer {
   std::optional<SoftmaxMoeWeights> moe;
 };
 
-class Qwen35State final : public SequenceState {
- public:
-  std::vector<std::optional<KvCache>> kv;    // per layer (attention layers only)
-  std::vector<std::optional<GdnState>> gdn;  // per layer (DeltaNet layers only)
-
-  size_t bytes() const override {
-    size_t total = 0;
-    for (const auto& c : kv)
-      if (c) total += c->k.tensor().nbytes() + c->v.tensor().nbytes();
-    for (const auto& s : gdn)
-      if (s) total += s->conv_window.tensor().nbytes() + s->ssm.tensor().nbytes();
-    return total;
-  }
-  std::unique_ptr<SequenceState> resized(int64_t capacity) const override {
-    if (capacity < n_past_) return nullptr;
-    auto copy = std::make_unique<Qwen35State>();
-    copy->n_past_ = n_past_;
-    copy->capacity_ = capacity;
-    // KV rows [0, n_past) carry over; rows past them are never read before being written.
-    auto rows = [&](const Buffer& b) {
-      const Tensor& t = b.tensor();
-      Buffer out = Buffer::allocate(DType::f32, {capacity, t.dim(1), t.dim(2)});
-      std::memcpy(out.tensor().data(), t.data(), static_cast<size_t>(n_past_) * static_cast<size_t>(t.dim(1) * t.dim(2)) * sizeof(float));
-      return out;
-    };
-    for (const auto& c : kv) copy->kv.push_back(c ? std::optional<KvCache>(KvCache{rows(c->k), rows(c->v)}) : std::nullopt);
-    for (const auto& s : gdn)
-      copy->gdn.push_back(s ? std::optional<GdnState>(GdnState{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)}) : std::nullopt);
-    return copy;
-  }
-  std::unique_ptr<SequenceState> clone() const override {
-    auto copy = std::make_unique<Qwen35State>();
-    copy->n_past_ = n_past_;
-    copy->capacity_ = capacity_;
-    for (const auto& c : kv)
-      copy->kv.push_back(c ? std::optional<KvCache>(KvCache{Buffer::copy_of(c->k), Buffer::copy_of(c->v)}) : std::nullopt);
-    for (const auto& s : gdn)
-      copy->gdn.push_back(s ? std::optional<GdnState>(GdnState{Buffer::copy_of(s->conv_window), Buffer::copy_of(s->ssm)})
-                            : std::nullopt);
-    return copy;
-  }
-  void advance(int64_t n) { n_past_ += n; }
-  void set_capacity(int64_t n) { capacity_ = n; }
-};
+using Qwen35State = HybridState<GdnState>;
 
 class Qwen35Model final : public Model {
  public:
@@ -184,15 +142,14 @@ size_t Qwen35Model::decode_weight_bytes() const {
 }
 
 std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens) const {
-  auto state = std::make_unique<Qwen35State>();
-  state->set_capacity(max_tokens);
+  auto state = std::make_unique<Qwen35State>(max_tokens);
   for (const Layer& layer : layers_) {
     if (layer.kind == LayerKind::full_attention) {
       state->kv.push_back(KvCache::allocate(attention_config_, max_tokens));
-      state->gdn.push_back(std::nullopt);
+      state->recurrent.push_back(std::nullopt);
     } else {
       state->kv.push_back(std::nullopt);
-      state->gdn.push_back(GdnState::allocate(gdn_config_));
+      state->recurrent.push_back(GdnState::allocate(gdn_config_));
     }
   }
   return state;
@@ -228,7 +185,7 @@ Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) 
     for (size_t j = 0; j < items.size(); ++j) {
       auto& state = static_cast<Qwen35State&>(*items[j].state);
       const int64_t n = static_cast<int64_t>(items[j].ids.size());
-      if (layer.gdn) gdn_segments[j] = GdnSegment{begins[j], n, &*state.gdn[static_cast<size_t>(i)]};
+      if (layer.gdn) gdn_segments[j] = GdnSegment{begins[j], n, &*state.recurrent[static_cast<size_t>(i)]};
       else attention_segments[j] = AttentionSegment{begins[j], n, state.n_past(), &*state.kv[static_cast<size_t>(i)]};
     }
     if (layer.gdn) {
