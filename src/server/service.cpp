@@ -185,4 +185,22 @@ void Service::shutdown() {
   for (Tracked* g : running_) g->cancel();
 }
 
+TurnResult Service::stream_turn(std::unique_ptr<runtime::Generation>& generation, const text::ParserOptions& parser,
+                                bool opened, const TurnCallbacks& callbacks) {
+  metrics_.streams_active++;
+  TurnResult r;
+  if (opened) {
+    text::OutputParser output(parser);
+    r = run_turn(*generation, output, callbacks, options_.keepalive);
+  } else {
+    r.client_gone = true;
+    generation->cancel();
+  }
+  generation.reset();
+  record_finish(r.finish);
+  metrics_.streams_active--;
+  if (r.client_gone) metrics_.client_disconnects++;
+  return r;
+}
+
 }  // namespace kapitsa::server

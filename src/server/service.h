@@ -8,6 +8,7 @@
 #include "runtime/engine.h"
 #include "server/api_error.h"
 #include "server/conversation.h"
+#include "server/turn.h"
 #include "text/chat/chat_template.h"
 #include "text/parse/output_parser.h"
 
@@ -84,6 +85,12 @@ class Service {
   // Submits to the engine; the Generation is tracked until destroyed so shutdown can cancel it.
   ApiResult<std::unique_ptr<runtime::Generation>> submit(runtime::GenerateRequest request);
   void record_finish(const runtime::FinishEvent& finish);
+
+  // The part every streaming endpoint shares: when the stream's opening events went out (`opened`), run
+  // the generation to its end through the output parser; otherwise cancel it. Then release it and keep
+  // the counters (active streams, finishes, client disconnects).
+  TurnResult stream_turn(std::unique_ptr<runtime::Generation>& generation, const text::ParserOptions& parser,
+                         bool opened, const TurnCallbacks& callbacks);
 
   // Refuse new requests and cancel every running generation (their streams then end normally).
   void shutdown();

@@ -190,22 +190,9 @@ void write_stream(Service& service, MessagesCall& call, StreamSink& sink) {
   };
   cb.on_idle = [&] { return event("ping", OJson::object()); };
 
-  service.metrics().streams_active++;
-  TurnResult r;
-  if (event("message_start", {{"message", message}}) && event("ping", OJson::object())) {
-    text::OutputParser parser(call.prompt.parser);
-    r = run_turn(*call.generation, parser, cb, service.options().keepalive);
-  } else {
-    r.client_gone = true;
-    call.generation->cancel();
-  }
-  call.generation.reset();
-  service.record_finish(r.finish);
-  service.metrics().streams_active--;
-  if (r.client_gone) {
-    service.metrics().client_disconnects++;
-    return;
-  }
+  const bool opened = event("message_start", {{"message", message}}) && event("ping", OJson::object());
+  const TurnResult r = service.stream_turn(call.generation, call.prompt.parser, opened, cb);
+  if (r.client_gone) return;
   // An answer with no block at all reads as a malformed stream to Claude Code: give it an empty text block.
   if (index < 0 && !open_block("text", {{"type", "text"}, {"text", ""}})) return;
   if (!close_block()) return;

@@ -153,22 +153,9 @@ void write_stream(Service& service, ChatCall& call, StreamSink& sink) {
   };
   cb.on_idle = [&] { return sink.write(": keep-alive\n\n"); };
 
-  service.metrics().streams_active++;
-  TurnResult r;
-  if (chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)) {
-    text::OutputParser parser(call.prompt.parser);
-    r = run_turn(*call.generation, parser, cb, service.options().keepalive);
-  } else {
-    r.client_gone = true;
-    call.generation->cancel();
-  }
-  call.generation.reset();
-  service.record_finish(r.finish);
-  service.metrics().streams_active--;
-  if (r.client_gone) {
-    service.metrics().client_disconnects++;
-    return;
-  }
+  const bool opened = chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+  const TurnResult r = service.stream_turn(call.generation, call.prompt.parser, opened, cb);
+  if (r.client_gone) return;
   const StopKind kind = stop_kind(r, call.stops);
   if (!chunk(OJson::object(), finish_reason(kind), call.logprobs && !pending_logprobs.empty() ? take_logprobs() : OJson(nullptr)))
     return;

@@ -277,22 +277,9 @@ void write_stream(Service& service, ResponsesCall& call, StreamSink& sink) {
     return items.started() ? sink.write(": keep-alive\n\n") : emit("response.in_progress", {{"response", initial}});
   };
 
-  service.metrics().streams_active++;
-  TurnResult r;
-  if (emit("response.created", {{"response", initial}}) && emit("response.in_progress", {{"response", initial}})) {
-    text::OutputParser parser(call.prompt.parser);
-    r = run_turn(*call.generation, parser, cb, service.options().keepalive);
-  } else {
-    r.client_gone = true;
-    call.generation->cancel();
-  }
-  call.generation.reset();
-  service.record_finish(r.finish);
-  service.metrics().streams_active--;
-  if (r.client_gone) {
-    service.metrics().client_disconnects++;
-    return;
-  }
+  const bool opened = emit("response.created", {{"response", initial}}) && emit("response.in_progress", {{"response", initial}});
+  const TurnResult r = service.stream_turn(call.generation, call.prompt.parser, opened, cb);
+  if (r.client_gone) return;
   if (!items.close()) return;
   OJson response;
   const char* event = nullptr;
