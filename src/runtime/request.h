@@ -5,10 +5,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace kapitsa::text {
+class Grammar;
+}
 
 namespace kapitsa::runtime {
 
@@ -36,6 +41,15 @@ struct GenerateRequest {
   // boundary worth snapshotting), and a session key keeping one conversation's cache together.
   std::optional<size_t> turn_boundary;
   std::string cache_key;
+  // The ids that close this assistant turn in the next rendered conversation, after the reply's
+  // content (e.g. the ids of "<|im_end|>\n" for Qwen's template). When given, the engine folds them
+  // after the reply while it is idle and snapshots the result, so the next turn prefills only what is
+  // new. A final stop token (EOS or a stop id) is not content: the ids follow the tokens before it.
+  std::vector<int32_t> end_of_turn_ids;
+  // Constrained decoding: when set, every sampled token keeps the output inside this grammar (see
+  // text/grammar/); end-of-generation is allowed exactly when the grammar can end, and is forced once
+  // it is complete. A dead end finishes with FinishReason::error.
+  std::shared_ptr<const text::Grammar> grammar;
 };
 
 enum class FinishReason { stop, length, cancelled, error };

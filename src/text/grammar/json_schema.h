@@ -1,0 +1,30 @@
+// JSON Schema → Grammar for structured output (response_format json_schema / json_object). Output is
+// compact-ish JSON: between tokens at most one space or a newline plus up to 16 spaces of indent (a
+// bound so a model cannot stall emitting whitespace). Object properties come in schema order
+// (required and optional ones; optional ones may be skipped). Supported: type (also lists, "null"),
+// properties/required/additionalProperties, items/prefixItems/minItems/maxItems, enum, const,
+// minLength/maxLength, anyOf/oneOf, allOf with one entry, $ref to #/$defs and #/definitions (recursion
+// allowed), true/{} (any value). Ignored (output may not satisfy them): pattern, format,
+// minimum/maximum/exclusive*, multipleOf, uniqueItems, min/maxProperties, not, if/then/else.
+#pragma once
+
+#include "base/json.h"
+#include "base/status.h"
+#include "text/grammar/grammar.h"
+
+#include <memory>
+#include <string>
+
+namespace kapitsa::text {
+
+// The GBNF text of the schema's grammar (useful to debug; grammar_from_json_schema parses it).
+Expected<std::string> json_schema_to_gbnf(const Json& schema, const GrammarStart& start = {});
+Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const Json& schema, const GrammarStart& start = {});
+// Any JSON object (response_format {"type": "json_object"}).
+Expected<std::shared_ptr<const Grammar>> grammar_for_json_object(const GrammarStart& start = {});
+
+// Building blocks for other converters: appends rules for `schema` to `out` and returns the name
+// of its root rule. Rules are prefixed with `prefix` so several schemas can share one grammar.
+Expected<std::string> json_schema_rules(const Json& schema, const std::string& prefix, std::string& out);
+
+}  // namespace kapitsa::text
