@@ -46,6 +46,10 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<co
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
   KAPITSA_DISPATCH(attention, q, k, v, q_pos0, scale, o);
 }
+void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
+                     int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
+  KAPITSA_DISPATCH(attention_paged, q, k_pages, v_pages, block_table, n_kv, q_pos0, scale, o);
+}
 void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window, bool silu,
                    const Tensor& y) {
   KAPITSA_DISPATCH(conv1d_causal, x, w, bias, window, silu, y);

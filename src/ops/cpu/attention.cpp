@@ -3,6 +3,8 @@
 // kv head, a tile of query tokens (all query heads of that group, so K/V are read once per tile) and
 // a range of keys; scores in 64-key blocks with an online softmax, so memory stays O(tile), never
 // O(T·S). Decode (few query tiles) splits the keys across tasks and merges the partial softmaxes.
+// attention_paged runs the same kernel with keys addressed through a block table; key tiles and P·V
+// runs stop at page boundaries, so each page is read as contiguous rows.
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/dot_tile.h"
@@ -55,6 +57,16 @@ struct AttnShape {
   int64_t T, Hq, Hkv, D, r, q_pos0;
   float scale;
   const float *q, *k, *v;
+  // Paged history (attention_paged): key s is row s % page of page table[s / page]; rows inside a
+  // page are laid out as in the contiguous op. table == nullptr: one contiguous run.
+  const int32_t* table = nullptr;
+  int64_t page = 0;
+  // Offset in floats of key s's row [Hkv, D].
+  int64_t row_offset(int64_t s) const {
+    return (table == nullptr ? s : static_cast<int64_t>(table[s / page]) * page + s % page) * Hkv * D;
+  }
+  // How many keys from s on are contiguous in memory.
+  int64_t run(int64_t s) const { return table == nullptr ? INT64_MAX : page - s % page; }
 };
 
 // Online-softmax state of M query rows: running max m, running sum l, unnormalised output acc.
@@ -105,9 +117,10 @@ void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, i
 // One task: kv head g, query tokens [t0, t1), keys [s0, s1) → the partial softmax of its M rows.
 void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t s0, int64_t s1, Partial& out) {
   const int64_t D = a.D, r = a.r, M = (t1 - t0) * r, ldk = a.Hkv * D;
-  thread_local std::vector<float> qt, scores, corr;
+  thread_local std::vector<float> qt, scores, corr, ones;
   qt.resize(static_cast<size_t>(M * D));
   corr.resize(static_cast<size_t>(M));
+  if (a.table != nullptr) ones.assign(static_cast<size_t>(M), 1.0f);
   scores.resize(static_cast<size_t>(M * kKeyBlock));
   // Gather the group's query rows (t-major, then head), pre-scaled.
   for (int64_t t = t0; t < t1; ++t)
@@ -122,13 +135,14 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
   const int64_t last_key = std::min(s1, a.q_pos0 + t1);  // exclusive
   for (int64_t kb = s0; kb < last_key; kb += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, last_key - kb);
-    // scores[i, j] = q_i · k_{kb+j}
+    // scores[i, j] = q_i · k_{kb+j}; a key tile never crosses a page boundary.
     for (int64_t i0 = 0; i0 < M; i0 += kTileT) {
       const int tb = static_cast<int>(std::min<int64_t>(kTileT, M - i0));
-      for (int64_t j0 = 0; j0 < nk; j0 += kTileR) {
-        const int rb = static_cast<int>(std::min<int64_t>(kTileR, nk - j0));
-        dot_tile_any<simd::LoadF32>(tb, rb, qt.data() + i0 * D, D, kg + (kb + j0) * ldk, ldk, D,
+      for (int64_t j0 = 0; j0 < nk;) {
+        const int rb = static_cast<int>(std::min<int64_t>({kTileR, nk - j0, a.run(kb + j0)}));
+        dot_tile_any<simd::LoadF32>(tb, rb, qt.data() + i0 * D, D, kg + a.row_offset(kb + j0), ldk, D,
                                     scores.data() + i0 * kKeyBlock + j0, kKeyBlock);
+        j0 += rb;
       }
     }
     // Softmax update per row: p ← exp(score − m_new) in place (0 for masked keys), corr rescales acc.
@@ -158,16 +172,22 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
       corr[static_cast<size_t>(i)] = c;
     }
     if (nk_used == 0) continue;
-    const float* vb = vg + kb * ldk;
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4)
-      accumulate_pv<4>(out.acc.data() + i * D, corr.data() + i, scores.data() + i * kKeyBlock, kKeyBlock, nk_used, vb,
-                       ldk, D);
-    for (; i < M; ++i)
-      accumulate_pv<1>(out.acc.data() + i * D, corr.data() + i, scores.data() + i * kKeyBlock, kKeyBlock, nk_used, vb,
-                       ldk, D);
+    // P·V per contiguous run of keys (one run unless paged); acc is rescaled by corr once, first.
+    for (int64_t j0 = 0; j0 < nk_used;) {
+      const int64_t n = std::min(nk_used - j0, a.run(kb + j0));
+      const float* vb = vg + a.row_offset(kb + j0);
+      const float* c = j0 == 0 ? corr.data() : ones.data();
+      const float* p = scores.data() + j0;
+      int64_t i = 0;
+      for (; i + 4 <= M; i += 4)
+        accumulate_pv<4>(out.acc.data() + i * D, c + i, p + i * kKeyBlock, kKeyBlock, n, vb, ldk, D);
+      for (; i < M; ++i) accumulate_pv<1>(out.acc.data() + i * D, c + i, p + i * kKeyBlock, kKeyBlock, n, vb, ldk, D);
+      j0 += n;
+    }
   }
 }
+
+void run_attention(const AttnShape& a, float* po);  // the flash kernel for both entry points (below)
 
 }  // namespace
 
@@ -184,8 +204,44 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
   KAPITSA_CHECK(q_pos0 >= 0 && S >= q_pos0 + T, "attention: {} keys for queries at {}..{}", S, q_pos0, q_pos0 + T);
   KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention: o must not alias q");
   if (T == 0) return;
-  const AttnShape a{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k.f32(), v.f32()};
-  float* po = o.f32();
+  run_attention(AttnShape{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k.f32(), v.f32()}, o.f32());
+}
+
+// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D];  o: [T, Hq, D].
+void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
+                     int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
+  for (const Tensor* t : {&q, &o})
+    KAPITSA_CHECK(t->dtype() == DType::f32 && t->rank() == 3, "attention_paged: q, o must be rank-3 F32, got {} {}",
+                  t->shape().str(), dtype_name(t->dtype()));
+  KAPITSA_CHECK(k_pages.dtype() == DType::f32 && k_pages.rank() == 4 && k_pages.shape() == v_pages.shape() &&
+                    v_pages.dtype() == DType::f32,
+                "attention_paged: k_pages {} and v_pages {} must be the same [n_pages, P, Hkv, D] F32",
+                k_pages.shape().str(), v_pages.shape().str());
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
+  const int64_t n_pages = k_pages.dim(0), P = k_pages.dim(1), Hkv = k_pages.dim(2);
+  KAPITSA_CHECK(k_pages.dim(3) == D && o.shape() == q.shape(), "attention_paged: q {}, k_pages {}, o {}",
+                q.shape().str(), k_pages.shape().str(), o.shape().str());
+  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention_paged: {} query heads not a multiple of {} kv heads", Hq, Hkv);
+  KAPITSA_CHECK(q_pos0 >= 0 && n_kv >= q_pos0 + T, "attention_paged: {} keys for queries at {}..{}", n_kv, q_pos0,
+                q_pos0 + T);
+  KAPITSA_CHECK(P > 0 && static_cast<int64_t>(block_table.size()) * P >= n_kv,
+                "attention_paged: {} pages of {} tokens do not hold {} keys", block_table.size(), P, n_kv);
+  const int64_t used_pages = (q_pos0 + T + P - 1) / P;
+  for (int64_t i = 0; i < used_pages; ++i)
+    KAPITSA_CHECK(block_table[static_cast<size_t>(i)] >= 0 && block_table[static_cast<size_t>(i)] < n_pages,
+                  "attention_paged: page id {} outside [0, {})", block_table[static_cast<size_t>(i)], n_pages);
+  KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention_paged: o must not alias q");
+  if (T == 0) return;
+  AttnShape a{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k_pages.f32(), v_pages.f32()};
+  a.table = block_table.data();
+  a.page = P;
+  run_attention(a, o.f32());
+}
+
+namespace {
+
+void run_attention(const AttnShape& a, float* po) {
+  const int64_t T = a.T, Hq = a.Hq, Hkv = a.Hkv, D = a.D, q_pos0 = a.q_pos0;
   // Query tile: about 32 rows (tokens × heads of the group) per task.
   const int64_t tq = std::max<int64_t>(1, 32 / a.r);
   const int64_t n_qt = (T + tq - 1) / tq;
@@ -252,5 +308,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
     }
   });
 }
+
+}  // namespace
 
 }  // namespace kapitsa::ops::cpu

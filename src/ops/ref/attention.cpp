@@ -5,6 +5,7 @@
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -83,6 +84,33 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
       for (int64_t d = 0; d < D; ++d) po[(t * Hq + h) * D + d] = static_cast<float>(acc[static_cast<size_t>(d)]);
     }
   }
+}
+
+// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D];  o: [T, Hq, D].
+// Gathers the history into contiguous K/V and runs the contiguous reference: the two ops are the same
+// function by construction, and the gather is the only paged logic to check.
+void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
+                     int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
+  check_f32(k_pages, "attention_paged", "k_pages"), check_f32(v_pages, "attention_paged", "v_pages");
+  KAPITSA_CHECK(k_pages.rank() == 4 && k_pages.shape() == v_pages.shape(),
+                "attention_paged: k_pages {} and v_pages {} must be the same [n_pages, P, Hkv, D]", k_pages.shape().str(),
+                v_pages.shape().str());
+  const int64_t n_pages = k_pages.dim(0), P = k_pages.dim(1), Hkv = k_pages.dim(2), D = k_pages.dim(3);
+  KAPITSA_CHECK(P > 0 && n_kv >= 0 && static_cast<int64_t>(block_table.size()) * P >= n_kv,
+                "attention_paged: {} pages of {} tokens do not hold {} keys", block_table.size(), P, n_kv);
+  Buffer k = Buffer::allocate(DType::f32, {std::max<int64_t>(n_kv, 1), Hkv, D});
+  Buffer v = Buffer::allocate(DType::f32, {std::max<int64_t>(n_kv, 1), Hkv, D});
+  const int64_t row = Hkv * D;
+  for (int64_t s = 0; s < n_kv; ++s) {
+    const int32_t page = block_table[static_cast<size_t>(s / P)];
+    KAPITSA_CHECK(page >= 0 && page < n_pages, "attention_paged: page id {} outside [0, {})", page, n_pages);
+    const int64_t at = (static_cast<int64_t>(page) * P + s % P) * row;
+    for (int64_t i = 0; i < row; ++i) {
+      k.f32()[s * row + i] = k_pages.f32()[at + i];
+      v.f32()[s * row + i] = v_pages.f32()[at + i];
+    }
+  }
+  attention(q, k.tensor().rows(0, n_kv), v.tensor().rows(0, n_kv), q_pos0, scale, o);
 }
 
 }  // namespace kapitsa::ops::ref
