@@ -6,12 +6,15 @@
 #include "cli/commands.h"
 #include "cli/generate_common.h"
 #include "server/transport.h"
+#include "text/grammar/grammar.h"
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace kapitsa::cli {
@@ -32,6 +35,7 @@ struct ServeOptions {
   int keepalive_ms = 5000;
   bool no_think = false;
   std::string template_kwargs;
+  std::string grammar_file;
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -64,6 +68,21 @@ int run_serve(const ServeOptions& o) {
     }
   }
   if (o.no_think) so.template_kwargs["enable_thinking"] = false;
+  if (!o.grammar_file.empty()) {
+    std::ifstream in(o.grammar_file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "kapitsa serve: cannot read --grammar-file %s\n", o.grammar_file.c_str());
+      return 2;
+    }
+    std::stringstream source;
+    source << in.rdbuf();
+    auto grammar = text::parse_gbnf(source.str());
+    if (!grammar.ok()) {
+      std::fprintf(stderr, "kapitsa serve: --grammar-file %s: %s\n", o.grammar_file.c_str(), grammar.error().message.c_str());
+      return 2;
+    }
+    so.default_grammar = *grammar;
+  }
   server::Service service(so);
 
   server::TransportOptions to;
@@ -141,6 +160,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--keepalive-ms", o->keepalive_ms, "Keep-alive interval of idle streams (pings during long prefills)");
   cmd->add_flag("--no-think", o->no_think, "Render prompts with enable_thinking=false unless a request asks otherwise");
   cmd->add_option("--chat-template-kwargs", o->template_kwargs, "JSON object of default chat template variables");
+  cmd->add_option("--grammar-file", o->grammar_file,
+                  "GBNF grammar every reply follows unless its request sets its own constraint (the whole output, "
+                  "reasoning included: combine with --no-think)");
   cmd->callback([o] { exit_code() = run_serve(*o); });
 }
 

@@ -1,6 +1,9 @@
 // Reading output constraints from the three APIs' request fields (see constraint.h).
 #include "server/constraint.h"
 
+#include "text/grammar/json_schema.h"
+#include "text/grammar/tool_call_grammar.h"
+
 namespace kapitsa::server {
 namespace {
 
@@ -126,6 +129,31 @@ ApiResult<OutputConstraint> anthropic_constraint(const OJson& body) {
   if (format->is_object())
     if (auto s = format->find("schema"); s != format->end()) schema = &*s;
   return format_constraint(*format, schema, where);
+}
+
+ApiResult<std::shared_ptr<const text::Grammar>> constraint_grammar(const OutputConstraint& c, const OJson& tools,
+                                                                   text::ToolFormat format,
+                                                                   const text::GrammarStart& start) {
+  using Result = ApiResult<std::shared_ptr<const text::Grammar>>;
+  auto built = [](Expected<std::shared_ptr<const text::Grammar>> g, const std::string& where) -> Result {
+    if (!g.ok()) return invalid_request(where + ": " + g.error().message, where);
+    return *g;
+  };
+  switch (c.kind) {
+    case Kind::none: return std::shared_ptr<const text::Grammar>();
+    case Kind::json_object: return built(text::grammar_for_json_object(start), "response_format");
+    case Kind::json_schema: return built(text::grammar_from_json_schema(Json(c.schema), start), "response_format");
+    case Kind::tool_call: break;
+  }
+  if (!tools.is_array() || tools.empty()) return invalid_request("tool_choice forces a tool call but no tools were given", "tool_choice");
+  if (format == text::ToolFormat::none)
+    return invalid_request("this model's chat template defines no tool-call format, so a tool call cannot be forced",
+                           "tool_choice");
+  OJson allowed = OJson::array();
+  for (const auto& t : tools)
+    if (c.tool_name.empty() || (t.contains("function") && t["function"].value("name", "") == c.tool_name)) allowed.push_back(t);
+  if (allowed.empty()) return invalid_request("tool_choice names \"" + c.tool_name + "\", which is not among the tools", "tool_choice");
+  return built(text::grammar_for_tool_call(format, Json(allowed), start), "tools");
 }
 
 }  // namespace kapitsa::server

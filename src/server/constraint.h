@@ -6,6 +6,10 @@
 #pragma once
 
 #include "server/conversation.h"
+#include "text/grammar/grammar.h"
+#include "text/parse/output_parser.h"
+
+#include <memory>
 
 #include <optional>
 #include <string>
@@ -37,5 +41,13 @@ ApiResult<OutputConstraint> responses_constraint(const OJson& body);
 // Anthropic Messages: tool_choice ({"type":"auto"|"any"|"tool"|"none","name"}) and structured output
 // (output_config.format or output_format: {"type":"json_schema","schema"}).
 ApiResult<OutputConstraint> anthropic_constraint(const OJson& body);
+
+// The grammar enforcing `c` (null for Kind::none). `tools`: the offered tools, normalised
+// ([{"type":"function","function":{name, parameters}}] or null); `format`: how this model writes tool
+// calls; `start`: whether its output may begin with reasoning. Errors name the request field to blame
+// (a forced call with no tools, a named tool that is not offered, a schema the converter rejects).
+ApiResult<std::shared_ptr<const text::Grammar>> constraint_grammar(const OutputConstraint& c, const OJson& tools,
+                                                                   text::ToolFormat format,
+                                                                   const text::GrammarStart& start);
 
 }  // namespace kapitsa::server

@@ -115,6 +115,13 @@ ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
     p.parser.tool_schemas = Json(input.tools.tools);
     p.custom_tools = input.tools.custom_names;
   }
+  text::GrammarStart start;
+  start.in_reasoning = p.parser.starts_in_reasoning;
+  start.may_open_reasoning = p.parser.reasoning && !p.parser.starts_in_reasoning;
+  auto grammar = constraint_grammar(input.constraint, with_tools ? input.tools.tools : OJson(nullptr), tool_format_, start);
+  if (auto* e = std::get_if<ApiError>(&grammar)) return *e;
+  p.grammar = std::get<std::shared_ptr<const text::Grammar>>(grammar);
+  if (!p.grammar) p.grammar = options_.default_grammar;
   return p;
 }
 
@@ -124,6 +131,7 @@ ApiResult<PreparedPrompt> Service::prepare_text(const std::string& prompt) const
   p.ids = engine_->tokenizer().encode(prompt);
   if (p.ids.empty()) return invalid_request("prompt must not be empty", "prompt");
   if (static_cast<int64_t>(p.ids.size()) >= context_tokens()) return too_long(p.ids.size(), context_tokens());
+  p.grammar = options_.default_grammar;
   return p;
 }
 

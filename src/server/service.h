@@ -7,6 +7,7 @@
 
 #include "runtime/engine.h"
 #include "server/api_error.h"
+#include "server/constraint.h"
 #include "server/conversation.h"
 #include "server/turn.h"
 #include "text/chat/chat_template.h"
@@ -29,6 +30,8 @@ struct ServiceOptions {
   bool accept_any_model = false;                      // serve any requested model id with the one model
   std::chrono::milliseconds keepalive{5000};          // SSE keep-alive (ping) while nothing is produced
   OJson template_kwargs = OJson::object();            // defaults under each request's own kwargs
+  // Every reply that carries no constraint of its own follows this grammar (kapitsa serve --grammar-file).
+  std::shared_ptr<const text::Grammar> default_grammar;
 };
 
 // A conversation ready to render: normalised messages and tools plus template variables.
@@ -36,6 +39,7 @@ struct ChatInput {
   OJson messages = OJson::array();
   NormalizedTools tools;
   bool offer_tools = true;  // false for tool_choice "none": tools are left out of the prompt
+  OutputConstraint constraint;
   OJson kwargs = OJson::object();
 };
 
@@ -45,6 +49,7 @@ struct PreparedPrompt {
   std::optional<size_t> turn_boundary;  // tokens before the generation prompt
   text::ParserOptions parser;
   std::set<std::string> custom_tools;
+  std::shared_ptr<const text::Grammar> grammar;  // the output constraint, in the model's own formats; or null
 };
 
 struct Metrics {

@@ -104,6 +104,9 @@ ApiResult<ChatInput> chat_input(const OJson& body) {
   input.tools = std::move(value_of(tools));
   if (auto tc = body.find("tool_choice"); tc != body.end() && tc->is_object() && tc->value("type", "") == "none")
     input.offer_tools = false;
+  auto constraint = anthropic_constraint(body);
+  if (auto* e = failed(constraint)) return *e;
+  input.constraint = value_of(constraint);
   input.kwargs = thinking_kwargs(body);
   if (auto t = body.find("thinking"); t != body.end() && t->is_object() && t->value("type", "") == "disabled" &&
                                       !input.kwargs.contains("enable_thinking"))
@@ -278,6 +281,7 @@ HttpResponse anthropic_messages(Service& service, const HttpRequest& request) {
   g.stop_strings = call->stops;
   g.turn_boundary = call->prompt.turn_boundary;
   g.cache_key = session_key(request, body);
+  g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return anthropic_error(*e);
   call->generation = std::move(value_of(gen));

@@ -59,6 +59,9 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
   if (auto* e = failed(tools)) return *e;
   input.tools = std::move(value_of(tools));
   if (auto tc = body.find("tool_choice"); tc != body.end() && tc->is_string() && *tc == "none") input.offer_tools = false;
+  auto constraint = openai_chat_constraint(body);
+  if (auto* e = failed(constraint)) return *e;
+  input.constraint = value_of(constraint);
   input.kwargs = thinking_kwargs(body);
 
   auto sampling = sampling_params(body, service.default_sampling());
@@ -100,6 +103,7 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
   g.top_logprobs = call->logprobs ? static_cast<int>(value_of(top).value_or(0)) : -1;
   g.turn_boundary = call->prompt.turn_boundary;
   g.cache_key = session_key(request, body);
+  g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return *e;
   call->generation = std::move(value_of(gen));

@@ -107,6 +107,7 @@ HttpResponse openai_completions(Service& service, const HttpRequest& request) {
   g.stop_strings = call->stops;
   g.top_logprobs = call->logprobs;
   g.cache_key = session_key(request, body);
+  g.grammar = value_of(prompt).grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return openai_error(*e);
   call->generation = std::move(value_of(gen));

@@ -307,6 +307,9 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   if (auto* e = failed(tools)) return openai_error(*e);
   input.tools = std::move(value_of(tools));
   if (auto tc = body.find("tool_choice"); tc != body.end() && tc->is_string() && *tc == "none") input.offer_tools = false;
+  auto constraint = responses_constraint(body);
+  if (auto* e = failed(constraint)) return openai_error(*e);
+  input.constraint = value_of(constraint);
   input.kwargs = thinking_kwargs(body);
   auto sampling = sampling_params(body, service.default_sampling());
   if (auto* e = failed(sampling)) return openai_error(*e);
@@ -329,7 +332,9 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
                         {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
                         {"store", false},
                         {"temperature", body.value("temperature", OJson(1.0))},
-                        {"text", {{"format", {{"type", "text"}}}}},
+                        {"text", body.contains("text") && body["text"].is_object()
+                                     ? body["text"]
+                                     : OJson({{"format", {{"type", "text"}}}})},
                         {"tool_choice", body.value("tool_choice", OJson("auto"))},
                         {"tools", body.value("tools", OJson::array())},
                         {"top_p", body.value("top_p", OJson(1.0))},
@@ -341,6 +346,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   g.max_tokens = service.max_tokens(value_of(max_out), g.prompt_ids.size());
   g.turn_boundary = call->prompt.turn_boundary;
   g.cache_key = session_key(request, body);
+  g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return openai_error(*e);
   call->generation = std::move(value_of(gen));
