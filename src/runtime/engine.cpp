@@ -5,6 +5,7 @@
 #include "runtime/engine.h"
 
 #include "base/log.h"
+#include "runtime/constrained.h"
 #include "runtime/generation.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -51,6 +52,7 @@ struct Sequence {
   std::unique_ptr<models::SequenceState> state;
   Sampler sampler;
   TextStream text;
+  std::unique_ptr<GrammarConstraint> constraint;  // request.grammar: masks every sample
   std::vector<int64_t> boundaries;  // snapshot positions in the prompt
   bool admitted_once = false;
   GenerationStats stats;
@@ -156,6 +158,7 @@ class EngineImpl final : public Engine {
     for (const auto& [id, bias] : s.logit_bias)
       if (id < 0 || id >= V) return error("logit_bias names token id {}, outside the vocabulary [0, {})", id, V);
     if (r.top_logprobs > 100) return error("top_logprobs must be at most 100, got {}", r.top_logprobs);
+    if (r.grammar && !tokenizer_) return error("constrained decoding (a grammar) needs the engine's tokenizer");
     if (r.turn_boundary && *r.turn_boundary > r.prompt_ids.size())
       return error("turn_boundary {} is past the end of the {}-token prompt", *r.turn_boundary, n);
     return ok_status();
@@ -195,6 +198,13 @@ class EngineImpl final : public Engine {
     seq->submitted = Clock::now();
     seq->stats.prompt_tokens = static_cast<int>(seq->prompt_len);
     seq->sampler.add_prompt(seq->tokens);
+    if (seq->request.grammar) {
+      std::vector<int32_t> end_ids = seq->request.stop_token_ids;
+      if (!seq->request.ignore_eos)
+        for (int32_t id : model_->info().eos_token_ids) end_ids.push_back(id);
+      seq->constraint = std::make_unique<GrammarConstraint>(seq->request.grammar, token_vocabulary(tokenizer_),
+                                                            std::move(end_ids), model_->info().vocab_size);
+    }
     // Snapshot points: the turn boundary, and every N tokens of a long prompt.
     if (seq->request.turn_boundary && *seq->request.turn_boundary > 0) seq->boundaries.push_back(static_cast<int64_t>(*seq->request.turn_boundary));
     const int64_t every = options_.snapshot_interval_tokens;
@@ -291,7 +301,17 @@ class EngineImpl final : public Engine {
 
   void sample(Sequence& seq, std::span<const float> logits) {
     TokenEvent event;
-    const int32_t id = seq.sampler.sample(logits, seq.request.top_logprobs, &event);
+    std::span<const uint8_t> allowed;
+    if (seq.constraint) {
+      allowed = seq.constraint->mask();
+      if (allowed.empty()) {  // never emit a token outside the grammar
+        if (seq.constraint->complete() && !seq.constraint->has_end_ids()) finish(seq, FinishReason::stop);
+        else finish(seq, FinishReason::error, "", "grammar: no token can continue the output");
+        return;
+      }
+    }
+    const int32_t id = seq.sampler.sample(logits, seq.request.top_logprobs, &event, allowed);
+    if (seq.constraint) seq.constraint->accept(id);
     event.id = id;
     seq.sampler.accept(id);
     seq.tokens.push_back(id);

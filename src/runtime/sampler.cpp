@@ -118,8 +118,11 @@ void Sampler::truncate() {
   }
 }
 
-int32_t Sampler::sample(std::span<const float> logits, int n_top, TokenEvent* event) {
+int32_t Sampler::sample(std::span<const float> logits, int n_top, TokenEvent* event, std::span<const uint8_t> allowed) {
   prepare(logits);
+  if (!allowed.empty())
+    for (size_t i = 0; i < work_.size(); ++i)
+      if (!allowed[i]) work_[i] = -std::numeric_limits<float>::infinity();
   int32_t chosen;
   if (params_.temperature <= 0.0f) {
     chosen = argmax(work_);
@@ -129,7 +132,10 @@ int32_t Sampler::sample(std::span<const float> logits, int n_top, TokenEvent* ev
     for (double w : weights_) z += w;
     const double target = uniform() * z;
     double acc = 0;
-    chosen = candidates_.back();
+    // Rounding may leave target at z: the last candidate with weight (masked ones have none).
+    size_t last = candidates_.size() - 1;
+    while (last > 0 && weights_[last] <= 0) --last;
+    chosen = candidates_[last];
     for (size_t i = 0; i < candidates_.size(); ++i) {
       acc += weights_[i];
       if (target < acc) {

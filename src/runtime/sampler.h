@@ -29,7 +29,10 @@ class Sampler {
   void accept(int32_t id);
 
   // logits: [V]. Returns the chosen id; fills event->logprob / event->top when top_logprobs >= 0.
-  int32_t sample(std::span<const float> logits, int top_logprobs = -1, TokenEvent* event = nullptr);
+  // allowed: [V] or empty; tokens with allowed[id] == 0 are never chosen (constrained decoding; at
+  // least one must be allowed). Logprobs stay those of the unmasked logits.
+  int32_t sample(std::span<const float> logits, int top_logprobs = -1, TokenEvent* event = nullptr,
+                 std::span<const uint8_t> allowed = {});
 
   const SamplingParams& params() const { return params_; }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace kapitsa::text {
 namespace {
@@ -368,46 +369,83 @@ std::string class_char(uint32_t cp) {
 }
 }  // namespace
 
-std::string gbnf_text_until(const std::string& name, std::string_view literal) {
-  // KMP automaton over the literal's characters: state i = the last i characters read match its
-  // first i. name_i ::= one alternative per character class leading to each next state.
-  std::vector<uint32_t> lit;
-  for (size_t i = 0; i < literal.size();) {
-    const auto c = static_cast<unsigned char>(literal[i]);
+namespace {
+std::vector<uint32_t> code_points(std::string_view text) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
     const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
     uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (int k = 1; k < n && i + static_cast<size_t>(k) < literal.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(literal[i + static_cast<size_t>(k)]) & 0x3F);
-    lit.push_back(cp);
+    for (int k = 1; k < n && i + static_cast<size_t>(k) < text.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(text[i + static_cast<size_t>(k)]) & 0x3F);
+    out.push_back(cp);
     i += static_cast<size_t>(n);
   }
-  const size_t m = lit.size();
-  if (m == 0) return fmt::format("{} ::= \"\"\n", name);
-  std::vector<size_t> fail(m + 1, 0);
-  for (size_t i = 1, k = 0; i < m; ++i) {
-    while (k > 0 && lit[i] != lit[k]) k = fail[k];
-    if (lit[i] == lit[k]) ++k;
-    fail[i + 1] = k;
-  }
-  auto state = [&](size_t i) { return i == 0 ? name : fmt::format("{}-{}", name, i); };
-  std::string out;
-  for (size_t i = 0; i < m; ++i) {
-    // Transitions from state i on each character that appears in the literal; others go to 0.
-    std::map<uint32_t, size_t> next;
-    for (uint32_t c : lit) {
-      size_t k = i;
-      while (k > 0 && lit[k] != c) k = fail[k];
-      next[c] = lit[k] == c ? k + 1 : 0;
+  return out;
+}
+}  // namespace
+
+std::string gbnf_text_until(const std::string& name, std::string_view end, const std::vector<std::string>& forbidden) {
+  // Aho-Corasick automaton over the code points of `end` and `forbidden`: one rule per automaton
+  // state; a character completing `end` finishes, one completing a forbidden string is left out.
+  std::vector<std::vector<uint32_t>> words{code_points(end)};
+  for (const std::string& f : forbidden) words.push_back(code_points(f));
+  if (words[0].empty()) return fmt::format("{} ::= \"\"\n", name);
+  struct Node {
+    std::map<uint32_t, int> go;
+    int fail = 0;
+    int word = -1;  // a word ends here (itself or through a suffix): 0 = end, > 0 forbidden
+  };
+  std::vector<Node> t(1);
+  std::set<uint32_t> alphabet;
+  for (size_t w = 0; w < words.size(); ++w) {
+    int s = 0;
+    for (uint32_t c : words[w]) {
+      alphabet.insert(c);
+      auto it = t[static_cast<size_t>(s)].go.find(c);
+      if (it == t[static_cast<size_t>(s)].go.end()) {
+        t.push_back({});
+        it = t[static_cast<size_t>(s)].go.emplace(c, static_cast<int>(t.size()) - 1).first;
+      }
+      s = it->second;
     }
-    std::string alts, others = "[^";
-    for (const auto& [c, k] : next) {
-      others += class_char(c);
+    if (t[static_cast<size_t>(s)].word < 0 || static_cast<int>(w) < t[static_cast<size_t>(s)].word) t[static_cast<size_t>(s)].word = static_cast<int>(w);
+  }
+  // Breadth-first failure links; delta(s, c) completed for the alphabet.
+  std::vector<std::map<uint32_t, int>> delta(t.size());
+  std::vector<int> queue{0};
+  for (size_t q = 0; q < queue.size(); ++q) {
+    const int s = queue[q];
+    for (uint32_t c : alphabet) {
+      auto it = t[static_cast<size_t>(s)].go.find(c);
+      if (it != t[static_cast<size_t>(s)].go.end()) {
+        const int child = it->second;
+        t[static_cast<size_t>(child)].fail = s == 0 ? 0 : delta[static_cast<size_t>(t[static_cast<size_t>(s)].fail)][c];
+        const int fw = t[static_cast<size_t>(t[static_cast<size_t>(child)].fail)].word;
+        if (fw >= 0 && (t[static_cast<size_t>(child)].word < 0 || fw < t[static_cast<size_t>(child)].word)) t[static_cast<size_t>(child)].word = fw;
+        delta[static_cast<size_t>(s)][c] = child;
+        queue.push_back(child);
+      } else {
+        delta[static_cast<size_t>(s)][c] = s == 0 ? 0 : delta[static_cast<size_t>(t[static_cast<size_t>(s)].fail)][c];
+      }
+    }
+  }
+  auto state = [&](int i) { return i == 0 ? name : fmt::format("{}-{}", name, i); };
+  std::string others = "[^";
+  for (uint32_t c : alphabet) others += class_char(c);
+  others += "]";
+  std::string out;
+  for (size_t s = 0; s < t.size(); ++s) {
+    if (t[s].word >= 0) continue;  // a completed word: never a state to continue from
+    std::string alts;
+    for (uint32_t c : alphabet) {
+      const int to = delta[s][c];
       std::string ch;
       append_utf8(c, ch);
-      if (k == m) alts += fmt::format(" | {}", gbnf_literal(ch));
-      else alts += fmt::format(" | {} {}", gbnf_literal(ch), state(k));
+      if (t[static_cast<size_t>(to)].word == 0) alts += fmt::format(" | {}", gbnf_literal(ch));
+      else if (t[static_cast<size_t>(to)].word < 0) alts += fmt::format(" | {} {}", gbnf_literal(ch), state(to));
     }
-    out += fmt::format("{} ::= {}] {}{}\n", state(i), others, state(0), alts);
+    out += fmt::format("{} ::= {} {}{}\n", state(static_cast<int>(s)), others, state(0), alts);
   }
   return out;
 }

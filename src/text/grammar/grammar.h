@@ -71,8 +71,9 @@ Expected<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view source);
 // GBNF building blocks shared by the schema and tool-call converters (rules are appended to `out`).
 // A GBNF string literal for `text` (quoted, escaped).
 std::string gbnf_literal(std::string_view text);
-// Rule `name` ::= any text (valid UTF-8) not containing `literal`, then `literal`.
-std::string gbnf_text_until(const std::string& name, std::string_view literal);
+// Rules `name` ::= any text (valid UTF-8) not containing `end` nor any of `forbidden`, then `end`.
+std::string gbnf_text_until(const std::string& name, std::string_view end,
+                            const std::vector<std::string>& forbidden = {});
 // The reasoning prefix for `start` as a rule `name` (may be the empty sequence ""), appended to out.
 void gbnf_reasoning_prefix(const std::string& name, const GrammarStart& start, std::string& out);
 

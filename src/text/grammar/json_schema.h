@@ -23,8 +23,22 @@ Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const Json& sc
 // Any JSON object (response_format {"type": "json_object"}).
 Expected<std::shared_ptr<const Grammar>> grammar_for_json_object(const GrammarStart& start = {});
 
-// Building blocks for other converters: appends rules for `schema` to `out` and returns the name
-// of its root rule. Rules are prefixed with `prefix` so several schemas can share one grammar.
-Expected<std::string> json_schema_rules(const Json& schema, const std::string& prefix, std::string& out);
+// Building block for other converters (tool calls): rules for several schemas in one grammar.
+class JsonGrammarWriter {
+ public:
+  JsonGrammarWriter();
+  ~JsonGrammarWriter();
+  JsonGrammarWriter(const JsonGrammarWriter&) = delete;
+  JsonGrammarWriter& operator=(const JsonGrammarWriter&) = delete;
+  // Writes rules for a JSON value valid against `schema` ($refs resolve inside `schema`); returns the
+  // name of its rule, which starts with `name` (a GBNF name: letters, digits, '-').
+  Expected<std::string> add_schema(const Json& schema, const std::string& name);
+  // Every rule written so far, shared ones (value, string, ws, …) once.
+  std::string rules() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace kapitsa::text

@@ -2,8 +2,9 @@
 // (already filtered by the caller to the allowed ones), in the model's own format (see
 // text/parse/tool_calls.h), with arguments valid against the tool's parameter schema.
 //   qwen_xml:    <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n…</function>\n</tool_call>
-//                VALUE is raw text for string parameters (any text without "</parameter>", no length
-//                bound) and JSON for other types; parameters in schema order, required ones mandatory.
+//                VALUE is raw text for string parameters (any text without "</parameter>", "<parameter=",
+//                "</function>" or "</tool_call>"; unbounded unless the schema gives maxLength, and then
+//                without '<') and JSON for other types; parameters in schema order, required ones mandatory.
 //   hermes_json: <tool_call>\n{"name": "NAME", "arguments": {…}}\n</tool_call>
 //   nemotron:    <TOOLCALL>[{"name": "NAME", "arguments": {…}}]</TOOLCALL>
 // Tools are OpenAI ({"type":"function","function":{name, parameters}}) or Anthropic ({name, input_schema}).
