@@ -16,5 +16,6 @@ void add_tokenize_command(CLI::App& app);
 void add_serve_command(CLI::App& app);  // kapitsa serve (src/cli/serve.cpp)
 void add_run_command(CLI::App& app);   // kapitsa run
 void add_chat_command(CLI::App& app);  // kapitsa chat
+void add_agent_commands(CLI::App& app);  // kapitsa opencode|claude|codex|pi (src/cli/agents/)
 
 }  // namespace kapitsa::cli
