@@ -6,8 +6,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -78,6 +80,35 @@ BENCHMARK(BM_Attention)
     ->Args({1, 8192, 8, 2, 256})
     ->Args({512, 0, 8, 2, 256})
     ->Args({2048, 0, 8, 2, 256})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The same through a block table of shuffled pages of P tokens. args: T, past, Hq, Hkv, D, P
+void BM_AttentionPaged(benchmark::State& state) {
+  const int64_t T = state.range(0), past = state.range(1), Hq = state.range(2), Hkv = state.range(3),
+                D = state.range(4), P = state.range(5);
+  const int64_t S = past + T, n_pages = (S + P - 1) / P;
+  Buffer q = random_buffer(DType::f32, {T, Hq, D}, 1), k = random_buffer(DType::f32, {n_pages, P, Hkv, D}, 2);
+  Buffer v = random_buffer(DType::f32, {n_pages, P, Hkv, D}, 3), o = Buffer::allocate(DType::f32, {T, Hq, D});
+  std::vector<int32_t> table(static_cast<size_t>(n_pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(1));
+  default_thread_pool();
+  for (auto _ : state) {
+    ops::cpu::attention_paged(q, k, v, table, S, past, 1.0f / std::sqrt(float(D)), o);
+    benchmark::DoNotOptimize(o.f32()[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * S * Hkv * D * 4);
+}
+BENCHMARK(BM_AttentionPaged)
+    ->ArgNames({"T", "past", "Hq", "Hkv", "D", "P"})
+    ->Args({1, 1024, 8, 2, 256, 16})
+    ->Args({1, 8192, 8, 2, 256, 16})
+    ->Args({1, 8192, 8, 2, 256, 32})
+    ->Args({1, 8192, 8, 2, 256, 64})
+    ->Args({512, 0, 8, 2, 256, 16})
+    ->Args({2048, 0, 8, 2, 256, 16})
+    ->Args({2048, 0, 8, 2, 256, 64})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

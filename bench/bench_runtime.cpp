@@ -3,7 +3,8 @@
 //   1. aggregate decode tokens/s with 1, 4 and 16 sequences decoding concurrently, measured over the
 //      window in which all of them are decoding;
 //   2. time to first token of turn 2 of a ~4k-token conversation, cold (empty prefix cache) vs cached
-//      (the engine that served turn 1).
+//      (the engine that served turn 1, which also folded two end-of-turn ids after the reply), and the
+//      memory the cache holds after turn 1 (snapshots share KV pages: the pool counts each once).
 // Not a test; run it by hand:
 //   build/release/bench/bench_runtime --config bench/configs/qwen35-0.8b.json [--turn1 4000] [--decode 32]
 #include "models/model.h"
@@ -97,6 +98,8 @@ Expected<double> decode_throughput(const std::string& dir, int n, int prompt, in
 struct TurnTwo {
   double cold_ttft = 0, cached_ttft = 0;
   int prompt_tokens = 0, cached_tokens = 0;
+  int snapshots = 0;
+  int64_t snapshot_bytes = 0, kv_bytes = 0;
 };
 
 Expected<TurnTwo> conversation_ttft(const std::string& dir, int turn1, int reply, int user2, std::mt19937_64& rng) {
@@ -108,15 +111,24 @@ Expected<TurnTwo> conversation_ttft(const std::string& dir, int turn1, int reply
   std::vector<int32_t> prompt = random_ids(rng, static_cast<size_t>(turn1), V);
   runtime::GenerateRequest first = greedy(prompt, reply);
   first.turn_boundary = prompt.size() - 3;  // "before the generation prompt"
+  first.end_of_turn_ids = random_ids(rng, 2, V);  // as "<|im_end|>\n"
   KAPITSA_TRY(auto g1, warm->submit(first));
   const Timeline t1 = read_all(*g1);
-  // Turn 2: the history (prompt + reply, as a template renders it again) and the user's new message.
+  // Turn 2: the history (prompt + reply + end of turn, as a template renders it again) and the user's
+  // new message.
   std::vector<int32_t> second = prompt;
   second.insert(second.end(), t1.ids.begin(), t1.ids.end());
+  second.insert(second.end(), first.end_of_turn_ids.begin(), first.end_of_turn_ids.end());
   const std::vector<int32_t> user = random_ids(rng, static_cast<size_t>(user2), V);
   second.insert(second.end(), user.begin(), user.end());
   TurnTwo out;
   out.prompt_tokens = static_cast<int>(second.size());
+  for (int i = 0; i < 1000 && warm->counters().end_of_turn_tokens == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the engine folds it when idle
+  const runtime::EngineCounters c = warm->counters();
+  out.snapshots = static_cast<int>(c.snapshots);
+  out.snapshot_bytes = c.snapshot_bytes;
+  out.kv_bytes = c.kv_pages_used * c.kv_page_bytes;
   KAPITSA_TRY(auto g2, warm->submit(greedy(second, 2)));
   Timeline cached = read_all(*g2);
   out.cached_ttft = cached.finish.stats.time_to_first_token_s;
@@ -177,6 +189,8 @@ int main(int argc, char** argv) {
     fmt::print("turn 2 of a {}-token conversation: time to first token cold {:.3f} s, cached {:.3f} s "
                "({} of {} prompt tokens reused)\n",
                t->prompt_tokens, t->cold_ttft, t->cached_ttft, t->cached_tokens, t->prompt_tokens);
+    fmt::print("after turn 1: {} snapshots holding {:.1f} MiB (KV pool in use: {:.1f} MiB, each page once)\n",
+               t->snapshots, t->snapshot_bytes / 1048576.0, t->kv_bytes / 1048576.0);
   }
   return 0;
 }

@@ -17,4 +17,10 @@ Status Model::forward_batch(std::span<const BatchItem> items) const {
   return ok_status();
 }
 
+std::shared_ptr<KvPagePool> Model::default_kv_pool() const {
+  std::lock_guard lock(default_pool_mu_);
+  if (!default_pool_) default_pool_ = std::make_shared<KvPagePool>(kv_layout());
+  return default_pool_;
+}
+
 }  // namespace kapitsa::models

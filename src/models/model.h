@@ -4,10 +4,12 @@
 #pragma once
 
 #include "base/status.h"
+#include "models/kv_pages.h"
 #include "tensor/tensor.h"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,18 +29,30 @@ struct ModelInfo {
   int64_t weight_bytes_per_token = 0;
 };
 
-// Per-sequence memory: attention KV for every attention layer, conv windows and f32 recurrent state
-// for every recurrent layer. Architecture-specific inside; the runtime only sees this interface.
+// Per-sequence memory: attention KV for every attention layer (pages of a KvPagePool, addressed by
+// the state's block table), conv windows and f32 recurrent state for every recurrent layer.
+// Architecture-specific inside; the runtime only sees this interface.
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
   int64_t n_past() const { return n_past_; }       // tokens already folded into the state
   int64_t capacity() const { return capacity_; }   // most tokens it can hold
+  // The most memory it can occupy: its own part plus KV pages for `capacity` tokens.
   virtual size_t bytes() const = 0;
-  virtual std::unique_ptr<SequenceState> clone() const = 0;  // a snapshot (deep copy)
-  // A deep copy with room for `capacity` tokens (>= n_past): the runtime trims snapshots to what they
+  // A snapshot: shares the KV pages it has (reference counts; a later write into a shared, partly
+  // filled page copies that page first) and copies the recurrent state.
+  virtual std::unique_ptr<SequenceState> clone() const = 0;
+  // The same with room for `capacity` tokens (>= n_past): the runtime trims snapshots to what they
   // hold and grows states without recomputing. Null when unsupported or capacity < n_past.
   virtual std::unique_ptr<SequenceState> resized(int64_t capacity) const { return nullptr; }
+  // Paged KV: the pages it references (page i holds tokens [i·P, (i+1)·P)) and their pool; empty and
+  // null for states without paged KV.
+  virtual std::span<const int32_t> kv_pages() const { return {}; }
+  virtual const KvPagePool* kv_pool() const { return nullptr; }
+  // Pages its pool must supply before n more tokens are folded (new pages, copy-on-write).
+  virtual int64_t kv_pages_needed(int64_t n) const { return 0; }
+  // Bytes besides KV pages (the recurrent state, copied by every snapshot).
+  virtual size_t own_bytes() const { return bytes(); }
 
  protected:
   int64_t n_past_ = 0;
@@ -50,8 +64,13 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
 
-  // A fresh state for a sequence of up to `max_tokens` tokens.
-  virtual std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const = 0;
+  // A fresh state for a sequence of up to `max_tokens` tokens whose KV lives in `pool` (made from
+  // kv_layout(); null: the model's own unbounded pool, for single-sequence tools and tests). Pages are
+  // taken as tokens are folded; forward fails (changing nothing) when the pool has too few.
+  virtual std::unique_ptr<SequenceState> new_state(int64_t max_tokens,
+                                                   std::shared_ptr<KvPagePool> pool = nullptr) const = 0;
+  // The KV one token needs, for sizing pools.
+  virtual KvLayout kv_layout() const = 0;
 
   // Runs `ids` after what `state` already holds and advances it by ids.size().
   //   logits: [T, V] f32 for every position, or [1, V] for the last position only.
@@ -71,6 +90,14 @@ class Model {
     Tensor logits;
   };
   virtual Status forward_batch(std::span<const BatchItem> items) const;
+
+ protected:
+  // The pool new_state(…, nullptr) uses, created on first use.
+  std::shared_ptr<KvPagePool> default_kv_pool() const;
+
+ private:
+  mutable std::mutex default_pool_mu_;
+  mutable std::shared_ptr<KvPagePool> default_pool_;
 };
 
 // Numerical choices that are not part of a checkpoint.

@@ -2,6 +2,8 @@
 // the prefix cache; submit() and Generation::cancel() only touch the inbox under its mutex.
 // Per step: apply the scheduler's preemptions and admissions (restoring prefix-cache snapshots), run
 // every scheduled chunk through Model::forward_batch, snapshot at boundaries, sample, stream events.
+// All KV lives in one page pool (snapshots share pages); a step short of pages evicts snapshots, then
+// preempts. Replies with end_of_turn_ids leave a queued end-of-turn prefill, run when idle.
 #include "runtime/engine.h"
 
 #include "base/log.h"
@@ -15,7 +17,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -23,6 +27,13 @@ namespace kapitsa::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A finished reply's end-of-turn ids, still to be folded (GenerateRequest::end_of_turn_ids).
+struct TailJob {
+  std::unique_ptr<models::SequenceState> state;  // after a prefix of `tokens`
+  std::vector<int32_t> tokens;                   // the conversation up to the end of the turn
+  std::string group;                             // the request's cache_key
+};
 
 struct Inbox {
   std::mutex mu;
@@ -71,19 +82,25 @@ class EngineImpl final : public Engine {
         seeds_(options.seed != 0 ? options.seed : std::random_device{}()) {
     const auto& info = model_->info();
     if (info.max_position_embeddings > 0) options_.context_tokens = std::min(options_.context_tokens, info.max_position_embeddings);
-    // A state's size is affine in its capacity: measure the two coefficients on tiny states.
-    const size_t one = model_->new_state(1)->bytes(), two = model_->new_state(2)->bytes();
+    // Every state's KV lives in one page pool; the scheduler reserves, per running sequence, its own
+    // (recurrent) bytes plus the KV of its capacity.
+    const models::KvLayout layout = model_->kv_layout();
+    const int64_t page_tokens = std::max<int64_t>(options_.kv_page_tokens, 1);
+    const size_t page_bytes = std::max<size_t>(layout.bytes_per_token() * static_cast<size_t>(page_tokens), 1);
+    const int64_t max_pages =
+        options_.kv_pool_bytes == 0 ? 0 : std::max<int64_t>(1, static_cast<int64_t>(options_.kv_pool_bytes / page_bytes));
+    pool_ = std::make_shared<models::KvPagePool>(layout, page_tokens, max_pages);
     SchedulerConfig sc;
     sc.max_sequences = std::max(options_.max_sequences, 1);
     sc.prefill_chunk_tokens = std::max<int64_t>(options_.prefill_chunk_tokens, 1);
     sc.memory_budget_bytes = options_.memory_budget_bytes;
-    sc.state_bytes_per_token = two - one;
-    sc.state_fixed_bytes = one - (two - one);
+    sc.state_bytes_per_token = layout.bytes_per_token();
+    sc.state_fixed_bytes = model_->new_state(1, pool_)->own_bytes();
     sc.context_tokens = options_.context_tokens;
     sc.decode_reserve_tokens = std::max<int64_t>(options_.decode_reserve_tokens, 1);
     scheduler_ = std::make_unique<Scheduler>(sc);
     // States that can be resized are cached trimmed to what they hold and grow without recompute.
-    resizable_ = model_->new_state(2)->resized(4) != nullptr;
+    resizable_ = model_->new_state(2, pool_)->resized(4) != nullptr;
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -158,10 +175,79 @@ class EngineImpl final : public Engine {
     for (const auto& [id, bias] : s.logit_bias)
       if (id < 0 || id >= V) return error("logit_bias names token id {}, outside the vocabulary [0, {})", id, V);
     if (r.top_logprobs > 100) return error("top_logprobs must be at most 100, got {}", r.top_logprobs);
+    for (size_t i = 0; i < r.end_of_turn_ids.size(); ++i)
+      if (r.end_of_turn_ids[i] < 0 || r.end_of_turn_ids[i] >= V)
+        return error("end_of_turn_ids[{}] = {} is outside the vocabulary [0, {})", i, r.end_of_turn_ids[i], V);
     if (r.grammar && !tokenizer_) return error("constrained decoding (a grammar) needs the engine's tokenizer");
     if (r.turn_boundary && *r.turn_boundary > r.prompt_ids.size())
       return error("turn_boundary {} is past the end of the {}-token prompt", *r.turn_boundary, n);
     return ok_status();
+  }
+
+  Status forward(std::span<const models::Model::BatchItem> items) {
+    // The op thread pool serves one computing thread at a time: engines in one process take turns.
+    static std::mutex compute;
+    std::lock_guard lock(compute);
+    return model_->forward_batch(items);
+  }
+
+  bool is_stop_token(const Sequence& seq, int32_t id) const {
+    const auto& eos = model_->info().eos_token_ids;
+    const auto& stop_ids = seq.request.stop_token_ids;
+    return (!seq.request.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) ||
+           std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+  }
+
+  // After a reply that ends a turn: queue its end-of-turn ids to be folded into (a share of) its state.
+  void queue_end_of_turn(Sequence& seq, FinishReason reason) {
+    const std::vector<int32_t>& eot = seq.request.end_of_turn_ids;
+    if (eot.empty() || !seq.state || seq.state->n_past() == 0) return;
+    std::vector<int32_t> tokens = seq.tokens;
+    if (reason == FinishReason::stop && seq.generated > 0 && is_stop_token(seq, tokens.back())) tokens.pop_back();
+    const int64_t n_past = seq.state->n_past();
+    if (static_cast<int64_t>(tokens.size()) < n_past) return;  // (a stop token folded: nothing to continue)
+    tokens.insert(tokens.end(), eot.begin(), eot.end());
+    TailJob job;
+    job.state = seq.state->resized(std::max<int64_t>(seq.state->capacity(), static_cast<int64_t>(tokens.size())));
+    if (!job.state) return;
+    job.tokens = std::move(tokens);
+    job.group = seq.request.cache_key;
+    tail_jobs_.push_back(std::move(job));
+    // Low priority: a few per engine; the oldest give way.
+    while (static_cast<int>(tail_jobs_.size()) > 2 * options_.max_sequences) tail_jobs_.pop_front();
+  }
+
+  // Folds every queued end-of-turn in one forward step and files the states in the prefix cache. Runs
+  // when the engine is idle, or at once when an admitted prompt continues a queued conversation.
+  void flush_tail_jobs() {
+    std::deque<TailJob> jobs;
+    jobs.swap(tail_jobs_);
+    std::vector<models::Model::BatchItem> items;
+    std::vector<TailJob*> running;
+    int64_t pages = 0, folded = 0;
+    for (TailJob& job : jobs) {
+      const int64_t n = static_cast<int64_t>(job.tokens.size()) - job.state->n_past();
+      const int64_t need = job.state->kv_pages_needed(n);
+      if (pages + need > pool_->free_pages()) continue;  // no room: dropped (it was only a head start)
+      pages += need;
+      folded += n;
+      running.push_back(&job);
+    }
+    if (running.empty()) return;
+    Buffer logits = Buffer::allocate(DType::f32, {static_cast<int64_t>(running.size()), model_->info().vocab_size});
+    for (size_t i = 0; i < running.size(); ++i) {
+      TailJob& job = *running[i];
+      items.push_back({std::span<const int32_t>(job.tokens).subspan(static_cast<size_t>(job.state->n_past())),
+                       job.state.get(), logits.tensor().rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1)});
+    }
+    if (Status s = forward(items); !s.ok()) {
+      log::warn("end-of-turn prefill failed: {}", s.error().message);
+      return;
+    }
+    for (TailJob* job : running)
+      if (!cache_.contains(job->tokens)) cache_.insert(job->tokens, std::move(job->state), job->group);
+    std::lock_guard lock(counters_mu_);
+    counters_.end_of_turn_tokens += folded;
   }
 
   void loop() {
@@ -170,13 +256,16 @@ class EngineImpl final : public Engine {
       bool check_cancels = false;
       {
         std::unique_lock lock(inbox_->mu);
-        inbox_->cv.wait(lock, [&] { return inbox_->stop || !inbox_->submitted.empty() || inbox_->cancels || !seqs_.empty(); });
+        inbox_->cv.wait(lock, [&] {
+          return inbox_->stop || !inbox_->submitted.empty() || inbox_->cancels || !seqs_.empty() || !tail_jobs_.empty();
+        });
         if (inbox_->stop) return;
         fresh.swap(inbox_->submitted);
         inbox_->queued = 0;
         check_cancels = inbox_->cancels;
         inbox_->cancels = false;
       }
+      if (seqs_.empty()) flush_tail_jobs();  // idle: before anything new is admitted
       for (auto& [request, channel] : fresh) add(std::move(request), std::move(channel));
       if (check_cancels || !fresh.empty())
         for (auto it = seqs_.begin(); it != seqs_.end();) {
@@ -229,10 +318,15 @@ class EngineImpl final : public Engine {
       scheduler_->on_admitted(seq.id, seq.state->n_past(), seq.state->capacity());
       return;
     }
+    // A queued end-of-turn of this very conversation: fold it now so the lookup below finds it.
+    if (std::any_of(tail_jobs_.begin(), tail_jobs_.end(), [&](const TailJob& job) {
+          return job.tokens.size() < seq.tokens.size() && std::equal(job.tokens.begin(), job.tokens.end(), seq.tokens.begin());
+        }))
+      flush_tail_jobs();
     // The last known token is always folded here: its logits choose the next token.
-    PrefixCache::Hit hit = cache_.lookup(seq.tokens, known - 1, resizable_ ? 0 : capacity);
+    PrefixCache::Hit hit = cache_.lookup(seq.tokens, known - 1, resizable_ ? 0 : capacity, seq.request.cache_key);
     if (hit.snapshot != nullptr) seq.state = resizable_ ? hit.snapshot->resized(capacity) : hit.snapshot->clone();
-    else seq.state = model_->new_state(capacity);
+    else seq.state = model_->new_state(capacity, pool_);
     scheduler_->on_admitted(seq.id, hit.tokens, seq.state->capacity());
     if (!seq.admitted_once) {
       seq.admitted_once = true;
@@ -251,7 +345,9 @@ class EngineImpl final : public Engine {
       admit(*seqs_.at(a.id), a.capacity, it == dropped.end() ? nullptr : std::move(it->second));
     }
     dropped.clear();  // preempted for memory: freed before the step runs
-    const std::vector<Scheduler::Work> work = scheduler_->batch();
+    if (!decision.preempt.empty()) cache_.trim();  // pages they shared with snapshots are the cache's now
+    std::vector<Scheduler::Work> work = scheduler_->batch();
+    if (!make_room(work)) return;
     if (work.empty()) return;
 
     const int64_t V = model_->info().vocab_size, n = static_cast<int64_t>(work.size());
@@ -268,12 +364,7 @@ class EngineImpl final : public Engine {
                        seq.state.get(), logits_.tensor().rows(i, i + 1)});
       prefilled += std::max<int64_t>(0, std::min<int64_t>(from + w.n_tokens, static_cast<int64_t>(seq.prompt_len)) - from);
     }
-    Status status = [&] {
-      // The op thread pool serves one computing thread at a time: engines in one process take turns.
-      static std::mutex compute;
-      std::lock_guard lock(compute);
-      return model_->forward_batch(items);
-    }();
+    Status status = forward(items);
     if (!status.ok()) {
       log::error("forward step failed: {}", status.error().message);
       for (const Scheduler::Work& w : work) finish(*seqs_.at(w.id), FinishReason::error, "", status.error().message);
@@ -293,10 +384,40 @@ class EngineImpl final : public Engine {
     }
   }
 
+  // The KV pages this step writes must be free in the pool: drop queued end-of-turns, evict prefix-cache
+  // snapshots (least recently used first), then preempt the youngest running sequences (recomputed
+  // later), until they are. False when even a lone sequence does not fit (it fails with an error).
+  bool make_room(std::vector<Scheduler::Work>& work) {
+    auto needed = [&] {
+      int64_t n = 0;
+      for (const Scheduler::Work& w : work) n += seqs_.at(w.id)->state->kv_pages_needed(w.n_tokens);
+      return n;
+    };
+    while (needed() > pool_->free_pages()) {
+      if (!tail_jobs_.empty()) {  // queued end-of-turns are only a head start
+        tail_jobs_.clear();
+        continue;
+      }
+      if (cache_.evict_lru()) continue;
+      std::optional<uint64_t> victim = scheduler_->youngest_running();
+      if (!victim || scheduler_->running() == 1) {
+        const std::string message = fmt::format(
+            "the KV page pool ({} pages of {} tokens) cannot hold this sequence; raise kv_pool_bytes",
+            pool_->max_pages(), pool_->page_tokens());
+        for (const Scheduler::Work& w : std::vector<Scheduler::Work>(work)) finish(*seqs_.at(w.id), FinishReason::error, "", message);
+        return false;
+      }
+      scheduler_->preempt(*victim);
+      seqs_.at(*victim)->state.reset();
+      work = scheduler_->batch();
+    }
+    return true;
+  }
+
   void snapshot(Sequence& seq, int64_t at) {
     const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(at));
     if (cache_.contains(key, resizable_ ? 0 : seq.state->capacity())) return;
-    cache_.insert(key, resizable_ ? seq.state->resized(at) : seq.state->clone());
+    cache_.insert(key, resizable_ ? seq.state->resized(at) : seq.state->clone(), seq.request.cache_key);
   }
 
   void sample(Sequence& seq, std::span<const float> logits) {
@@ -376,11 +497,14 @@ class EngineImpl final : public Engine {
         scheduler_->has_state(seq.id)) {
       const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(seq.state->n_past()));
       if (!cache_.contains(key, resizable_ ? 0 : seq.state->capacity()))
-        cache_.insert(key, resizable_ ? seq.state->resized(seq.state->n_past()) : std::move(seq.state));
+        cache_.insert(key, resizable_ ? seq.state->resized(seq.state->n_past()) : std::move(seq.state), seq.request.cache_key);
     }
+    if ((reason == FinishReason::stop || reason == FinishReason::length) && scheduler_->has_state(seq.id))
+      queue_end_of_turn(seq, reason);
     scheduler_->remove(seq.id);
     std::shared_ptr<Channel> channel = seq.channel;
     seqs_.erase(seq.id);
+    cache_.trim();  // its pages that snapshots share now count for the cache
     // Counters first: a reader that has seen the FinishEvent sees the memory freed.
     publish_counters();
     channel->push(std::move(f));
@@ -394,17 +518,21 @@ class EngineImpl final : public Engine {
     counters_.snapshot_bytes = static_cast<int64_t>(cache_.bytes());
     counters_.snapshots = static_cast<int64_t>(cache_.snapshots());
     counters_.sequence_bytes = static_cast<int64_t>(scheduler_->used_bytes());
+    counters_.kv_pages_used = pool_->used_pages();
+    counters_.kv_page_bytes = static_cast<int64_t>(pool_->page_bytes());
   }
 
   std::unique_ptr<models::Model> model_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
   EngineOptions options_;
+  std::shared_ptr<models::KvPagePool> pool_;  // KV of every state and snapshot
   PrefixCache cache_;
   std::unique_ptr<Scheduler> scheduler_;
   bool resizable_ = false;
   std::shared_ptr<Inbox> inbox_;
   std::mt19937_64 seeds_;
   std::map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // engine thread only
+  std::deque<TailJob> tail_jobs_;                        // engine thread only
   uint64_t next_id_ = 1;
   Buffer logits_;  // [n_items, V] of the current step
   mutable std::mutex counters_mu_;

@@ -46,6 +46,12 @@ struct EngineOptions {
   int64_t snapshot_interval_tokens = 4096;  // prefix-cache snapshots every N tokens of long prompts
   int64_t decode_reserve_tokens = 256;      // room for generated tokens a new state is given
   uint64_t seed = 0;                        // seeds requests without one; 0 → random
+  // Attention KV lives in pages of kv_page_tokens tokens in one pool shared by every sequence and
+  // prefix-cache snapshot (common prefixes share pages). kv_pool_bytes caps the pool (0: bounded only
+  // by the two budgets above); when a step needs pages the pool lacks, cached snapshots are evicted,
+  // then the youngest sequences preempted.
+  int64_t kv_page_tokens = 16;
+  size_t kv_pool_bytes = 0;
 };
 
 struct EngineCounters {
@@ -59,7 +65,10 @@ struct EngineCounters {
   int running = 0;
   int64_t preemptions = 0;      // states dropped for memory (recomputed later)
   int64_t snapshots = 0;        // snapshots held by the prefix cache
-  int64_t sequence_bytes = 0;   // states of running sequences
+  int64_t sequence_bytes = 0;   // states of running sequences (reserved: own bytes + KV of their capacity)
+  int64_t kv_pages_used = 0;    // pages in use in the KV pool (each once, however many share it)
+  int64_t end_of_turn_tokens = 0;  // folded after replies (GenerateRequest::end_of_turn_ids)
+  int64_t kv_page_bytes = 0;
 };
 
 class Engine {

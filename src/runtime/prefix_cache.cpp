@@ -1,4 +1,4 @@
-// Radix tree of state snapshots with LRU eviction (see prefix_cache.h).
+// Radix tree of state snapshots with LRU eviction; bytes count shared KV pages once (see prefix_cache.h).
 #include "runtime/prefix_cache.h"
 
 #include "base/check.h"
@@ -47,7 +47,20 @@ PrefixCache::Node* PrefixCache::find(std::span<const int32_t> ids, bool create) 
   return node;
 }
 
-PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> ids, int64_t max_tokens, int64_t min_capacity) {
+void PrefixCache::touch(Node* node, const std::string& group) {
+  node->last_used = ++clock_;
+  if (!node->group.empty()) group_used_[node->group] = clock_;
+  if (!group.empty() && group != node->group) group_used_[group] = clock_;
+}
+
+uint64_t PrefixCache::recency(const Node* node) const {
+  if (node->group.empty()) return node->last_used;
+  auto it = group_used_.find(node->group);
+  return it == group_used_.end() ? node->last_used : std::max(node->last_used, it->second);
+}
+
+PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> ids, int64_t max_tokens, int64_t min_capacity,
+                                     const std::string& group) {
   Hit hit;
   Node* best = nullptr;
   const Node* node = &root_;
@@ -68,7 +81,7 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> ids, int64_t max_t
     node = child;
   }
   if (best != nullptr) {
-    best->last_used = ++clock_;
+    touch(best, group);
     hit.snapshot = best->snapshot.get();
   }
   return hit;
@@ -79,38 +92,82 @@ bool PrefixCache::contains(std::span<const int32_t> ids, int64_t min_capacity) c
   return node != nullptr && node->snapshot && node->snapshot->capacity() >= min_capacity;
 }
 
-bool PrefixCache::insert(std::span<const int32_t> ids, std::unique_ptr<models::SequenceState> snapshot) {
+bool PrefixCache::insert(std::span<const int32_t> ids, std::unique_ptr<models::SequenceState> snapshot,
+                         const std::string& group) {
   KAPITSA_CHECK(snapshot && snapshot->n_past() == static_cast<int64_t>(ids.size()) && !ids.empty(),
                 "prefix cache: a snapshot of {} tokens filed under {} ids", snapshot ? snapshot->n_past() : -1, ids.size());
-  const size_t size = snapshot->bytes();
+  // What it adds now: its own bytes and the pages nobody else references (usually none: a snapshot
+  // shares every page with the sequence it was taken from).
+  size_t size = snapshot->own_bytes();
+  if (const models::KvPagePool* pool = snapshot->kv_pool())
+    for (int32_t page : snapshot->kv_pages()) size += pool->refcount(page) == 1 ? pool->page_bytes() : 0;
   if (size > budget_) return false;
   if (Node* existing = find(ids, false); existing != nullptr && existing->snapshot) {
-    existing->last_used = ++clock_;
+    touch(existing, group);
     if (existing->snapshot->capacity() >= snapshot->capacity()) return true;
-    bytes_ -= existing->snapshot->bytes();
+    own_bytes_ -= existing->snapshot->own_bytes();
+    add_pages(*existing->snapshot, -1);
     existing->snapshot.reset();
     with_snapshot_.erase(std::find(with_snapshot_.begin(), with_snapshot_.end(), existing));
   }
   // Make room, least recently used first. The target node is looked up only afterwards: eviction
   // prunes empty nodes, which could include it.
-  while (bytes_ + size > budget_ && !with_snapshot_.empty()) {
-    Node* oldest = *std::min_element(with_snapshot_.begin(), with_snapshot_.end(),
-                                     [](const Node* a, const Node* b) { return a->last_used < b->last_used; });
-    evict(oldest);
+  while (recount() + size > budget_ && evict_lru()) {
   }
   Node* node = find(ids, true);
+  own_bytes_ += snapshot->own_bytes();
+  add_pages(*snapshot, +1);
   node->snapshot = std::move(snapshot);
-  node->last_used = ++clock_;
-  bytes_ += size;
+  node->group = group;
+  touch(node, group);
   with_snapshot_.push_back(node);
+  recount();
+  return true;
+}
+
+void PrefixCache::add_pages(const models::SequenceState& s, int delta) {
+  const models::KvPagePool* pool = s.kv_pool();
+  if (pool == nullptr) return;
+  KAPITSA_CHECK(pool_ == nullptr || pool_ == pool || page_refs_.empty(), "prefix cache: snapshots from two KV pools");
+  pool_ = pool;
+  for (int32_t page : s.kv_pages()) {
+    int& n = page_refs_[page];
+    n += delta;
+    if (n == 0) page_refs_.erase(page);
+  }
+}
+
+size_t PrefixCache::recount() {
+  size_t pages = 0;
+  for (const auto& [page, n] : page_refs_) pages += pool_->refcount(page) == n;  // no one else holds it
+  bytes_ = own_bytes_ + (pages == 0 ? 0 : pages * pool_->page_bytes());
+  return bytes_;
+}
+
+void PrefixCache::trim() {
+  while (recount() > budget_ && evict_lru()) {
+  }
+}
+
+bool PrefixCache::evict_lru() {
+  if (with_snapshot_.empty()) return false;
+  // Least recently used group (or ungrouped snapshot) first; inside a group, its oldest snapshot.
+  evict(*std::min_element(with_snapshot_.begin(), with_snapshot_.end(), [&](const Node* a, const Node* b) {
+    return std::pair(recency(a), a->last_used) < std::pair(recency(b), b->last_used);
+  }));
   return true;
 }
 
 void PrefixCache::evict(Node* node) {
-  bytes_ -= node->snapshot->bytes();
-  node->snapshot.reset();
+  own_bytes_ -= node->snapshot->own_bytes();
+  add_pages(*node->snapshot, -1);
+  node->snapshot.reset();  // releases its pages
   with_snapshot_.erase(std::find(with_snapshot_.begin(), with_snapshot_.end(), node));
+  if (!node->group.empty() &&
+      std::none_of(with_snapshot_.begin(), with_snapshot_.end(), [&](const Node* n) { return n->group == node->group; }))
+    group_used_.erase(node->group);
   prune(node);
+  recount();
 }
 
 void PrefixCache::prune(Node* node) {
@@ -133,6 +190,10 @@ size_t PrefixCache::nodes() const { return count(root_); }
 void PrefixCache::clear() {
   root_.children.clear();
   with_snapshot_.clear();
+  page_refs_.clear();
+  group_used_.clear();
+  pool_ = nullptr;
+  own_bytes_ = 0;
   bytes_ = 0;
 }
 

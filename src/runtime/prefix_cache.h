@@ -3,9 +3,15 @@
 // cannot be truncated, so a request resumes only from a node that has a snapshot: the deepest one on
 // its prompt's path. LRU eviction of snapshots under a byte budget; nodes left without snapshot and
 // children are pruned. Not thread-safe (the engine thread owns it).
-// Snapshots are SequenceState deep copies (trimmed to the tokens they hold when the model can resize
-// states), not paged KV with shared pages: two snapshots of one conversation each hold their own copy
-// of the common KV.
+// Snapshots hold references to their KV pages (shared with the sequence they were taken from, with
+// each other along one conversation, and with sequences resumed from them) plus their own copy of the
+// recurrent state. What the cache costs — and what the budget bounds — is what evicting everything
+// would free: every snapshot's own bytes, plus each page that only snapshots reference, counted once.
+// Pages also held by running sequences are theirs (the scheduler counts them), so after sequences
+// finish the engine calls trim().
+// Groups (GenerateRequest::cache_key, one per conversation/session): using one snapshot of a group
+// refreshes the whole group, so a conversation's snapshots age together and go least recently used
+// group first (its oldest snapshot first); snapshots without a group age alone.
 #pragma once
 
 #include "models/model.h"
@@ -15,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kapitsa::runtime {
@@ -32,16 +40,23 @@ class PrefixCache {
   };
   // The deepest snapshot after a prefix of `ids` of at most `max_tokens` tokens whose capacity is at
   // least `min_capacity`; marks it used. No hit: snapshot == nullptr.
-  Hit lookup(std::span<const int32_t> ids, int64_t max_tokens, int64_t min_capacity);
+  Hit lookup(std::span<const int32_t> ids, int64_t max_tokens, int64_t min_capacity, const std::string& group = "");
 
   // Stores `snapshot`, the state after exactly `ids` (snapshot->n_past() == ids.size()). An existing
   // snapshot there is kept unless the new one has a larger capacity. Evicts least recently used
   // snapshots to stay within the budget; false when the snapshot alone exceeds it (it is dropped).
-  bool insert(std::span<const int32_t> ids, std::unique_ptr<models::SequenceState> snapshot);
+  bool insert(std::span<const int32_t> ids, std::unique_ptr<models::SequenceState> snapshot,
+              const std::string& group = "");
   // Whether a snapshot of at least `min_capacity` exists after exactly `ids`.
   bool contains(std::span<const int32_t> ids, int64_t min_capacity = 0) const;
 
+  // Own bytes of every snapshot + pages referenced only by snapshots (each once). Recomputed at each
+  // insert / evict / trim: pages change hands when sequences holding them end.
   size_t bytes() const { return bytes_; }
+  // Evicts least recently used snapshots until bytes() is within the budget.
+  void trim();
+  // Evicts the least recently used snapshot; false when there is none.
+  bool evict_lru();
   size_t budget() const { return budget_; }
   size_t snapshots() const { return with_snapshot_.size(); }
   size_t nodes() const;  // tree nodes besides the root (tests: pruning)
@@ -54,15 +69,24 @@ class PrefixCache {
     std::map<int32_t, std::unique_ptr<Node>> children;  // by the first id of their edge
     std::unique_ptr<models::SequenceState> snapshot;
     uint64_t last_used = 0;
+    std::string group;  // cache_key of the request that stored it ("" → none)
   };
   // The node after exactly `ids`, creating and splitting edges when `create`; null when absent.
   Node* find(std::span<const int32_t> ids, bool create);
   void evict(Node* node);
   void prune(Node* node);
   static size_t count(const Node& node);
+  void add_pages(const models::SequenceState& s, int delta);
+  void touch(Node* node, const std::string& group);  // marks it (and its group) used now
+  uint64_t recency(const Node* node) const;
+  size_t recount();  // sets and returns bytes_
 
   size_t budget_;
   size_t bytes_ = 0;
+  size_t own_bytes_ = 0;                          // Σ snapshots' own_bytes()
+  const models::KvPagePool* pool_ = nullptr;      // of the snapshots' pages (one engine, one pool)
+  std::unordered_map<int32_t, int> page_refs_;    // page → references from snapshots
+  std::unordered_map<std::string, uint64_t> group_used_;  // group → when one of its snapshots was last used
   uint64_t clock_ = 0;
   Node root_;
   std::vector<Node*> with_snapshot_;

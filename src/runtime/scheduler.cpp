@@ -159,6 +159,19 @@ void Scheduler::append(uint64_t id) {
   --s.remaining;
 }
 
+void Scheduler::preempt(uint64_t id) {
+  drop_state(seqs_.at(id));
+  ++preemptions_;
+}
+
+std::optional<uint64_t> Scheduler::youngest_running() const {
+  std::optional<uint64_t> best;
+  uint64_t arrival = 0;
+  for (const auto& [id, s] : seqs_)
+    if (s.capacity > 0 && (!best || s.arrival > arrival)) best = id, arrival = s.arrival;
+  return best;
+}
+
 int Scheduler::running() const {
   int n = 0;
   for (const auto& [id, s] : seqs_) n += s.capacity > 0;

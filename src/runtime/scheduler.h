@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace kapitsa::runtime {
@@ -68,6 +69,9 @@ class Scheduler {
   int running() const;
   int waiting() const;
   int64_t preemptions() const { return preemptions_; }
+  // The engine ran out of KV pages: drop this sequence's state (it is recomputed when readmitted).
+  void preempt(uint64_t id);
+  std::optional<uint64_t> youngest_running() const;
   int64_t n_past(uint64_t id) const;
   int64_t known(uint64_t id) const;
   bool has_state(uint64_t id) const;

@@ -208,6 +208,7 @@ TEST(Engine, MemoryPressurePreemptsAndCompletesWithoutLeaks) {
   EXPECT_EQ(c.running, 0);
   EXPECT_EQ(c.queued, 0);
   EXPECT_EQ(c.sequence_bytes, 0);
+  EXPECT_EQ(c.kv_pages_used, 0);  // no prefix cache: every KV page is back in the pool
 }
 
 TEST(Engine, CancellationAtAnyPointFreesEverything) {
@@ -232,13 +233,14 @@ TEST(Engine, CancellationAtAnyPointFreesEverything) {
   // The engine drains everything: nothing runs, nothing is held.
   for (int i = 0; i < 200; ++i) {
     const EngineCounters c = engine->counters();
-    if (c.running == 0 && c.queued == 0 && c.sequence_bytes == 0) break;
+    if (c.running == 0 && c.queued == 0 && c.sequence_bytes == 0 && c.kv_pages_used == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const EngineCounters c = engine->counters();
   EXPECT_EQ(c.running, 0);
   EXPECT_EQ(c.queued, 0);
   EXPECT_EQ(c.sequence_bytes, 0);
+  EXPECT_EQ(c.kv_pages_used, 0);  // cancelled sequences leave nothing in the prefix cache either
   // next_for gives up on a quiet generation.
   GenerateRequest slow = greedy_request({1, 2}, 1);
   auto one = std::move(engine->submit(slow)).value();

@@ -85,6 +85,27 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedAndPrunes) {
   EXPECT_EQ(cache.nodes(), 1u);  // emptied branches were pruned
 }
 
+// cache_key groups: using a conversation's newest snapshot keeps its older ones too; the least
+// recently used group goes first, and inside a group its oldest snapshot.
+TEST(PrefixCache, ConversationGroupsAgeTogether) {
+  PrefixCache cache(30);
+  cache.insert(ids({1, 2}), fake(2), "a");        // conversation a, turn 1
+  cache.insert(ids({7, 8}), fake(2), "b");        // conversation b
+  cache.insert(ids({1, 2, 3, 4}), fake(4), "a");  // conversation a, turn 2: refreshes a's turn 1
+  cache.insert(ids({9}), fake(1));                // full: b goes, although {1, 2} is older
+  EXPECT_TRUE(cache.contains(ids({1, 2})));
+  EXPECT_TRUE(cache.contains(ids({1, 2, 3, 4})));
+  EXPECT_FALSE(cache.contains(ids({7, 8})));
+  // Without groups the oldest snapshot would have gone; with them, a lookup in a refreshes all of a.
+  cache.lookup(ids({1, 2, 3, 4, 5}), 100, 0, "a");
+  cache.insert(ids({5, 5}), fake(2));  // evicts the ungrouped {9}, the least recent
+  EXPECT_FALSE(cache.contains(ids({9})));
+  cache.insert(ids({6, 6}), fake(2));  // now group a is the least recent: its oldest snapshot first
+  EXPECT_FALSE(cache.contains(ids({1, 2})));
+  EXPECT_TRUE(cache.contains(ids({1, 2, 3, 4})));
+  EXPECT_TRUE(cache.contains(ids({5, 5})));
+}
+
 TEST(PrefixCache, RandomInsertsAndLookupsMatchABruteForceModel) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

@@ -5,6 +5,7 @@
 #include "models/layers/rope.h"
 #include "ops/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -25,11 +26,6 @@ Expected<AttentionWeights> AttentionWeights::load(const weights::Checkpoint& ckp
   }
   if (c.rotary_dim > 0) w.rope_inv_freq = models::rope_inv_freq(c.rotary_dim, c.rope_theta, c.rope_bf16_frequencies);
   return w;
-}
-
-KvCache KvCache::allocate(const AttentionConfig& c, int64_t capacity) {
-  return KvCache{Buffer::zeros(DType::f32, {capacity, c.n_kv_heads, c.head_dim}),
-                 Buffer::zeros(DType::f32, {capacity, c.n_kv_heads, c.head_dim})};
 }
 
 void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x,
@@ -70,21 +66,21 @@ void attention_forward(const AttentionConfig& c, const AttentionWeights& w, cons
   Buffer o = Buffer::allocate(DType::f32, {T, Hq, D});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (const AttentionSegment& s : segments) {
-    const int64_t end = s.pos0 + s.length;
-    ops::copy(k.tensor().rows(s.begin, s.begin + s.length), s.cache->k.tensor().rows(s.pos0, end));
-    ops::copy(v.tensor().rows(s.begin, s.begin + s.length), s.cache->v.tensor().rows(s.pos0, end));
-    ops::attention(q.tensor().rows(s.begin, s.begin + s.length), s.cache->k.tensor().rows(0, end),
-                   s.cache->v.tensor().rows(0, end), s.pos0, scale, o.tensor().rows(s.begin, s.begin + s.length));
+    const int64_t end = s.pos0 + s.length, P = s.kv.k_pages.dim(1);
+    // The new K/V rows into their pages, one run per page.
+    for (int64_t pos = s.pos0; pos < end;) {
+      const int64_t row = pos % P, n = std::min(P - row, end - pos), from = s.begin + (pos - s.pos0);
+      const int64_t page = s.kv.block_table[static_cast<size_t>(pos / P)];
+      ops::copy(k.tensor().rows(from, from + n), s.kv.k_pages.index(page).rows(row, row + n));
+      ops::copy(v.tensor().rows(from, from + n), s.kv.v_pages.index(page).rows(row, row + n));
+      pos += n;
+    }
+    ops::attention_paged(q.tensor().rows(s.begin, s.begin + s.length), s.kv.k_pages, s.kv.v_pages, s.kv.block_table,
+                         end, s.pos0, scale, o.tensor().rows(s.begin, s.begin + s.length));
   }
   const Tensor o_flat = o.tensor().reshape({T, Hq * D});
   if (c.output_gate) ops::mul_sigmoid(o_flat, gate.tensor().reshape({T, Hq * D}), o_flat);
   ops::matmul(o_flat, w.o_proj, out);
-}
-
-void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
-                       KvCache& cache, const Tensor& out) {
-  const AttentionSegment segment{0, x.dim(0), pos0, &cache};
-  attention_forward(c, w, x, std::span<const AttentionSegment>(&segment, 1), out);
 }
 
 }  // namespace kapitsa::models

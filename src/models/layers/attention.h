@@ -1,6 +1,7 @@
 // Causal grouped-query attention, written once for both families: Qwen3.5/Qwen3-Next (per-head
 // q/k RMSNorm, partial NeoX RoPE, sigmoid output gate packed into q_proj as [q_h | gate_h] per head)
-// and Nemotron-H (none of those). The KV cache is a plain f32 buffer per layer for now.
+// and Nemotron-H (none of those). K/V are written into and read from a sequence's KV pages (a block
+// table into a KvPagePool's per-layer arrays; models/kv_pages.h).
 #pragma once
 
 #include "base/status.h"
@@ -42,29 +43,26 @@ struct AttentionWeights {
                                          const AttentionConfig& c);
 };
 
-struct KvCache {
-  Buffer k;  // [capacity, Hkv, D] f32
-  Buffer v;  // [capacity, Hkv, D] f32
-  static KvCache allocate(const AttentionConfig& c, int64_t capacity);
+// One sequence's KV in one attention layer: position s is row s % P of page block_table[s / P].
+struct KvPages {
+  Tensor k_pages;  // [n_pages, P, Hkv, D] f32 (the pool's array for this layer)
+  Tensor v_pages;  // [n_pages, P, Hkv, D] f32
+  std::span<const int32_t> block_table;  // covers at least the positions written in this step
 };
 
 // One sequence's rows inside a batch: rows [begin, begin + length) of x continue that sequence at
-// position pos0 and use its cache.
+// position pos0 and use its KV pages (which must already hold pages for those positions, unshared).
 struct AttentionSegment {
   int64_t begin = 0;
   int64_t length = 0;
   int64_t pos0 = 0;
-  KvCache* cache = nullptr;
+  KvPages kv;
 };
 
 // out = Attention(x) for several sequences at once: projections run over all rows (weights read once
-// per step), RoPE and attention per segment. Writes each segment's K/V into its cache.
+// per step), RoPE and attention per segment. Writes each segment's K/V into its pages.
 // x: [T_total, H];  out: [T_total, H].
 void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x,
                        std::span<const AttentionSegment> segments, const Tensor& out);
-
-// One sequence: tokens at positions pos0 … pos0+T-1.  x: [T, H];  out: [T, H].
-void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x, int64_t pos0,
-                       KvCache& cache, const Tensor& out);
 
 }  // namespace kapitsa::models

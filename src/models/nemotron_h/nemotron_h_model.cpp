@@ -37,7 +37,8 @@ class NemotronHModel final : public Model {
   Status load_weights();
   size_t decode_weight_bytes() const;
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
+  std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const override;
+  KvLayout kv_layout() const override;
   Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                  const Tensor& hidden) const override;
   Status forward_batch(std::span<const BatchItem> items) const override;
@@ -171,14 +172,22 @@ size_t NemotronHModel::decode_weight_bytes() const {
   return total;
 }
 
-std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens) const {
-  auto state = std::make_unique<NemotronHState>(max_tokens);
+KvLayout NemotronHModel::kv_layout() const {
+  int64_t n = 0;
+  for (const Layer& layer : layers_) n += layer.attention.has_value();
+  return KvLayout{n, attention_config_.n_kv_heads, attention_config_.head_dim};
+}
+
+std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const {
+  auto state = std::make_unique<NemotronHState>(max_tokens, pool ? std::move(pool) : default_kv_pool());
+  int attention_layers = 0;
   for (const Layer& layer : layers_) {
-    state->kv.push_back(layer.attention ? std::optional<KvCache>(KvCache::allocate(attention_config_, max_tokens))
-                                        : std::nullopt);
+    state->kv_layer.push_back(layer.attention ? attention_layers++ : -1);
     state->recurrent.push_back(layer.mamba ? std::optional<Mamba2State>(Mamba2State::allocate(mamba_config_))
                                        : std::nullopt);
   }
+  KAPITSA_CHECK(attention_layers == state->pool().layout().n_layers, "KV pool made for {} attention layers, model has {}",
+                state->pool().layout().n_layers, attention_layers);
   return state;
 }
 
@@ -193,6 +202,7 @@ Status NemotronHModel::forward_batch(std::span<const BatchItem> items) const { r
 Status NemotronHModel::run(std::span<const BatchItem> items, const Tensor& hidden) const {
   const int64_t H = config_.hidden_size, L = config_.n_layers;
   KAPITSA_TRY(BatchLayout batch, layout_batch(items, config_.vocab_size));
+  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages<NemotronHState>(items));
   const int64_t T = batch.total_tokens;
   KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
                 hidden.shape().str());
@@ -213,7 +223,7 @@ Status NemotronHModel::run(std::span<const BatchItem> items, const Tensor& hidde
       const int64_t n = static_cast<int64_t>(items[j].ids.size());
       if (layer.kind == LayerKind::mamba) mamba_segments[j] = {batch.begins[j], n, &*state.recurrent[static_cast<size_t>(i)]};
       if (layer.kind == LayerKind::attention)
-        attention_segments[j] = {batch.begins[j], n, state.n_past(), &*state.kv[static_cast<size_t>(i)]};
+        attention_segments[j] = {batch.begins[j], n, state.n_past(), state.kv(static_cast<size_t>(i))};
     }
     switch (layer.kind) {
       case LayerKind::mamba: mamba2_forward(mamba_config_, *layer.mamba, normed, mamba_segments, mixed); break;

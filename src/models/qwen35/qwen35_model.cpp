@@ -40,7 +40,8 @@ class Qwen35Model final : public Model {
   // forward / forward_batch: hidden only for a single item.
   Status run(std::span<const BatchItem> items, const Tensor& hidden) const;
   const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_state(int64_t max_tokens) const override;
+  std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const override;
+  KvLayout kv_layout() const override;
   Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
                  const Tensor& hidden) const override;
   Status forward_batch(std::span<const BatchItem> items) const override;
@@ -141,17 +142,26 @@ size_t Qwen35Model::decode_weight_bytes() const {
   return total;
 }
 
-std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens) const {
-  auto state = std::make_unique<Qwen35State>(max_tokens);
+KvLayout Qwen35Model::kv_layout() const {
+  int64_t n = 0;
+  for (const Layer& layer : layers_) n += layer.kind == LayerKind::full_attention;
+  return KvLayout{n, attention_config_.n_kv_heads, attention_config_.head_dim};
+}
+
+std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const {
+  auto state = std::make_unique<Qwen35State>(max_tokens, pool ? std::move(pool) : default_kv_pool());
+  int attention_layers = 0;
   for (const Layer& layer : layers_) {
     if (layer.kind == LayerKind::full_attention) {
-      state->kv.push_back(KvCache::allocate(attention_config_, max_tokens));
+      state->kv_layer.push_back(attention_layers++);
       state->recurrent.push_back(std::nullopt);
     } else {
-      state->kv.push_back(std::nullopt);
+      state->kv_layer.push_back(-1);
       state->recurrent.push_back(GdnState::allocate(gdn_config_));
     }
   }
+  KAPITSA_CHECK(attention_layers == state->pool().layout().n_layers, "KV pool made for {} attention layers, model has {}",
+                state->pool().layout().n_layers, attention_layers);
   return state;
 }
 
@@ -166,6 +176,7 @@ Status Qwen35Model::forward_batch(std::span<const BatchItem> items) const { retu
 Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) const {
   const int64_t H = config_.hidden_size, L = config_.n_layers;
   KAPITSA_TRY(BatchLayout batch, layout_batch(items, config_.vocab_size));
+  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages<Qwen35State>(items));
   const int64_t T = batch.total_tokens;
   KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
                 hidden.shape().str());
@@ -186,7 +197,7 @@ Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) 
       auto& state = static_cast<Qwen35State&>(*items[j].state);
       const int64_t n = static_cast<int64_t>(items[j].ids.size());
       if (layer.gdn) gdn_segments[j] = GdnSegment{begins[j], n, &*state.recurrent[static_cast<size_t>(i)]};
-      else attention_segments[j] = AttentionSegment{begins[j], n, state.n_past(), &*state.kv[static_cast<size_t>(i)]};
+      else attention_segments[j] = AttentionSegment{begins[j], n, state.n_past(), state.kv(static_cast<size_t>(i))};
     }
     if (layer.gdn) {
       gdn_forward(gdn_config_, *layer.gdn, normed, gdn_segments, mixed);

@@ -1,0 +1,281 @@
+// Paged KV on the fixture models: snapshots share pages (reference counts, bytes counted once by the
+// prefix cache), copy-on-write of a shared partly filled page leaves the snapshot's logits identical,
+// a full pool fails a forward without changing the state, and every page returns when the states go.
+// Engine: a small KV pool preempts instead of failing and all pages return after finish / cancel.
+#include "models/kv_pages.h"
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <thread>
+
+namespace kapitsa::runtime {
+namespace {
+
+std::unique_ptr<models::Model> load(const std::string& fixture) {
+  auto model = models::load_model(testing::test_data_path("fixtures/" + fixture));
+  if (!model.ok()) {
+    ADD_FAILURE() << model.error().message;
+    return nullptr;
+  }
+  return std::move(model).value();
+}
+
+std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t V) {
+  std::vector<int32_t> p(n);
+  for (int32_t& x : p) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(V - 1));
+  return p;
+}
+
+Status run(const models::Model& m, std::span<const int32_t> ids, models::SequenceState& s, Buffer& logits) {
+  logits = Buffer::allocate(DType::f32, {static_cast<int64_t>(ids.size()), m.info().vocab_size});
+  return m.forward(ids, s, logits);
+}
+
+void expect_sharing_and_copy_on_write(const std::string& fixture) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << fixture << " seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto m = load(fixture);
+  ASSERT_NE(m, nullptr);
+  const int64_t V = m->info().vocab_size, P = 16;
+  auto pool = std::make_shared<models::KvPagePool>(m->kv_layout(), P);
+  ASSERT_GT(m->kv_layout().n_layers, 0);
+  // A prefix that ends inside its third page.
+  // Continuations of 7 tokens stay inside that page.
+  const int64_t n = 2 * P + 1 + static_cast<int64_t>(rng() % (P - 8));
+  const std::vector<int32_t> prefix = random_ids(rng, static_cast<size_t>(n), V);
+  const std::vector<int32_t> a = random_ids(rng, 7, V), b = random_ids(rng, 7, V);
+  {
+    auto live = m->new_state(256, pool);
+    Buffer logits;
+    ASSERT_TRUE(run(*m, prefix, *live, logits).ok());
+    ASSERT_EQ(live->kv_pages().size(), 3u);
+    EXPECT_EQ(pool->used_pages(), 3);
+
+    // Snapshot: the same pages, one more reference each, no page taken.
+    PrefixCache cache(size_t{1} << 30);
+    auto snap = live->resized(n);
+    ASSERT_NE(snap, nullptr);
+    const std::vector<int32_t> pages(snap->kv_pages().begin(), snap->kv_pages().end());
+    EXPECT_EQ(pages, std::vector<int32_t>(live->kv_pages().begin(), live->kv_pages().end()));
+    for (int32_t p : pages) EXPECT_EQ(pool->refcount(p), 2);
+    EXPECT_EQ(pool->used_pages(), 3);
+    const size_t own = snap->own_bytes();
+    ASSERT_TRUE(cache.insert(prefix, std::move(snap)));
+    EXPECT_EQ(cache.bytes(), own) << "pages the live state holds are not the cache's";
+
+    // Continue the snapshot with `a` (a clone resumed from the cache): the reference logits.
+    Buffer from_snapshot;
+    {
+      auto resumed = cache.lookup(prefix, n, 0).snapshot->resized(256);
+      ASSERT_TRUE(run(*m, a, *resumed, from_snapshot).ok());
+      EXPECT_EQ(pool->used_pages(), 4) << "the resumed state copied the shared last page only";
+    }
+    EXPECT_EQ(pool->used_pages(), 3);
+
+    // The live state writes into the shared partly filled page: it gets its own copy.
+    Buffer live_logits;
+    ASSERT_TRUE(run(*m, b, *live, live_logits).ok());
+    EXPECT_EQ(pool->used_pages(), 4);
+    EXPECT_NE(live->kv_pages()[2], pages[2]);
+    EXPECT_EQ(live->kv_pages()[0], pages[0]);
+    EXPECT_EQ(pool->refcount(pages[2]), 1);  // the snapshot's alone now
+    EXPECT_EQ(pool->refcount(pages[0]), 2);
+    cache.trim();
+    EXPECT_EQ(cache.bytes(), own + pool->page_bytes()) << "only the page no live state shares";
+
+    // The snapshot still continues exactly as before the live state wrote.
+    Buffer again;
+    {
+      auto resumed = cache.lookup(prefix, n, 0).snapshot->resized(256);
+      ASSERT_TRUE(run(*m, a, *resumed, again).ok());
+    }
+    EXPECT_EQ(testing::max_abs_diff(again, from_snapshot), 0.0);
+    // And equals a cold run over prefix + a (different chunking: float sums in another order).
+    auto cold = m->new_state(256, pool);
+    std::vector<int32_t> whole = prefix;
+    whole.insert(whole.end(), a.begin(), a.end());
+    Buffer cold_logits;
+    ASSERT_TRUE(run(*m, whole, *cold, cold_logits).ok());
+    const Tensor tail = cold_logits.tensor().rows(n, n + static_cast<int64_t>(a.size()));
+    double scale = 1;
+    for (int64_t i = 0; i < tail.numel(); ++i) scale = std::max(scale, static_cast<double>(std::abs(tail.f32()[i])));
+    EXPECT_LE(testing::max_abs_diff(from_snapshot, tail), 1e-5 * scale);
+
+    // Dropping the live state hands its shared pages to the cache: counted once, by the cache.
+    cold.reset();
+    live.reset();
+    cache.trim();
+    EXPECT_EQ(pool->used_pages(), 3);
+    EXPECT_EQ(cache.bytes(), own + 3 * pool->page_bytes());
+  }
+  EXPECT_EQ(pool->used_pages(), 0) << "a page leaked";
+}
+
+TEST(KvPages, SnapshotSharesPagesAndCopyOnWriteQwen35) { expect_sharing_and_copy_on_write("qwen35-dense-tiny"); }
+TEST(KvPages, SnapshotSharesPagesAndCopyOnWriteNemotronH) { expect_sharing_and_copy_on_write("nemotron-h-tiny"); }
+
+TEST(KvPages, SnapshotsOfOneConversationShareTheirCommonPages) {
+  auto m = load("qwen35-dense-tiny");
+  ASSERT_NE(m, nullptr);
+  auto pool = std::make_shared<models::KvPagePool>(m->kv_layout(), 16);
+  std::mt19937_64 rng(7);
+  const std::vector<int32_t> ids = random_ids(rng, 100, m->info().vocab_size);
+  PrefixCache cache(size_t{1} << 30);
+  size_t own = 0;
+  {
+    auto s = m->new_state(128, pool);
+    Buffer logits;
+    for (int64_t at : {32, 64, 100}) {  // snapshots after 2, 4 and 7 pages of one conversation
+      ASSERT_TRUE(run(*m, std::span<const int32_t>(ids).subspan(static_cast<size_t>(s->n_past()),
+                                                                static_cast<size_t>(at - s->n_past())),
+                      *s, logits)
+                      .ok());
+      auto snap = s->resized(at);
+      own += snap->own_bytes();
+      ASSERT_TRUE(cache.insert(std::span<const int32_t>(ids).first(static_cast<size_t>(at)), std::move(snap)));
+    }
+  }
+  cache.trim();
+  EXPECT_EQ(pool->used_pages(), 7);
+  EXPECT_EQ(cache.bytes(), own + 7 * pool->page_bytes()) << "2 + 4 + 7 page references, 7 pages";
+  cache.clear();
+  EXPECT_EQ(pool->used_pages(), 0);
+}
+
+TEST(KvPages, FullPoolFailsTheForwardAndChangesNothing) {
+  auto m = load("nemotron-h-tiny");
+  ASSERT_NE(m, nullptr);
+  auto pool = std::make_shared<models::KvPagePool>(m->kv_layout(), 16, 2);  // 32 tokens
+  auto s = m->new_state(64, pool);
+  std::vector<int32_t> ids(20, 3);
+  Buffer logits;
+  ASSERT_TRUE(run(*m, ids, *s, logits).ok());
+  EXPECT_EQ(pool->used_pages(), 2);
+  const std::vector<int32_t> before(s->kv_pages().begin(), s->kv_pages().end());
+  Status st = run(*m, ids, *s, logits);  // 40 tokens need 3 pages
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("KV page pool is full"), std::string::npos) << st.error().message;
+  EXPECT_EQ(s->n_past(), 20);
+  EXPECT_EQ(std::vector<int32_t>(s->kv_pages().begin(), s->kv_pages().end()), before);
+  ASSERT_TRUE(run(*m, std::span<const int32_t>(ids).first(12), *s, logits).ok());  // 32 fit
+  s.reset();
+  EXPECT_EQ(pool->used_pages(), 0);
+}
+
+std::vector<int32_t> reference_greedy(const models::Model& m, const std::vector<int32_t>& prompt, int n) {
+  const int64_t V = m.info().vocab_size;
+  auto state = m.new_state(static_cast<int64_t>(prompt.size()) + n);
+  Buffer logits = Buffer::allocate(DType::f32, {1, V});
+  std::vector<int32_t> out;
+  std::vector<int32_t> next = prompt;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(m.forward(next, *state, logits).ok());
+    out.push_back(static_cast<int32_t>(std::max_element(logits.f32(), logits.f32() + V) - logits.f32()));
+    next = {out.back()};
+  }
+  return out;
+}
+
+std::vector<int32_t> drain(Generation& g, FinishEvent& finish) {
+  std::vector<int32_t> ids;
+  Event e;
+  while (g.next(e)) {
+    if (auto* t = std::get_if<TokenEvent>(&e)) ids.push_back(t->id);
+    else finish = std::get<FinishEvent>(e);
+  }
+  return ids;
+}
+
+GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+// A pool with room for about two sequences: four run to completion with their greedy tokens, by
+// preemption; afterwards (no prefix cache) every page is back.
+TEST(KvPagesEngine, PoolExhaustionPreemptsAndLeaksNothing) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto reference = load("nemotron-h-tiny");
+  ASSERT_NE(reference, nullptr);
+  const int64_t V = reference->info().vocab_size;
+  EngineOptions o;
+  o.max_sequences = 4;
+  o.prefix_cache_bytes = 0;
+  o.kv_page_tokens = 16;
+  o.kv_pool_bytes = 9 * reference->kv_layout().bytes_per_token() * 16;  // 9 pages; each sequence needs 4
+  auto created = Engine::create(load("nemotron-h-tiny"), nullptr, o);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  auto engine = std::move(created).value();
+  std::vector<std::vector<int32_t>> prompts, expected;
+  std::vector<std::unique_ptr<Generation>> gens;
+  const int n = 4, gen_tokens = 40;
+  for (int i = 0; i < n; ++i) {
+    prompts.push_back(random_ids(rng, 10 + rng() % 10, V));
+    expected.push_back(reference_greedy(*reference, prompts.back(), gen_tokens));
+  }
+  for (int i = 0; i < n; ++i) gens.push_back(std::move(engine->submit(greedy(prompts[static_cast<size_t>(i)], gen_tokens))).value());
+  int same = 0;
+  for (int i = 0; i < n; ++i) {
+    FinishEvent f;
+    const std::vector<int32_t> ids = drain(*gens[static_cast<size_t>(i)], f);
+    EXPECT_EQ(f.reason, FinishReason::length) << f.error;
+    EXPECT_EQ(ids.size(), static_cast<size_t>(gen_tokens));
+    same += ids == expected[static_cast<size_t>(i)];  // recompute folds in other chunks: near-ties may flip
+  }
+  EXPECT_GE(same, n - 1);
+  const EngineCounters c = engine->counters();
+  EXPECT_GT(c.preemptions, 0);
+  EXPECT_EQ(c.kv_pages_used, 0);
+  EXPECT_EQ(c.sequence_bytes, 0);
+}
+
+// Cancelled and finished sequences return every page not kept by a snapshot; snapshots' pages are
+// counted once however many snapshots and the cache's bytes are exactly what eviction frees.
+TEST(KvPagesEngine, PagesReturnAfterCancelAndSnapshotsCountThemOnce) {
+  EngineOptions o;
+  o.kv_page_tokens = 16;
+  auto created = Engine::create(load("qwen35-dense-tiny"), nullptr, o);
+  ASSERT_TRUE(created.ok());
+  auto engine = std::move(created).value();
+  std::vector<std::unique_ptr<Generation>> live;
+  for (int i = 0; i < 3; ++i) live.push_back(std::move(engine->submit(greedy({1, 2, 3, static_cast<int32_t>(i)}, 100000))).value());
+  Event e;
+  for (auto& g : live) ASSERT_TRUE(g->next(e));
+  for (int i = 0; i < 1000 && engine->counters().kv_pages_used == 0; ++i)  // counters follow the events
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(engine->counters().kv_pages_used, 0);
+  for (auto& g : live) g->cancel();
+  FinishEvent f;
+  for (auto& g : live) drain(*g, f);
+  EXPECT_EQ(engine->counters().kv_pages_used, 0);
+
+  // One conversation: a 40-token prompt with a turn boundary at 33, 10 tokens of reply.
+  std::vector<int32_t> prompt(40);
+  for (int i = 0; i < 40; ++i) prompt[static_cast<size_t>(i)] = 5 + i;
+  GenerateRequest r = greedy(prompt, 10);
+  r.turn_boundary = 33;
+  drain(**engine->submit(r), f);
+  const EngineCounters c = engine->counters();
+  EXPECT_EQ(c.snapshots, 2);  // at the boundary (33 tokens) and after the reply (49 folded)
+  // Boundary snapshot: pages 0, 1, 2 (2 partly filled); the sequence then wrote into page 2, so it
+  // copied it (2'); reply snapshot: 0, 1, 2', 3. Seven references, five pages.
+  EXPECT_EQ(c.kv_pages_used, 5);
+  const size_t own = load("qwen35-dense-tiny")->new_state(1)->own_bytes();
+  EXPECT_EQ(c.snapshot_bytes, static_cast<int64_t>(2 * own) + 5 * c.kv_page_bytes);
+}
+
+}  // namespace
+}  // namespace kapitsa::runtime
