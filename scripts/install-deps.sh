@@ -24,13 +24,13 @@ if command -v npm >/dev/null 2>&1 && [ -f "$js/package-lock.json" ] && [ ! -d "$
   (cd "$js" && npm ci --no-audit --no-fund --prefer-offline) || echo "kapitsa: npm ci in tests/server_js failed; the SDK tests will be skipped"
 fi
 # The four coding agents for tests/agents (exact versions in its package-lock.json; ~1.2 GB, 1-2 min).
-# --ignore-scripts: the agents run without their postinstall steps, and npm 11 skips them anyway.
+# Install scripts must run: opencode-ai's postinstall puts its native binary in place.
 # `npm install --no-save` when `npm ci` refuses the lock: it lists opencode's native package for
 # linux-x64 only (the registry it was made from had no other platform's), which npm ci calls out of sync.
 # No npm or no registry: the agent tests are skipped (exit 77), install-deps still succeeds.
 agents="$(dirname "$0")/../tests/agents"
 if command -v npm >/dev/null 2>&1 && [ -f "$agents/package-lock.json" ] && [ ! -d "$agents/node_modules" ]; then
-  (cd "$agents" && { npm ci --no-audit --no-fund --prefer-offline --ignore-scripts 2>/dev/null ||
-                     npm install --no-save --no-audit --no-fund --prefer-offline --ignore-scripts; }) ||
+  (cd "$agents" && { npm ci --no-audit --no-fund --prefer-offline 2>/dev/null ||
+                     npm install --no-save --no-audit --no-fund --prefer-offline; }) ||
     echo "kapitsa: npm install in tests/agents failed; the agent tests will be skipped"
 fi

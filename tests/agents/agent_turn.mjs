@@ -1,7 +1,7 @@
 // End-to-end: one non-interactive turn of a real coding agent through its launcher
 // (`kapitsa opencode|claude|codex|pi`) against the demo model, with no network but loopback.
 //
-//   node agent_turn.mjs AGENT KAPITSA_BIN [turn|schema]
+//   node agent_turn.mjs AGENT KAPITSA_BIN [turn|schema|tool]
 //
 // The test starts `kapitsa serve` itself (so it controls the server's options) behind a recording
 // proxy, and points the launcher at the proxy's port: the launcher finds a server for the same model
@@ -9,27 +9,50 @@
 // asserts the agent exits 0 and prints exactly what the model generated. Scratch HOME / XDG folders
 // and an empty git repository keep the agents away from any real configuration. When the system
 // allows it (unshare -rn), everything runs in a private network namespace that has only loopback.
+// "tool": no agent forces a tool call by itself (docs/agents.md), so the proxy adds a tool_choice
+// naming one of the agent's tools to its first request; the server must emit a well-formed call, the
+// agent must run the tool and send its result back in the next request.
 // Exit 77 (skipped) when node_modules is missing. Prints the agent's wall time.
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { generated, modelCalls, startRecorder } from "./recorder.mjs";
+import { carriesToolResult, generated, modelCalls, namedToolChoice, startRecorder } from "./recorder.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, "../..");
 const [agent, kapitsaArg, mode = "turn"] = process.argv.slice(2);
 const kapitsa = kapitsaArg && path.resolve(kapitsaArg);
+// tool: a harmless tool of the agent (reads a file; with the model's made-up path it reports an
+// error, which is a tool result all the same).
 const AGENTS = {
-  opencode: { bin: "opencode", env: "KAPITSA_OPENCODE_BIN", args: (p) => ["run", p] },
-  claude: { bin: "claude", env: "KAPITSA_CLAUDE_BIN", args: (p) => ["-p", p] },
-  codex: { bin: "codex", env: "KAPITSA_CODEX_BIN", args: (p) => ["exec", "--skip-git-repo-check", p] },
-  pi: { bin: "pi", env: "KAPITSA_PI_BIN", args: (p) => ["-p", "--no-session", p] },
+  opencode: { bin: "opencode", env: "KAPITSA_OPENCODE_BIN", args: (p) => ["run", p], tool: "read" },
+  claude: { bin: "claude", env: "KAPITSA_CLAUDE_BIN", args: (p) => ["-p", p], tool: "Read" },
+  codex: { bin: "codex", env: "KAPITSA_CODEX_BIN", args: (p) => ["exec", "--skip-git-repo-check", p], tool: "view_image" },
+  pi: { bin: "pi", env: "KAPITSA_PI_BIN", args: (p) => ["-p", "--no-session", p], tool: "read" },
 };
-const spec = AGENTS[agent];
+// "schema": structured output through the agent. Only Codex can ask for it in a one-turn run
+// (`codex exec --output-schema FILE` sends text.format json_schema; Claude Code's --json-schema only
+// offers a StructuredOutput tool, without tool_choice). A bounded schema, so the reply ends quickly.
+const SCHEMA = {
+  type: "object",
+  properties: { greeting: { enum: ["hello", "hi", "hey"] }, friendly: { type: "boolean" } },
+  required: ["greeting", "friendly"],
+  additionalProperties: false,
+};
+const validates = (v) => v !== null && typeof v === "object" && !Array.isArray(v) &&
+  Object.keys(v).length === 2 && SCHEMA.properties.greeting.enum.includes(v.greeting) && typeof v.friendly === "boolean";
+const spec = AGENTS[agent] && { ...AGENTS[agent] };
+if (mode === "schema" && spec) {
+  if (agent !== "codex") {
+    console.error("schema mode: only codex asks for structured output in a one-turn run");
+    process.exit(2);
+  }
+  spec.args = (p) => ["exec", "--skip-git-repo-check", "--output-schema", path.join(root, "schema.json"), p];
+}
 if (!spec || !kapitsa) {
-  console.error("usage: agent_turn.mjs opencode|claude|codex|pi KAPITSA_BIN [turn|schema]");
+  console.error("usage: agent_turn.mjs opencode|claude|codex|pi KAPITSA_BIN [turn|schema|tool]");
   process.exit(2);
 }
 const agentBin = path.join(here, "node_modules", ".bin", spec.bin);
@@ -130,9 +153,25 @@ async function main() {
   const env = scratchEnv();
   spawnSync("git", ["init", "-q"], { cwd: repo, env });
   fs.writeFileSync(path.join(repo, "hello.py"), 'print("hello")\n');
+  fs.writeFileSync(path.join(root, "schema.json"), JSON.stringify(SCHEMA));
 
   const { server, port, log } = await startServer(env);
-  const recorder = await startRecorder(port);
+  let forced = false;
+  const rewrite = mode !== "tool" ? null : (rec, body) => {
+    if (forced || !/\/v1\/(chat\/completions|responses|messages)/.test(rec.url) || !(body.tools ?? []).length) return null;
+    forced = true;
+    // Strings of at most 24 characters in the forced tool's arguments: the demo model would otherwise
+    // fill a path with text until max_tokens (the agent then gets a cut-off call it cannot run).
+    const tools = body.tools.map((t) => {
+      if ((t.name ?? t.function?.name) !== spec.tool) return t;
+      const copy = structuredClone(t);
+      const schema = copy.input_schema ?? copy.parameters ?? copy.function?.parameters;
+      for (const p of Object.values(schema?.properties ?? {})) if (p.type === "string") p.maxLength = 24;
+      return copy;
+    });
+    return { ...body, tools, tool_choice: namedToolChoice(rec.url, spec.tool) };
+  };
+  const recorder = await startRecorder(port, { rewrite });
   let result;
   try {
     const args = [agent, "--model", model, "--port", String(recorder.port), "--", ...spec.args(PROMPT)];
@@ -148,7 +187,8 @@ async function main() {
     let body = {};
     try { body = JSON.parse(c.body); } catch { /* recorded as is */ }
     const g = generated(c);
-    console.log(`request ${c.method} ${c.url} -> ${c.status}: ${c.body.length} bytes, ${(body.tools ?? []).length} tools, ` +
+    const names = (body.tools ?? []).map((t) => t.name ?? t.function?.name ?? t.type).join(",");
+    console.log(`request ${c.method} ${c.url} -> ${c.status}: ${c.body.length} bytes, tools [${names}], ` +
                 `tool_choice ${JSON.stringify(body.tool_choice)}, ${((c.ended ?? Date.now()) - c.started) / 1000} s; ` +
                 `reply ${JSON.stringify(g.text.slice(0, 200))}, ${g.toolCalls.length} tool calls, finish ${g.finish}`);
   }
@@ -165,9 +205,29 @@ async function main() {
     const reply = normalize(generated(main).text);
     check(reply.length > 0, `the model generated a reply (${JSON.stringify(reply.slice(0, 120))})`);
     check(normalize(result.stdout).includes(reply), "the agent printed the model's reply");
+    if (mode === "tool") {
+      const first = calls.find((c) => c.originalBody !== undefined);
+      const call = first && generated(first).toolCalls[0];
+      check(call?.name === spec.tool, `the forced first reply called ${spec.tool} (got ${JSON.stringify(call)})`);
+      let args;
+      try { args = JSON.parse(call?.arguments ?? ""); } catch { args = undefined; }
+      check(args !== null && typeof args === "object", "its arguments are a JSON object");
+      const later = calls.slice(calls.indexOf(first) + 1);
+      check(call?.callId && later.some((c) => { try { return carriesToolResult(JSON.parse(c.body), call.callId); } catch { return false; } }),
+            "the agent ran the tool and sent its result back to the model");
+    }
+    if (mode === "schema") {
+      let format = null;
+      try { format = JSON.parse(main.body).text?.format ?? null; } catch { /* checked below */ }
+      check(format?.type === "json_schema", `the agent asked for a JSON schema (text.format ${JSON.stringify(format)?.slice(0, 80)})`);
+      let value;
+      try { value = JSON.parse(generated(main).text); } catch { value = undefined; }
+      check(validates(value), "the reply is JSON valid against the schema");
+    }
   }
   if (failures.length) {
     console.log(`--- kapitsa serve log (tail) ---\n${log().slice(-2000)}`);
+    fs.writeFileSync(path.join(root, "records.json"), JSON.stringify(recorder.records, null, 1));
     console.log(`FAILED: ${failures.length} check(s); scratch folder kept: ${root}`);
     process.exit(1);
   }

@@ -2,9 +2,11 @@
 // and keeps each request body and the (streamed) response body, so a test can see what an agent sent
 // (tool_choice, tools, message history) and what the server generated. Loopback only; no dependencies.
 // Also: extracting the generated text / tool calls from the three APIs' responses (SSE or JSON).
+// `rewrite(rec, body)` may return a changed request body (a test device: forcing a tool call that no
+// agent forces by itself); the record keeps both.
 import http from "node:http";
 
-export async function startRecorder(targetPort, targetHost = "127.0.0.1") {
+export async function startRecorder(targetPort, { targetHost = "127.0.0.1", rewrite = null } = {}) {
   const records = [];
   const server = http.createServer((req, res) => {
     const rec = { method: req.method, url: req.url, started: Date.now(), body: "", status: 0, response: "" };
@@ -13,8 +15,21 @@ export async function startRecorder(targetPort, targetHost = "127.0.0.1") {
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
       rec.body = Buffer.concat(chunks).toString("utf8");
+      let payload = Buffer.concat(chunks);
       const headers = { ...req.headers };
       delete headers["accept-encoding"];  // keep the recorded response readable (no gzip/zstd)
+      if (rewrite) {
+        let parsed = null;
+        try { parsed = JSON.parse(rec.body); } catch { /* not JSON: never rewritten */ }
+        const changed = parsed && rewrite(rec, parsed);
+        if (changed) {
+          rec.originalBody = rec.body;
+          rec.body = JSON.stringify(changed);
+          payload = Buffer.from(rec.body, "utf8");
+          headers["content-length"] = String(payload.length);
+          delete headers["transfer-encoding"];
+        }
+      }
       const up = http.request({ host: targetHost, port: targetPort, method: req.method, path: req.url, headers }, (ur) => {
         rec.status = ur.statusCode;
         res.writeHead(ur.statusCode, ur.headers);
@@ -23,7 +38,7 @@ export async function startRecorder(targetPort, targetHost = "127.0.0.1") {
         ur.on("end", () => { rec.response = Buffer.concat(out).toString("utf8"); rec.ended = Date.now(); res.end(); });
       });
       up.on("error", (e) => { rec.error = String(e); res.writeHead(502); res.end(); });
-      up.end(rec.body.length ? Buffer.concat(chunks) : undefined);
+      up.end(payload.length ? payload : undefined);
     });
   });
   server.keepAliveTimeout = 1000;
@@ -62,12 +77,12 @@ export function generated(rec) {
     if (j.choices) {
       const m = j.choices[0]?.message ?? {};
       out.text = m.content ?? "";
-      for (const c of m.tool_calls ?? []) out.toolCalls.push({ name: c.function.name, arguments: c.function.arguments });
+      for (const c of m.tool_calls ?? []) out.toolCalls.push({ name: c.function.name, arguments: c.function.arguments, callId: c.id });
       out.finish = j.choices[0]?.finish_reason;
     } else if (j.type === "message") {
       for (const b of j.content ?? []) {
         if (b.type === "text") out.text += b.text;
-        if (b.type === "tool_use") out.toolCalls.push({ name: b.name, arguments: JSON.stringify(b.input) });
+        if (b.type === "tool_use") out.toolCalls.push({ name: b.name, arguments: JSON.stringify(b.input), callId: b.id });
       }
       out.finish = j.stop_reason;
     } else if (j.output) {
@@ -84,12 +99,13 @@ export function generated(rec) {
       for (const t of c.delta?.tool_calls ?? []) {
         const i = t.index ?? 0;
         out.toolCalls[i] ??= { name: "", arguments: "" };
+        if (t.id) out.toolCalls[i].callId = t.id;
         if (t.function?.name) out.toolCalls[i].name += t.function.name;
         if (t.function?.arguments) out.toolCalls[i].arguments += t.function.arguments;
       }
       if (c.finish_reason) out.finish = c.finish_reason;
     } else if (data.type === "content_block_start" && data.content_block?.type === "tool_use") {
-      out.toolCalls[data.index] = { name: data.content_block.name, arguments: "" };
+      out.toolCalls[data.index] = { name: data.content_block.name, arguments: "", callId: data.content_block.id };
     } else if (data.type === "content_block_delta") {
       if (data.delta?.type === "text_delta") out.text += data.delta.text;
       if (data.delta?.type === "input_json_delta") out.toolCalls[data.index].arguments += data.delta.partial_json;
@@ -118,4 +134,22 @@ function collectResponsesItem(item, out) {
 // The model calls among the records (POSTs to the generation endpoints).
 export function modelCalls(records) {
   return records.filter((r) => r.method === "POST" && /\/v1\/(chat\/completions|responses|messages)(\?|$)/.test(r.url));
+}
+
+// Does this request body carry the result of tool call `callId` (in any of the three APIs' shapes)?
+export function carriesToolResult(body, callId) {
+  for (const m of body.messages ?? []) {
+    if (m.role === "tool" && m.tool_call_id === callId) return true;  // chat completions
+    if (Array.isArray(m.content) && m.content.some((b) => b.type === "tool_result" && b.tool_use_id === callId)) return true;  // anthropic
+  }
+  if (Array.isArray(body.input))  // responses
+    return body.input.some((i) => (i.type === "function_call_output" || i.type === "custom_tool_call_output") && i.call_id === callId);
+  return false;
+}
+
+// tool_choice naming one tool, in the API of `url`.
+export function namedToolChoice(url, name) {
+  if (url.startsWith("/v1/messages")) return { type: "tool", name };
+  if (url.startsWith("/v1/responses")) return { type: "function", name };
+  return { type: "function", function: { name } };
 }
