@@ -1,7 +1,8 @@
 // JSON Schema → Grammar for structured output (response_format json_schema / json_object). Output is
 // compact-ish JSON: between tokens at most one space or a newline plus up to 16 spaces of indent (a
 // bound so a model cannot stall emitting whitespace). Object properties come in schema order
-// (required and optional ones; optional ones may be skipped). Supported: type (also lists, "null"),
+// (required and optional ones; optional ones may be skipped) — the order of the Json object, which
+// for nlohmann::json is alphabetical, as the chat templates render tools from the same Json. Supported: type (also lists, "null"),
 // properties/required/additionalProperties, items/prefixItems/minItems/maxItems, enum, const,
 // minLength/maxLength, anyOf/oneOf, allOf with one entry, $ref to #/$defs and #/definitions (recursion
 // allowed), true/{} (any value). Ignored (output may not satisfy them): pattern, format,

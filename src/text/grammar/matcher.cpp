@@ -13,6 +13,7 @@ using Kind = Grammar::Element::Kind;
 // must not grow memory without bound).
 constexpr size_t kMaxStates = 1 << 14;  // × 1 KiB of transitions
 constexpr size_t kMaxFrames = 1 << 20;
+constexpr size_t kMaskCacheSize = 8;
 }  // namespace
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
@@ -21,6 +22,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar
 }
 
 void GrammarMatcher::reset() {
+  mask_cache_.masks.clear();  // keyed by DFA state ids, renumbered below
   frames_.clear();
   frame_ids_.clear();
   states_.clear();
@@ -144,6 +146,23 @@ bool GrammarMatcher::is_dead() const { return current_ == kDead; }
 
 void GrammarMatcher::fill_mask(const TokenVocabulary& vocab, std::vector<uint8_t>& allowed, std::span<const int32_t> end_ids) {
   maybe_compact();
+  if (mask_cache_.vocab != &vocab) {
+    mask_cache_.masks.clear();
+    mask_cache_.vocab = &vocab;
+  }
+  if (auto hit = mask_cache_.masks.find(current_); hit != mask_cache_.masks.end()) {
+    allowed = hit->second;
+  } else {
+    walk_mask(vocab, allowed);
+    if (mask_cache_.masks.size() >= kMaskCacheSize) mask_cache_.masks.clear();
+    mask_cache_.masks.emplace(current_, allowed);
+  }
+  if (can_end())
+    for (int32_t id : end_ids)
+      if (id >= 0 && id < vocab.size()) allowed[static_cast<size_t>(id)] = 1;
+}
+
+void GrammarMatcher::walk_mask(const TokenVocabulary& vocab, std::vector<uint8_t>& allowed) {
   allowed.assign(static_cast<size_t>(vocab.size()), 0);
   if (state_flags_[static_cast<size_t>(current_)] & 2) {
     const auto& nodes = vocab.nodes();
@@ -163,9 +182,6 @@ void GrammarMatcher::fill_mask(const TokenVocabulary& vocab, std::vector<uint8_t
       ++i;
     }
   }
-  if (can_end())
-    for (int32_t id : end_ids)
-      if (id >= 0 && id < vocab.size()) allowed[static_cast<size_t>(id)] = 1;
 }
 
 }  // namespace kapitsa::text

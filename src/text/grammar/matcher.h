@@ -57,6 +57,7 @@ class GrammarMatcher {
   int32_t intern(std::vector<int32_t>& stacks);  // sorted, unique → DFA state id
   int32_t step(int32_t state, uint8_t byte);     // DFA transition, built on first use
   void maybe_compact();
+  void walk_mask(const TokenVocabulary& vocab, std::vector<uint8_t>& allowed);  // the trie walk
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Frame> frames_;
@@ -68,6 +69,20 @@ class GrammarMatcher {
   int32_t start_ = kDead;
   int32_t current_ = kDead;
   std::vector<int32_t> walk_;  // per trie depth: DFA state during fill_mask
+  // Masks of recent DFA states (before end ids): inside a string the state repeats token after token.
+  // A copy of the matcher starts with an empty cache (cheap copies).
+  struct MaskCache {
+    std::unordered_map<int32_t, std::vector<uint8_t>> masks;
+    const TokenVocabulary* vocab = nullptr;
+    MaskCache() = default;
+    MaskCache(const MaskCache&) {}
+    MaskCache& operator=(const MaskCache&) {
+      masks.clear();
+      vocab = nullptr;
+      return *this;
+    }
+  };
+  MaskCache mask_cache_;
 };
 
 }  // namespace kapitsa::text

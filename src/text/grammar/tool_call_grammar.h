@@ -7,6 +7,8 @@
 //                without '<') and JSON for other types; parameters in schema order, required ones mandatory.
 //   hermes_json: <tool_call>\n{"name": "NAME", "arguments": {…}}\n</tool_call>
 //   nemotron:    <TOOLCALL>[{"name": "NAME", "arguments": {…}}]</TOOLCALL>
+// Known limit: in hermes_json / nemotron, a JSON string argument may contain the literal closing tag
+// ("</tool_call>", "</TOOLCALL>"), where the output parser cuts the block; not excluded yet.
 // Tools are OpenAI ({"type":"function","function":{name, parameters}}) or Anthropic ({name, input_schema}).
 #pragma once
 
