@@ -385,7 +385,8 @@ std::vector<uint32_t> code_points(std::string_view text) {
 }
 }  // namespace
 
-std::string gbnf_text_until(const std::string& name, std::string_view end, const std::vector<std::string>& forbidden) {
+std::string gbnf_text_until(const std::string& name, std::string_view end, const std::vector<std::string>& forbidden,
+                            std::string_view also_excluded, std::string_view escape) {
   // Aho-Corasick automaton over the code points of `end` and `forbidden`: one rule per automaton
   // state; a character completing `end` finishes, one completing a forbidden string is left out.
   std::vector<std::vector<uint32_t>> words{code_points(end)};
@@ -433,7 +434,8 @@ std::string gbnf_text_until(const std::string& name, std::string_view end, const
   auto state = [&](int i) { return i == 0 ? name : fmt::format("{}-{}", name, i); };
   std::string others = "[^";
   for (uint32_t c : alphabet) others += class_char(c);
-  others += "]";
+  others += std::string(also_excluded) + "]";
+  const std::string reset = escape.empty() ? std::string() : fmt::format(" | {} {}", escape, state(0));
   std::string out;
   for (size_t s = 0; s < t.size(); ++s) {
     if (t[s].word >= 0) continue;  // a completed word: never a state to continue from
@@ -445,7 +447,7 @@ std::string gbnf_text_until(const std::string& name, std::string_view end, const
       if (t[static_cast<size_t>(to)].word == 0) alts += fmt::format(" | {}", gbnf_literal(ch));
       else if (t[static_cast<size_t>(to)].word < 0) alts += fmt::format(" | {} {}", gbnf_literal(ch), state(to));
     }
-    out += fmt::format("{} ::= {} {}{}\n", state(static_cast<int>(s)), others, state(0), alts);
+    out += fmt::format("{} ::= {} {}{}{}\n", state(static_cast<int>(s)), others, state(0), reset, alts);
   }
   return out;
 }

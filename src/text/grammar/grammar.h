@@ -72,8 +72,12 @@ Expected<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view source);
 // A GBNF string literal for `text` (quoted, escaped).
 std::string gbnf_literal(std::string_view text);
 // Rules `name` ::= any text (valid UTF-8) not containing `end` nor any of `forbidden`, then `end`.
+// `also_excluded`: GBNF class items the text may not hold either (e.g. "\\\x00-\x1F"; must not
+// overlap the characters of the literals); `escape`: a GBNF expression allowed anywhere in the text,
+// which resets the search for the literals (e.g. a JSON escape).
 std::string gbnf_text_until(const std::string& name, std::string_view end,
-                            const std::vector<std::string>& forbidden = {});
+                            const std::vector<std::string>& forbidden = {}, std::string_view also_excluded = {},
+                            std::string_view escape = {});
 // The reasoning prefix for `start` as a rule `name` (may be the empty sequence ""), appended to out.
 void gbnf_reasoning_prefix(const std::string& name, const GrammarStart& start, std::string& out);
 

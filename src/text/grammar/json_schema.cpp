@@ -1,6 +1,8 @@
 // JSON Schema → GBNF → Grammar (see json_schema.h for what is supported and what is ignored).
 #include "text/grammar/json_schema.h"
 
+#include "base/check.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,6 +54,7 @@ struct JsonGrammarWriter::Impl {
                               "integer", "natural", "number", "boolean", "null", "root"};
   const Json* root = nullptr;
   std::map<std::string, std::string> refs;  // "$ref" string → rule name
+  std::vector<std::string> forbidden;       // literals strings may not hold (forbid_in_strings)
 
   std::string fresh(const std::string& base) {
     std::string n = sanitize(base);
@@ -298,7 +301,26 @@ Expected<std::string> JsonGrammarWriter::add_schema(const Json& schema, const st
   return impl_->define(name, e);
 }
 
-std::string JsonGrammarWriter::rules() const { return impl_->rules + kPrimitives; }
+std::string JsonGrammarWriter::rules() const {
+  if (impl_->forbidden.empty()) return impl_->rules + kPrimitives;
+  std::string primitives = kPrimitives;
+  auto replace_rule = [&](const std::string& head, const std::string& body) {
+    const size_t at = primitives.find("\n" + head + " ::= ");
+    KAPITSA_CHECK(at != std::string::npos, "no rule {}", head);
+    const size_t end = primitives.find('\n', at + 1);
+    primitives.replace(at + 1, end - at - 1, body);
+  };
+  const std::string escape = R"("\\" ( ["\\/bfnrt] | "u" hex-escape ))";
+  replace_rule("string", "string ::= \"\\\"\" string-body");
+  replace_rule("char", R"(char ::= [^"\\<\x00-\x1F] | )" + escape);
+  primitives += gbnf_text_until("string-body", "\"", impl_->forbidden, R"(\\\x00-\x1F)", escape);
+  return impl_->rules + primitives;
+}
+
+void JsonGrammarWriter::forbid_in_strings(std::vector<std::string> literals) {
+  impl_->forbidden = std::move(literals);
+  impl_->names.insert("string-body");
+}
 
 Expected<std::string> json_schema_to_gbnf(const Json& schema, const GrammarStart& start) {
   JsonGrammarWriter w;

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kapitsa::text {
 
@@ -36,6 +37,9 @@ class JsonGrammarWriter {
   Expected<std::string> add_schema(const Json& schema, const std::string& name);
   // Every rule written so far, shared ones (value, string, ws, …) once.
   std::string rules() const;
+  // Strings may not contain these literals raw (a tool-call block's closing tag): unbounded strings
+  // exclude them exactly (an escape such as "<\/" still may), length-bounded strings hold no raw '<'.
+  void forbid_in_strings(std::vector<std::string> literals);
 
  private:
   struct Impl;

@@ -121,6 +121,10 @@ Expected<std::string> qwen_xml_call(const Tool& tool, size_t index, JsonGrammarW
 Expected<std::string> tool_call_gbnf(ToolFormat format, const Json& tools, const GrammarStart& start) {
   KAPITSA_TRY(std::vector<Tool> list, read_tools(tools));
   JsonGrammarWriter writer;
+  // The block's closing tag inside a JSON string would end the block early for the output parser.
+  if (format == ToolFormat::hermes_json) writer.forbid_in_strings({"</tool_call>"});
+  if (format == ToolFormat::qwen_xml) writer.forbid_in_strings({"</tool_call>", "</parameter>", "<parameter=", "</function>"});
+  if (format == ToolFormat::nemotron) writer.forbid_in_strings({"</TOOLCALL>"});
   std::string rules, calls;
   for (size_t i = 0; i < list.size(); ++i) {
     const Tool& tool = list[i];

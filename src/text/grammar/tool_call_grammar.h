@@ -7,8 +7,8 @@
 //                without '<') and JSON for other types; parameters in schema order, required ones mandatory.
 //   hermes_json: <tool_call>\n{"name": "NAME", "arguments": {…}}\n</tool_call>
 //   nemotron:    <TOOLCALL>[{"name": "NAME", "arguments": {…}}]</TOOLCALL>
-// Known limit: in hermes_json / nemotron, a JSON string argument may contain the literal closing tag
-// ("</tool_call>", "</TOOLCALL>"), where the output parser cuts the block; not excluded yet.
+// JSON strings inside a call never hold the block's closing tag raw ("</tool_call>", "</TOOLCALL>":
+// the output parser would cut there); length-bounded JSON strings hold no raw '<' at all.
 // Tools are OpenAI ({"type":"function","function":{name, parameters}}) or Anthropic ({name, input_schema}).
 #pragma once
 
