@@ -169,7 +169,12 @@ async function main() {
       for (const p of Object.values(schema?.properties ?? {})) if (p.type === "string") p.maxLength = 24;
       return copy;
     });
-    return { ...body, tools, tool_choice: namedToolChoice(rec.url, spec.tool) };
+    // A small output budget for the forced reply (a call with short arguments needs < 100 tokens),
+    // so that a reply that goes astray fails in seconds instead of running to the agent's budget.
+    const budget = {};
+    for (const key of ["max_tokens", "max_completion_tokens", "max_output_tokens"]) if (key in body) budget[key] = 512;
+    if (!Object.keys(budget).length) budget[rec.url.startsWith("/v1/responses") ? "max_output_tokens" : "max_tokens"] = 512;
+    return { ...body, ...budget, tools, tool_choice: namedToolChoice(rec.url, spec.tool) };
   };
   const recorder = await startRecorder(port, { rewrite });
   let result;
@@ -190,7 +195,8 @@ async function main() {
     const names = (body.tools ?? []).map((t) => t.name ?? t.function?.name ?? t.type).join(",");
     console.log(`request ${c.method} ${c.url} -> ${c.status}: ${c.body.length} bytes, tools [${names}], ` +
                 `tool_choice ${JSON.stringify(body.tool_choice)}, ${((c.ended ?? Date.now()) - c.started) / 1000} s; ` +
-                `reply ${JSON.stringify(g.text.slice(0, 200))}, ${g.toolCalls.length} tool calls, finish ${g.finish}`);
+                `reply ${JSON.stringify(g.text.slice(0, 200))}, ${g.reasoning.length} reasoning chars, ` +
+                `${g.toolCalls.length} tool calls, finish ${g.finish}`);
   }
   console.log(`agent wall time: ${result.seconds.toFixed(1)} s (${agent}, ${calls.length} model calls)`);
 
@@ -207,8 +213,10 @@ async function main() {
     check(normalize(result.stdout).includes(reply), "the agent printed the model's reply");
     if (mode === "tool") {
       const first = calls.find((c) => c.originalBody !== undefined);
-      const call = first && generated(first).toolCalls[0];
-      check(call?.name === spec.tool, `the forced first reply called ${spec.tool} (got ${JSON.stringify(call)})`);
+      const forcedReply = first ? generated(first) : null;
+      const call = forcedReply?.toolCalls[0];
+      check(call?.name === spec.tool, `the forced first reply called ${spec.tool} (got ${JSON.stringify(call)}, finish ${forcedReply?.finish}` +
+            (forcedReply?.reasoning ? `, after ${forcedReply.reasoning.length} characters of reasoning: the forced-call grammar let the model think first` : "") + ")");
       let args;
       try { args = JSON.parse(call?.arguments ?? ""); } catch { args = undefined; }
       check(args !== null && typeof args === "object", "its arguments are a JSON object");

@@ -69,7 +69,7 @@ function sseEvents(text) {
 
 // What the server generated in one response: { text, toolCalls: [{name, arguments}], finish }.
 export function generated(rec) {
-  const out = { text: "", toolCalls: [], finish: null };
+  const out = { text: "", reasoning: "", toolCalls: [], finish: null };
   const isSse = /^(event|data):/m.test(rec.response);
   if (!isSse) {
     let j;
@@ -96,6 +96,7 @@ export function generated(rec) {
       const c = data.choices[0];
       if (!c) continue;
       if (typeof c.delta?.content === "string") out.text += c.delta.content;
+      if (typeof c.delta?.reasoning_content === "string") out.reasoning += c.delta.reasoning_content;
       for (const t of c.delta?.tool_calls ?? []) {
         const i = t.index ?? 0;
         out.toolCalls[i] ??= { name: "", arguments: "" };
@@ -108,9 +109,12 @@ export function generated(rec) {
       out.toolCalls[data.index] = { name: data.content_block.name, arguments: "", callId: data.content_block.id };
     } else if (data.type === "content_block_delta") {
       if (data.delta?.type === "text_delta") out.text += data.delta.text;
+      if (data.delta?.type === "thinking_delta") out.reasoning += data.delta.thinking;
       if (data.delta?.type === "input_json_delta") out.toolCalls[data.index].arguments += data.delta.partial_json;
     } else if (data.type === "message_delta") {
       out.finish = data.delta?.stop_reason ?? out.finish;
+    } else if (data.type === "response.reasoning_text.delta") {
+      out.reasoning += data.delta ?? "";
     } else if (data.type === "response.output_item.done") {
       collectResponsesItem(data.item, out);
     } else if (data.type === "response.completed") {
