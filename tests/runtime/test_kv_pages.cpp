@@ -1,7 +1,8 @@
-// Paged KV on the fixture models: snapshots share pages (reference counts, bytes counted once by the
-// prefix cache), copy-on-write of a shared partly filled page leaves the snapshot's logits identical,
-// a full pool fails a forward without changing the state, and every page returns when the states go.
-// Engine: a small KV pool preempts instead of failing and all pages return after finish / cancel.
+// The page pool (growth keeps contents, reference counts, cap). Paged KV on the fixture models:
+// snapshots share pages (reference counts, bytes counted once by the prefix cache), copy-on-write of a
+// shared partly filled page leaves the snapshot's logits identical, a full pool fails a forward without
+// changing the state, every page returns when the states go. Engine: a small KV pool preempts instead
+// of failing, and all pages return after finish / cancel.
 #include "models/kv_pages.h"
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -35,6 +36,51 @@ std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t V) {
 Status run(const models::Model& m, std::span<const int32_t> ids, models::SequenceState& s, Buffer& logits) {
   logits = Buffer::allocate(DType::f32, {static_cast<int64_t>(ids.size()), m.info().vocab_size});
   return m.forward(ids, s, logits);
+}
+
+// The pool itself: pages keep their contents when the arrays grow, reference counts free a page on the
+// last release only, a capped pool says no (-1) and reuses freed pages.
+TEST(KvPagePool, GrowthKeepsContentsAndRefcountsFree) {
+  const models::KvLayout layout{2, 3, 5};  // 2 layers, 3 kv heads, head_dim 5
+  models::KvPagePool pool(layout, 4, 40);
+  EXPECT_EQ(pool.page_bytes(), size_t{2 * 2 * 3 * 5 * 4 * 4});
+  std::vector<int32_t> pages;
+  auto fill = [&](int32_t page, float base) {
+    for (int64_t l = 0; l < 2; ++l)
+      for (const Tensor& t : {pool.k(l), pool.v(l)}) {
+        const Tensor p = t.index(page);
+        for (int64_t i = 0; i < p.numel(); ++i) p.f32()[i] = base + static_cast<float>(l * 1000 + i);
+      }
+  };
+  auto holds = [&](int32_t page, float base) {
+    for (int64_t l = 0; l < 2; ++l)
+      for (const Tensor& t : {pool.k(l), pool.v(l)}) {
+        const Tensor p = t.index(page);
+        for (int64_t i = 0; i < p.numel(); ++i)
+          if (p.f32()[i] != base + static_cast<float>(l * 1000 + i)) return false;
+      }
+    return true;
+  };
+  for (int i = 0; i < 40; ++i) {
+    pages.push_back(pool.allocate());
+    ASSERT_GE(pages.back(), 0);
+    fill(pages.back(), 1e5f * static_cast<float>(i));
+  }
+  EXPECT_EQ(pool.allocate(), -1);  // capped
+  EXPECT_EQ(pool.free_pages(), 0);
+  for (int i = 0; i < 40; ++i) EXPECT_TRUE(holds(pages[static_cast<size_t>(i)], 1e5f * static_cast<float>(i))) << i;
+  pool.retain(pages[3]);
+  pool.release(pages[3]);
+  EXPECT_EQ(pool.refcount(pages[3]), 1);
+  EXPECT_EQ(pool.used_pages(), 40);
+  pool.release(pages[3]);
+  EXPECT_EQ(pool.refcount(pages[3]), 0);
+  EXPECT_EQ(pool.used_pages(), 39);
+  EXPECT_EQ(pool.allocate(), pages[3]);  // the freed page comes back
+  pool.copy_page(pages[0], pages[3]);
+  EXPECT_TRUE(holds(pages[3], 0.0f));
+  for (int32_t p : pages) pool.release(p);
+  EXPECT_EQ(pool.used_pages(), 0);
 }
 
 void expect_sharing_and_copy_on_write(const std::string& fixture) {
