@@ -107,6 +107,13 @@ ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
     std::vector<int32_t> pre = tok.encode(*prefix);
     if (pre.size() <= p.ids.size() && std::equal(pre.begin(), pre.end(), p.ids.begin())) p.turn_boundary = pre.size();
   }
+  // What the template writes after the reply's content (e.g. "<|im_end|>\n"): the engine folds it
+  // after the reply, so the client's next request resumes past it.
+  static const std::string marker = "KAPITSA_REPLY_END_MARKER";
+  request.messages.push_back({{"role", "assistant"}, {"content", marker}});
+  if (auto closed = template_->render(request); closed.ok())
+    if (const size_t at = closed->rfind(marker); at != std::string::npos)
+      p.end_of_turn_ids = tok.encode(closed->substr(at + marker.size()));
 
   p.parser.reasoning = template_reasons_;
   p.parser.starts_in_reasoning = template_reasons_ && text::prompt_opens_reasoning(p.text);

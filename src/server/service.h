@@ -47,6 +47,7 @@ struct PreparedPrompt {
   std::string text;
   std::vector<int32_t> ids;
   std::optional<size_t> turn_boundary;  // tokens before the generation prompt
+  std::vector<int32_t> end_of_turn_ids;  // what the template writes after the reply (GenerateRequest)
   text::ParserOptions parser;
   std::set<std::string> custom_tools;
   std::shared_ptr<const text::Grammar> grammar;  // the output constraint, in the model's own formats; or null

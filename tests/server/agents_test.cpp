@@ -5,6 +5,8 @@
 // prompt; prefix stability across turns; session keys and turn boundaries passed to the engine.
 #include "server_fixture.h"
 
+#include <algorithm>
+
 namespace kapitsa::server::testing {
 namespace {
 
@@ -53,6 +55,9 @@ TEST_P(AgentReplay, ClaudeCode) {
   EXPECT_NE(prompt1.find("file_path"), std::string::npos);              // the tool reached the prompt
   EXPECT_EQ(engine->last_request().cache_key, "sess-1");
   EXPECT_LT(engine->last_request().max_tokens, 4096);  // 32000 clamped
+  // What the template writes after a reply, which the engine folds after it (end-of-turn prefill).
+  const std::vector<int32_t> end_of_turn = engine->last_request().end_of_turn_ids;
+  EXPECT_FALSE(end_of_turn.empty());
 
   // Next turn: the history (with the mid-conversation system message) plus the answer and a new query;
   // a different billing nonce. The first turn's conversation must stay a byte-identical prefix.
@@ -68,6 +73,9 @@ TEST_P(AgentReplay, ClaudeCode) {
   const auto ids2 = engine->last_request().prompt_ids;
   ASSERT_GT(ids2.size(), boundary1);
   EXPECT_TRUE(std::equal(ids1.begin(), ids1.begin() + boundary1, ids2.begin())) << "prefix changed between turns";
+  EXPECT_NE(std::search(ids2.begin() + static_cast<std::ptrdiff_t>(boundary1), ids2.end(), end_of_turn.begin(), end_of_turn.end()),
+            ids2.end())
+      << "the next turn does not contain the end-of-turn ids after the reply";
 
   // count_tokens counts the rendered prompt (system + tools + markers), not raw text.
   OJson count = claude_body(claude_turn1());

@@ -280,6 +280,7 @@ HttpResponse anthropic_messages(Service& service, const HttpRequest& request) {
   g.max_tokens = service.max_tokens(value_of(max_tokens), g.prompt_ids.size());  // 32000 is clamped, not rejected
   g.stop_strings = call->stops;
   g.turn_boundary = call->prompt.turn_boundary;
+  g.end_of_turn_ids = call->prompt.end_of_turn_ids;
   g.cache_key = session_key(request, body);
   g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));

@@ -102,6 +102,7 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
   g.stop_strings = call->stops;
   g.top_logprobs = call->logprobs ? static_cast<int>(value_of(top).value_or(0)) : -1;
   g.turn_boundary = call->prompt.turn_boundary;
+  g.end_of_turn_ids = call->prompt.end_of_turn_ids;
   g.cache_key = session_key(request, body);
   g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));

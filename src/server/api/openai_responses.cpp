@@ -345,6 +345,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   g.sampling = value_of(sampling);
   g.max_tokens = service.max_tokens(value_of(max_out), g.prompt_ids.size());
   g.turn_boundary = call->prompt.turn_boundary;
+  g.end_of_turn_ids = call->prompt.end_of_turn_ids;
   g.cache_key = session_key(request, body);
   g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
