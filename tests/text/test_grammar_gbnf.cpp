@@ -126,6 +126,19 @@ TEST(GrammarGbnf, CanEndVersusComplete) {
   EXPECT_FALSE(m.is_complete());
 }
 
+TEST(GrammarGbnf, LongOutputsCompactTheTablesAndKeepTheirState) {
+  // Every position of [a-z]{0,6000} is its own DFA state: past the table limit the matcher rebuilds
+  // its tables from the current state, which must not change what is accepted.
+  auto g = must("root ::= [a-z]{0,6000} \"!\"");
+  ASSERT_TRUE(g);
+  GrammarMatcher m(g);
+  for (int i = 0; i < 6000; ++i) ASSERT_TRUE(m.accept_bytes(std::string(1, static_cast<char>('a' + i % 26)))) << i;
+  EXPECT_FALSE(m.accept_bytes("a"));  // the 6001st letter
+  EXPECT_FALSE(m.can_end());
+  EXPECT_TRUE(m.accept_bytes("!"));
+  EXPECT_TRUE(m.is_complete());
+}
+
 TEST(GrammarGbnf, TextUntilExcludesLiterals) {
   std::string src = "root ::= \"<\" body \"!\"\n" + gbnf_text_until("body", "</p>", {"<p=", "</f>"});
   auto g = must(src);

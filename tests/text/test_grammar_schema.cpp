@@ -144,6 +144,24 @@ TEST(GrammarSchema, ErrorsAndToleratedKeywords) {
     EXPECT_TRUE(grammar_from_json_schema(Json::parse(ok)).ok()) << ok;
 }
 
+TEST(GrammarSchema, OrderedJsonKeepsTheSchemasPropertyOrder) {
+  const char* text = R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"integer"}},"required":["zeta","alpha"]})";
+  auto ordered = grammar_from_json_schema(OrderedJson::parse(text));
+  auto sorted = grammar_from_json_schema(Json::parse(text));
+  ASSERT_TRUE(ordered.ok() && sorted.ok());
+  GrammarMatcher a(*ordered), b(*sorted);
+  EXPECT_TRUE(a.accept_bytes(R"({"zeta": 1, "alpha": 2})") && a.is_complete());
+  EXPECT_FALSE(GrammarMatcher(*ordered).accept_bytes(R"({"alpha")"));
+  EXPECT_TRUE(b.accept_bytes(R"({"alpha": 2, "zeta": 1})") && b.is_complete());
+  const OrderedJson tools = OrderedJson::parse(R"([{"name":"w","input_schema":{"type":"object","properties":{
+      "path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"]}}])");
+  auto call = grammar_for_tool_call(ToolFormat::qwen_xml, tools);
+  ASSERT_TRUE(call.ok()) << call.error().message;
+  GrammarMatcher c(*call);
+  EXPECT_TRUE(c.accept_bytes("<tool_call>\n<function=w>\n<parameter=path>\na.txt\n</parameter>\n<parameter=content>\nx < y\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(c.is_complete());
+}
+
 const char* kTools = R"([
   {"type":"function","function":{"name":"read_file","parameters":{"type":"object","properties":{
      "path":{"type":"string","maxLength":20},"limit":{"type":"integer"},"mode":{"type":"string","enum":["text","bytes"]}},"required":["path"]}}},

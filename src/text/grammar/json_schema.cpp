@@ -12,6 +12,8 @@
 namespace kapitsa::text {
 namespace {
 
+using OJson = nlohmann::ordered_json;
+
 // Shared rules, written once per grammar. `ws` is bounded: one space, or a newline and an indent of
 // at most 16 spaces. \u escapes exclude surrogates (a lone one is invalid JSON to strict parsers);
 // number digits are bounded so a model cannot stall and the value stays a finite double.
@@ -31,7 +33,7 @@ null ::= "null"
 )";
 
 // JSON text of a value as the grammar writes it (compact, UTF-8 kept).
-std::string dump(const Json& v) { return v.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string dump(const OJson& v) { return v.dump(-1, ' ', false, OJson::error_handler_t::replace); }
 
 std::string sanitize(const std::string& s) {
   std::string out;
@@ -40,7 +42,7 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
-bool has_any(const Json& s, std::initializer_list<const char*> keys) {
+bool has_any(const OJson& s, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
     if (s.contains(k)) return true;
   return false;
@@ -52,7 +54,7 @@ struct JsonGrammarWriter::Impl {
   std::string rules;
   std::set<std::string> names{"ws", "value", "object", "array", "string", "char", "hex-escape", "hex",
                               "integer", "natural", "number", "boolean", "null", "root"};
-  const Json* root = nullptr;
+  const OJson* root = nullptr;
   std::map<std::string, std::string> refs;  // "$ref" string → rule name
   std::vector<std::string> forbidden;       // literals strings may not hold (forbid_in_strings)
 
@@ -68,11 +70,11 @@ struct JsonGrammarWriter::Impl {
     return n;
   }
 
-  Expected<const Json*> resolve(const std::string& ref) {
+  Expected<const OJson*> resolve(const std::string& ref) {
     if (ref.rfind("#", 0) != 0) return error("json schema: only local $ref (\"#/...\") are supported, got '{}'", ref);
     if (ref == "#") return root;
     try {
-      const Json::json_pointer ptr(ref.substr(1));
+      const OJson::json_pointer ptr(ref.substr(1));
       if (!root->contains(ptr)) return error("json schema: $ref '{}' names nothing in the schema", ref);
       return &root->at(ptr);
     } catch (const std::exception&) {
@@ -81,7 +83,7 @@ struct JsonGrammarWriter::Impl {
   }
 
   // An expression (GBNF) for a value valid against `s`; `name` seeds rule names.
-  Expected<std::string> convert(const Json& s, const std::string& name, int depth) {
+  Expected<std::string> convert(const OJson& s, const std::string& name, int depth) {
     if (depth > 64) return error("json schema: nested more than 64 levels at '{}'", name);
     if (s.is_boolean()) {
       if (s.get<bool>()) return std::string("value");
@@ -93,7 +95,7 @@ struct JsonGrammarWriter::Impl {
       const std::string ref = s["$ref"].get<std::string>();
       auto it = refs.find(ref);
       if (it != refs.end()) return it->second;
-      KAPITSA_TRY(const Json* target, resolve(ref));
+      KAPITSA_TRY(const OJson* target, resolve(ref));
       const std::string rule = fresh("ref-" + ref.substr(ref.rfind('/') + 1));
       refs.emplace(ref, rule);  // before converting: recursive schemas refer back to it
       KAPITSA_TRY(std::string body, convert(*target, rule, depth + 1));
@@ -104,7 +106,7 @@ struct JsonGrammarWriter::Impl {
     if (s.contains("enum")) {
       if (!s["enum"].is_array() || s["enum"].empty()) return error("json schema: 'enum' at '{}' must be a non-empty array", name);
       std::string body;
-      for (const Json& v : s["enum"]) body += (body.empty() ? "" : " | ") + gbnf_literal(dump(v));
+      for (const OJson& v : s["enum"]) body += (body.empty() ? "" : " | ") + gbnf_literal(dump(v));
       return "(" + body + ")";
     }
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -112,9 +114,9 @@ struct JsonGrammarWriter::Impl {
       if (!s[key].is_array() || s[key].empty()) return error("json schema: '{}' at '{}' must be a non-empty array", key, name);
       std::string body;
       int i = 0;
-      for (const Json& alt : s[key]) {
+      for (const OJson& alt : s[key]) {
         // Keywords beside anyOf (e.g. a shared "type") apply to each alternative.
-        Json merged = alt;
+        OJson merged = alt;
         if (alt.is_object())
           for (const auto& [k, v] : s.items())
             if (k != key && !merged.contains(k) && k != "description" && k != "title") merged[k] = v;
@@ -126,23 +128,23 @@ struct JsonGrammarWriter::Impl {
     if (s.contains("allOf")) {
       if (!s["allOf"].is_array() || s["allOf"].empty()) return error("json schema: 'allOf' at '{}' must be a non-empty array", name);
       // Merged shallowly: properties and required are united, other keywords: the first one wins.
-      Json merged = Json::object();
+      OJson merged = OJson::object();
       for (const auto& [k, v] : s.items())
         if (k != "allOf") merged[k] = v;
-      for (const Json& part0 : s["allOf"]) {
-        const Json* part = &part0;
+      for (const OJson& part0 : s["allOf"]) {
+        const OJson* part = &part0;
         if (part0.is_object() && part0.contains("$ref") && part0["$ref"].is_string()) {
-          KAPITSA_TRY(const Json* target, resolve(part0["$ref"].get<std::string>()));
+          KAPITSA_TRY(const OJson* target, resolve(part0["$ref"].get<std::string>()));
           part = target;
         }
         if (!part->is_object()) continue;
         for (const auto& [k, v] : part->items()) {
           if (k == "properties" && v.is_object()) {
-            if (!merged.contains("properties")) merged["properties"] = Json::object();
+            if (!merged.contains("properties")) merged["properties"] = OJson::object();
             for (const auto& [pk, pv] : v.items()) merged["properties"][pk] = pv;
           } else if (k == "required" && v.is_array()) {
-            if (!merged.contains("required")) merged["required"] = Json::array();
-            for (const Json& r : v) merged["required"].push_back(r);
+            if (!merged.contains("required")) merged["required"] = OJson::array();
+            for (const OJson& r : v) merged["required"].push_back(r);
           } else if (!merged.contains(k)) {
             merged[k] = v;
           }
@@ -152,10 +154,10 @@ struct JsonGrammarWriter::Impl {
     }
     std::vector<std::string> types;
     if (s.contains("type")) {
-      const Json& t = s["type"];
+      const OJson& t = s["type"];
       if (t.is_string()) types.push_back(t.get<std::string>());
       else if (t.is_array())
-        for (const Json& e : t)
+        for (const OJson& e : t)
           if (e.is_string()) types.push_back(e.get<std::string>());
       if (types.empty()) return error("json schema: 'type' at '{}' must be a string or an array of strings", name);
     } else if (has_any(s, {"properties", "additionalProperties", "required"})) {
@@ -176,7 +178,7 @@ struct JsonGrammarWriter::Impl {
     return types.size() == 1 ? body : "(" + body + ")";
   }
 
-  Expected<std::string> convert_type(const Json& s, const std::string& type, const std::string& name, int depth) {
+  Expected<std::string> convert_type(const OJson& s, const std::string& type, const std::string& name, int depth) {
     if (type == "null") return std::string("null");
     if (type == "boolean") return std::string("boolean");
     if (type == "integer" || type == "number") {
@@ -201,9 +203,9 @@ struct JsonGrammarWriter::Impl {
     return error("json schema: unknown type '{}' at '{}'", type, name);
   }
 
-  Expected<std::string> convert_array(const Json& s, const std::string& name, int depth) {
+  Expected<std::string> convert_array(const OJson& s, const std::string& name, int depth) {
     std::vector<std::string> prefix;
-    const Json* prefix_items = s.contains("prefixItems") && s["prefixItems"].is_array() ? &s["prefixItems"]
+    const OJson* prefix_items = s.contains("prefixItems") && s["prefixItems"].is_array() ? &s["prefixItems"]
                                : s.contains("items") && s["items"].is_array()          ? &s["items"]
                                                                                        : nullptr;
     int64_t lo = s.contains("minItems") && s["minItems"].is_number_integer() ? s["minItems"].get<int64_t>() : 0;
@@ -212,7 +214,7 @@ struct JsonGrammarWriter::Impl {
     if (hi > 1000) hi = -1;
     if (prefix_items) {
       int i = 0;
-      for (const Json& p : *prefix_items) {
+      for (const OJson& p : *prefix_items) {
         if (hi >= 0 && static_cast<int64_t>(prefix.size()) >= hi) break;
         KAPITSA_TRY(std::string e, convert(p, fmt::format("{}-{}", name, i++), depth + 1));
         prefix.push_back(e);
@@ -253,31 +255,31 @@ struct JsonGrammarWriter::Impl {
     return define(name, body);
   }
 
-  Expected<std::string> convert_object(const Json& s, const std::string& name, int depth) {
-    const Json props = s.contains("properties") && s["properties"].is_object() ? s["properties"] : Json::object();
+  Expected<std::string> convert_object(const OJson& s, const std::string& name, int depth) {
+    const OJson props = s.contains("properties") && s["properties"].is_object() ? s["properties"] : OJson::object();
     std::set<std::string> required;
     if (s.contains("required") && s["required"].is_array())
-      for (const Json& r : s["required"])
+      for (const OJson& r : s["required"])
         if (r.is_string()) required.insert(r.get<std::string>());
     // Extra keys: additionalProperties true / a schema; absent: only when no properties are declared.
     std::string extra;
     const bool has_extra_key = s.contains("additionalProperties");
-    const Json extra_schema = has_extra_key ? s["additionalProperties"] : Json(props.empty());
+    const OJson extra_schema = has_extra_key ? s["additionalProperties"] : OJson(props.empty());
     if (!(extra_schema.is_boolean() && !extra_schema.get<bool>())) {
       KAPITSA_TRY(std::string e, convert(extra_schema, name + "-extra-value", depth + 1));
       extra = define(name + "-extra", "string ws \":\" ws " + e + " ws");
     }
     // Required keys not listed in properties still must appear: as (any) values.
-    std::vector<std::pair<std::string, Json>> members;
+    std::vector<std::pair<std::string, OJson>> members;
     for (const auto& [k, v] : props.items()) members.emplace_back(k, v);
     for (const std::string& r : required)
-      if (!props.contains(r)) members.emplace_back(r, extra_schema.is_object() ? extra_schema : Json(true));
+      if (!props.contains(r)) members.emplace_back(r, extra_schema.is_object() ? extra_schema : OJson(true));
     // first-i: members from i on, none written yet; rest-i: from i on, after at least one (commas).
     const size_t n = members.size();
     std::vector<std::string> kv(n);
     for (size_t i = 0; i < n; ++i) {
       KAPITSA_TRY(std::string e, convert(members[i].second, name + "-" + members[i].first, depth + 1));
-      kv[i] = define(name + "-" + members[i].first + "-kv", gbnf_literal(dump(Json(members[i].first))) + " ws \":\" ws " + e + " ws");
+      kv[i] = define(name + "-" + members[i].first + "-kv", gbnf_literal(dump(OJson(members[i].first))) + " ws \":\" ws " + e + " ws");
     }
     std::vector<std::string> first(n + 1), rest(n + 1);
     rest[n] = extra.empty() ? "\"\"" : define(name + "-rest", "(\",\" ws " + extra + ")*");
@@ -294,11 +296,21 @@ struct JsonGrammarWriter::Impl {
 JsonGrammarWriter::JsonGrammarWriter() : impl_(std::make_unique<Impl>()) {}
 JsonGrammarWriter::~JsonGrammarWriter() = default;
 
-Expected<std::string> JsonGrammarWriter::add_schema(const Json& schema, const std::string& name) {
+namespace {
+// Json keeps keys sorted; its ordered copy keeps that order (the schema's own order is gone already).
+OJson ordered(const Json& j) { return OJson::parse(j.dump()); }
+}  // namespace
+
+Expected<std::string> JsonGrammarWriter::add_schema(const OJson& schema, const std::string& name) {
   impl_->root = &schema;
   impl_->refs.clear();  // $refs are relative to each schema
   KAPITSA_TRY(std::string e, impl_->convert(schema, name, 0));
   return impl_->define(name, e);
+}
+
+Expected<std::string> JsonGrammarWriter::add_schema(const Json& schema, const std::string& name) {
+  const OJson o = ordered(schema);
+  return add_schema(o, name);
 }
 
 std::string JsonGrammarWriter::rules() const {
@@ -322,7 +334,7 @@ void JsonGrammarWriter::forbid_in_strings(std::vector<std::string> literals) {
   impl_->names.insert("string-body");
 }
 
-Expected<std::string> json_schema_to_gbnf(const Json& schema, const GrammarStart& start) {
+Expected<std::string> json_schema_to_gbnf(const OJson& schema, const GrammarStart& start) {
   JsonGrammarWriter w;
   KAPITSA_TRY(std::string rule, w.add_schema(schema, "schema"));
   std::string out = "root ::= reasoning " + rule + "\n";
@@ -330,15 +342,23 @@ Expected<std::string> json_schema_to_gbnf(const Json& schema, const GrammarStart
   return out + w.rules();
 }
 
-Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const Json& schema, const GrammarStart& start) {
+Expected<std::string> json_schema_to_gbnf(const Json& schema, const GrammarStart& start) {
+  return json_schema_to_gbnf(ordered(schema), start);
+}
+
+Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const OJson& schema, const GrammarStart& start) {
   KAPITSA_TRY(std::string gbnf, json_schema_to_gbnf(schema, start));
   auto g = parse_gbnf(gbnf);
   if (!g.ok()) return error("json schema: internal grammar error: {}", g.error().message);
   return g;
 }
 
+Expected<std::shared_ptr<const Grammar>> grammar_from_json_schema(const Json& schema, const GrammarStart& start) {
+  return grammar_from_json_schema(ordered(schema), start);
+}
+
 Expected<std::shared_ptr<const Grammar>> grammar_for_json_object(const GrammarStart& start) {
-  return grammar_from_json_schema(Json{{"type", "object"}}, start);
+  return grammar_from_json_schema(OJson{{"type", "object"}}, start);
 }
 
 }  // namespace kapitsa::text

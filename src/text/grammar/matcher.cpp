@@ -11,7 +11,7 @@ namespace {
 using Kind = Grammar::Element::Kind;
 // Past these sizes the tables are rebuilt from the current state (a long or deeply nested output
 // must not grow memory without bound).
-constexpr size_t kMaxStates = 1 << 14;  // × 1 KiB of transitions
+constexpr size_t kMaxStates = 1 << 12;  // × 1 KiB of transitions
 constexpr size_t kMaxFrames = 1 << 20;
 constexpr size_t kMaskCacheSize = 8;
 }  // namespace

@@ -13,22 +13,22 @@ namespace {
 
 struct Tool {
   std::string name;
-  Json parameters;  // the JSON schema of the arguments (an object schema)
+  OrderedJson parameters;  // the JSON schema of the arguments (an object schema)
 };
 
-Expected<std::vector<Tool>> read_tools(const Json& tools) {
+Expected<std::vector<Tool>> read_tools(const OrderedJson& tools) {
   if (!tools.is_array() || tools.empty()) return error("tool-call grammar: 'tools' must be a non-empty array");
   std::vector<Tool> out;
   for (size_t i = 0; i < tools.size(); ++i) {
-    const Json& t = tools[i];
+    const OrderedJson& t = tools[i];
     if (!t.is_object()) return error("tool-call grammar: tools[{}] is not an object", i);
-    const Json& f = t.contains("function") && t["function"].is_object() ? t["function"] : t;
+    const OrderedJson& f = t.contains("function") && t["function"].is_object() ? t["function"] : t;
     if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
       return error("tool-call grammar: tools[{}] has no name", i);
     Tool tool;
     tool.name = f["name"].get<std::string>();
     const char* key = f.contains("parameters") ? "parameters" : "input_schema";
-    tool.parameters = f.contains(key) && f[key].is_object() ? f[key] : Json{{"type", "object"}};
+    tool.parameters = f.contains(key) && f[key].is_object() ? f[key] : OrderedJson{{"type", "object"}};
     if (tool.parameters.empty() || !tool.parameters.contains("type")) tool.parameters["type"] = "object";
     out.push_back(std::move(tool));
   }
@@ -37,24 +37,24 @@ Expected<std::vector<Tool>> read_tools(const Json& tools) {
 
 // The type the XML parser converts a parameter's text to (as convert_parameter decides): "" or
 // "string" means the value is written as raw text.
-std::string xml_value_type(const Json& schema) {
+std::string xml_value_type(const OrderedJson& schema) {
   if (!schema.is_object()) return {};
   auto lower = [](std::string s) {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return s;
   };
   if (schema.contains("type")) {
-    const Json& t = schema["type"];
+    const OrderedJson& t = schema["type"];
     if (t.is_string()) return lower(t.get<std::string>());
     if (t.is_array()) {
-      for (const Json& e : t)
+      for (const OrderedJson& e : t)
         if (e.is_string() && e.get<std::string>() != "null") return lower(e.get<std::string>());
       return {};
     }
   }
   for (const char* key : {"anyOf", "oneOf"}) {
     if (!schema.contains(key) || !schema[key].is_array()) continue;
-    for (const Json& alt : schema[key]) {
+    for (const OrderedJson& alt : schema[key]) {
       const std::string t = xml_value_type(alt);
       if (!t.empty()) return t;
     }
@@ -73,11 +73,11 @@ std::string tool_rule_name(const std::string& name, size_t i) {
 // Qwen XML: parameters in schema order, required ones mandatory; string values raw text.
 Expected<std::string> qwen_xml_call(const Tool& tool, size_t index, JsonGrammarWriter& writer, std::string& rules) {
   const std::string base = tool_rule_name(tool.name, index);
-  const Json props = tool.parameters.contains("properties") && tool.parameters["properties"].is_object()
-                         ? tool.parameters["properties"] : Json::object();
+  const OrderedJson props = tool.parameters.contains("properties") && tool.parameters["properties"].is_object()
+                         ? tool.parameters["properties"] : OrderedJson::object();
   std::set<std::string> required;
   if (tool.parameters.contains("required") && tool.parameters["required"].is_array())
-    for (const Json& r : tool.parameters["required"])
+    for (const OrderedJson& r : tool.parameters["required"])
       if (r.is_string()) required.insert(r.get<std::string>());
   std::string body = gbnf_literal("<function=" + tool.name + ">\n");
   int i = 0;
@@ -88,7 +88,7 @@ Expected<std::string> qwen_xml_call(const Tool& tool, size_t index, JsonGrammarW
     if (type.empty() || type == "string" || type == "str" || type == "text") {
       if (schema.is_object() && schema.contains("enum") && schema["enum"].is_array() && !schema["enum"].empty()) {
         std::string alts;
-        for (const Json& v : schema["enum"])
+        for (const OrderedJson& v : schema["enum"])
           alts += (alts.empty() ? "" : " | ") + gbnf_literal(v.is_string() ? v.get<std::string>() : v.dump());
         value = "(" + alts + ") " + gbnf_literal("\n</parameter>");
       } else if (schema.is_object() && schema.contains("maxLength") && schema["maxLength"].is_number_unsigned() &&
@@ -118,7 +118,7 @@ Expected<std::string> qwen_xml_call(const Tool& tool, size_t index, JsonGrammarW
 
 }  // namespace
 
-Expected<std::string> tool_call_gbnf(ToolFormat format, const Json& tools, const GrammarStart& start) {
+Expected<std::string> tool_call_gbnf(ToolFormat format, const OrderedJson& tools, const GrammarStart& start) {
   KAPITSA_TRY(std::vector<Tool> list, read_tools(tools));
   JsonGrammarWriter writer;
   // The block's closing tag inside a JSON string would end the block early for the output parser.
@@ -134,7 +134,7 @@ Expected<std::string> tool_call_gbnf(ToolFormat format, const Json& tools, const
       call = r;
     } else if (format == ToolFormat::hermes_json || format == ToolFormat::nemotron) {
       KAPITSA_TRY(std::string args, writer.add_schema(tool.parameters, tool_rule_name(tool.name, i) + "-args"));
-      call = fmt::format("({} {} {})", gbnf_literal("{\"name\": " + Json(tool.name).dump() + ", \"arguments\": "), args, gbnf_literal("}"));
+      call = fmt::format("({} {} {})", gbnf_literal("{\"name\": " + OrderedJson(tool.name).dump() + ", \"arguments\": "), args, gbnf_literal("}"));
     } else {
       return error("tool-call grammar: the model has no tool-call format");
     }
@@ -156,11 +156,19 @@ Expected<std::string> tool_call_gbnf(ToolFormat format, const Json& tools, const
   return out + rules + writer.rules();
 }
 
-Expected<std::shared_ptr<const Grammar>> grammar_for_tool_call(ToolFormat format, const Json& tools, const GrammarStart& start) {
+Expected<std::string> tool_call_gbnf(ToolFormat format, const Json& tools, const GrammarStart& start) {
+  return tool_call_gbnf(format, OrderedJson::parse(tools.dump()), start);
+}
+
+Expected<std::shared_ptr<const Grammar>> grammar_for_tool_call(ToolFormat format, const OrderedJson& tools, const GrammarStart& start) {
   KAPITSA_TRY(std::string gbnf, tool_call_gbnf(format, tools, start));
   auto g = parse_gbnf(gbnf);
   if (!g.ok()) return error("tool-call grammar: internal grammar error: {}", g.error().message);
   return g;
+}
+
+Expected<std::shared_ptr<const Grammar>> grammar_for_tool_call(ToolFormat format, const Json& tools, const GrammarStart& start) {
+  return grammar_for_tool_call(format, OrderedJson::parse(tools.dump()), start);
 }
 
 }  // namespace kapitsa::text

@@ -15,6 +15,7 @@
 #include "base/json.h"
 #include "base/status.h"
 #include "text/grammar/grammar.h"
+#include "text/grammar/json_schema.h"
 #include "text/parse/output_parser.h"
 
 #include <memory>
@@ -22,7 +23,12 @@
 
 namespace kapitsa::text {
 
+// Parameters come in the order of the given JSON: an OrderedJson keeps the tools' own order (as the
+// chat template showed them), a Json is alphabetical.
+Expected<std::string> tool_call_gbnf(ToolFormat format, const OrderedJson& tools, const GrammarStart& start = {});
 Expected<std::string> tool_call_gbnf(ToolFormat format, const Json& tools, const GrammarStart& start = {});
+Expected<std::shared_ptr<const Grammar>> grammar_for_tool_call(ToolFormat format, const OrderedJson& tools,
+                                                               const GrammarStart& start = {});
 Expected<std::shared_ptr<const Grammar>> grammar_for_tool_call(ToolFormat format, const Json& tools,
                                                                const GrammarStart& start = {});
 
