@@ -144,6 +144,14 @@ int32_t Sampler::sample(std::span<const float> logits, int n_top, TokenEvent* ev
       }
     }
   }
+  if (!allowed.empty() && !allowed[static_cast<size_t>(chosen)]) {
+    // Only when every allowed logit is -inf or NaN: still never a token outside the mask.
+    for (size_t i = 0; i < allowed.size(); ++i)
+      if (allowed[i]) {
+        chosen = static_cast<int32_t>(i);
+        break;
+      }
+  }
   if (event != nullptr && n_top >= 0) {
     event->logprob = token_logprob(logits, chosen);
     if (n_top > 0) event->top = top_logprobs(logits, n_top);

@@ -5,6 +5,7 @@
 #include "common/json_schema_check.h"
 #include "models/model.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 #include "test_util.h"
 #include "text/grammar/json_schema.h"
 #include "text/grammar/tool_call_grammar.h"
@@ -15,6 +16,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 namespace kapitsa::runtime {
@@ -116,6 +118,39 @@ const char* kSchemas[] = {
     R"({"type":"object","properties":{"s":{"type":"string","maxLength":10},"t":{"type":"string","minLength":2,"maxLength":6},
        "u":{"type":"array","items":{"type":"string","maxLength":4},"maxItems":2}},"required":["s","t","u"]})",
 };
+
+TEST(ConstrainedDecoding, SamplerNeverPicksMaskedTokensAndKeepsRawLogprobs) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const size_t V = 500;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> logits(V);
+    for (float& l : logits) l = normal(rng);
+    std::vector<uint8_t> allowed(V, 0);
+    const size_t n_allowed = 1 + rng() % 5;
+    for (size_t i = 0; i < n_allowed; ++i) allowed[rng() % V] = 1;
+    SamplingParams p;
+    p.temperature = trial % 4 == 0 ? 0.0f : 0.5f + static_cast<float>(trial % 3);
+    p.top_k = trial % 3 == 0 ? 3 : 0;
+    p.top_p = trial % 5 == 0 ? 0.5f : 1.0f;
+    p.min_p = trial % 7 == 0 ? 0.2f : 0.0f;
+    if (trial % 11 == 0)  // every allowed token impossible: still one of them
+      for (size_t i = 0; i < V; ++i)
+        if (allowed[i]) logits[i] = -std::numeric_limits<float>::infinity();
+    Sampler sampler(p, rng());
+    TokenEvent event;
+    const int32_t id = sampler.sample(logits, 2, &event, allowed);
+    ASSERT_TRUE(allowed[static_cast<size_t>(id)]) << "trial " << trial;
+    if (trial % 11 != 0) {
+      EXPECT_FLOAT_EQ(event.logprob, token_logprob(logits, id));  // the unmasked distribution
+      const auto top = top_logprobs(logits, 2);
+      ASSERT_EQ(event.top.size(), top.size());
+      for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(event.top[i].id, top[i].id);
+    }
+  }
+}
 
 TEST(ConstrainedDecoding, SchemasParseAndValidate) {
   const uint64_t seed = testing::fresh_seed();
