@@ -408,6 +408,7 @@ class EngineImpl final : public Engine {
         return false;
       }
       scheduler_->preempt(*victim);
+      scheduler_->hold_admissions(true);  // until a sequence finishes and returns pages
       seqs_.at(*victim)->state.reset();
       work = scheduler_->batch();
     }
@@ -502,6 +503,7 @@ class EngineImpl final : public Engine {
     if ((reason == FinishReason::stop || reason == FinishReason::length) && scheduler_->has_state(seq.id))
       queue_end_of_turn(seq, reason);
     scheduler_->remove(seq.id);
+    scheduler_->hold_admissions(false);
     std::shared_ptr<Channel> channel = seq.channel;
     seqs_.erase(seq.id);
     cache_.trim();  // its pages that snapshots share now count for the cache

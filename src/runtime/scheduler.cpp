@@ -98,7 +98,7 @@ Scheduler::Decision Scheduler::schedule() {
   for (const auto& [arrival, id] : order) {
     Seq& s = seqs_.at(id);
     if (s.capacity > 0) continue;
-    if (n_running >= config_.max_sequences) break;
+    if (n_running >= config_.max_sequences || (hold_admissions_ && n_running > 0)) break;
     const int64_t want = wanted_capacity(s);
     if (!fits(state_bytes(want)) && n_running > 0) break;
     s.capacity = want;

@@ -72,6 +72,9 @@ class Scheduler {
   // The engine ran out of KV pages: drop this sequence's state (it is recomputed when readmitted).
   void preempt(uint64_t id);
   std::optional<uint64_t> youngest_running() const;
+  // While held, waiting sequences are admitted only when nothing runs (the engine holds admissions
+  // after preempting for KV pages, until a sequence finishes, so they do not bounce in and out).
+  void hold_admissions(bool hold) { hold_admissions_ = hold; }
   int64_t n_past(uint64_t id) const;
   int64_t known(uint64_t id) const;
   bool has_state(uint64_t id) const;
@@ -93,6 +96,7 @@ class Scheduler {
   uint64_t next_arrival_ = 0;
   size_t used_bytes_ = 0;
   int64_t preemptions_ = 0;
+  bool hold_admissions_ = false;
 };
 
 }  // namespace kapitsa::runtime

@@ -284,6 +284,8 @@ TEST(KvPagesEngine, PoolExhaustionPreemptsAndLeaksNothing) {
   EXPECT_GE(same, n - 1);
   const EngineCounters c = engine->counters();
   EXPECT_GT(c.preemptions, 0);
+  // Preempted sequences wait for a finish instead of bouncing in and out every step.
+  EXPECT_LE(c.preemptions, 2 * n) << "preemptions";
   EXPECT_EQ(c.kv_pages_used, 0);
   EXPECT_EQ(c.sequence_bytes, 0);
 }

@@ -202,5 +202,22 @@ TEST(Scheduler, SimulationHelperCompletes) {
   EXPECT_EQ(s.used_bytes(), 0u);
 }
 
+// Held admissions (the engine preempted for KV pages): nobody new starts while anything runs; when
+// nothing runs, the oldest waiting sequence starts anyway.
+TEST(Scheduler, HeldAdmissionsWaitWhileAnythingRuns) {
+  Scheduler s(config());
+  s.add(1, 4, 8);
+  for (const auto& a : s.schedule().admit) s.on_admitted(a.id, 0, a.capacity);
+  ASSERT_EQ(s.running(), 1);
+  s.hold_admissions(true);
+  s.add(2, 4, 8);
+  EXPECT_TRUE(s.schedule().admit.empty());
+  EXPECT_EQ(s.waiting(), 1);
+  s.remove(1);
+  const auto d = s.schedule();
+  ASSERT_EQ(d.admit.size(), 1u);
+  EXPECT_EQ(d.admit[0].id, 2u);
+}
+
 }  // namespace
 }  // namespace kapitsa::runtime
