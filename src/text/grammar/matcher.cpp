@@ -172,7 +172,9 @@ void GrammarMatcher::walk_mask(const TokenVocabulary& vocab, std::vector<uint8_t
     const int32_t n = static_cast<int32_t>(nodes.size());
     for (int32_t i = 1; i < n;) {
       const TokenVocabulary::Node& node = nodes[static_cast<size_t>(i)];
-      const int32_t s = step(walk_[node.depth - 1u], node.byte);
+      const int32_t from = walk_[node.depth - 1u];
+      int32_t s = next_[static_cast<size_t>(from)][node.byte];  // the warm path: one lookup
+      if (s == kUnknown) s = step(from, node.byte);
       if (s == kDead) {
         i = node.subtree_end;  // no token with this prefix can continue
         continue;
