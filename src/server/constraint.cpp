@@ -142,7 +142,7 @@ ApiResult<std::shared_ptr<const text::Grammar>> constraint_grammar(const OutputC
   switch (c.kind) {
     case Kind::none: return std::shared_ptr<const text::Grammar>();
     case Kind::json_object: return built(text::grammar_for_json_object(start), "response_format");
-    case Kind::json_schema: return built(text::grammar_from_json_schema(Json(c.schema), start), "response_format");
+    case Kind::json_schema: return built(text::grammar_from_json_schema(c.schema, start), "response_format");
     case Kind::tool_call: break;
   }
   if (!tools.is_array() || tools.empty()) return invalid_request("tool_choice forces a tool call but no tools were given", "tool_choice");
@@ -153,7 +153,7 @@ ApiResult<std::shared_ptr<const text::Grammar>> constraint_grammar(const OutputC
   for (const auto& t : tools)
     if (c.tool_name.empty() || (t.contains("function") && t["function"].value("name", "") == c.tool_name)) allowed.push_back(t);
   if (allowed.empty()) return invalid_request("tool_choice names \"" + c.tool_name + "\", which is not among the tools", "tool_choice");
-  return built(text::grammar_for_tool_call(format, Json(allowed), start), "tools");
+  return built(text::grammar_for_tool_call(format, allowed, start), "tools");
 }
 
 }  // namespace kapitsa::server
