@@ -207,6 +207,11 @@ async function main() {
   // title request offers none).
   const main = [...calls].reverse().find((c) => { try { return (JSON.parse(c.body).tools ?? []).length > 0; } catch { return false; } });
   check(main !== undefined, "a model call offered the agent's tools");
+  if (agent === "codex" && main) {
+    // The launcher's model catalog entry (apply_patch_tool_type "freeform") is what makes Codex offer it.
+    const tools = JSON.parse(main.body).tools ?? [];
+    check(tools.some((t) => t.type === "custom" && t.name === "apply_patch"), "codex offers its apply_patch tool (model catalog)");
+  }
   if (main) {
     const reply = normalize(generated(main).text);
     check(reply.length > 0, `the model generated a reply (${JSON.stringify(reply.slice(0, 120))})`);

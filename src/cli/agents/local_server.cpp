@@ -138,6 +138,9 @@ Expected<LocalServer> LocalServer::start_or_reuse(const ServerRequest& req, cons
       server.info_.base_url = "http://" + url_host(host) + ":" + std::to_string(req.port);
       std::fprintf(stderr, "kapitsa: using the server already running at %s (model '%s')\n",
                    server.info_.base_url.c_str(), server.info_.model_id.c_str());
+      if (req.context_tokens)
+        std::fprintf(stderr, "kapitsa: --ctx applies to a server started here; this one has a %lld-token context\n",
+                     static_cast<long long>(server.info_.context_tokens));
       return server;
     }
     if (req.port_given)
