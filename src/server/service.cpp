@@ -79,6 +79,14 @@ ApiError too_long(size_t n, int64_t context) {
                   "messages"};
 }
 
+// The prompt ends with an already closed, empty reasoning block (thinking turned off, as Qwen3.5's
+// "<think>\n\n</think>\n\n"): the model must not open another one, so a constrained output may not either.
+bool closes_reasoning(std::string_view prompt) {
+  const size_t close = prompt.rfind("</think>");
+  return close != std::string_view::npos &&
+         prompt.find_first_not_of(" \t\r\n", close + std::string_view("</think>").size()) == std::string_view::npos;
+}
+
 }  // namespace
 
 ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
@@ -124,7 +132,7 @@ ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
   }
   text::GrammarStart start;
   start.in_reasoning = p.parser.starts_in_reasoning;
-  start.may_open_reasoning = p.parser.reasoning && !p.parser.starts_in_reasoning;
+  start.may_open_reasoning = p.parser.reasoning && !p.parser.starts_in_reasoning && !closes_reasoning(p.text);
   auto grammar = constraint_grammar(input.constraint, with_tools ? input.tools.tools : OJson(nullptr), tool_format_, start);
   if (auto* e = std::get_if<ApiError>(&grammar)) return *e;
   p.grammar = std::get<std::shared_ptr<const text::Grammar>>(grammar);

@@ -54,6 +54,15 @@ TEST_F(ServerTest, NamedToolChoiceForcesThatTool) {
   EXPECT_FALSE(accepts(req, qwen_call("read", {{"limit", "20"}})));                          // path is required
   EXPECT_FALSE(accepts(req, qwen_call("write", {{"path", "/tmp/a"}, {"content", "x"}})));     // not the named tool
   EXPECT_FALSE(accepts(req, "I will read it."));
+  // Thinking is off (the prompt closed an empty <think>): no reasoning block may come first.
+  EXPECT_FALSE(accepts(req, "<think>\nhm\n</think>\n\n" + qwen_call("read", {{"path", "/tmp/a"}})));
+
+  // Thinking on: the prompt opened <think>, so the call follows the model's reasoning.
+  OJson thinking = chat_body({{"tools", kTools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "read"}}}}}});
+  thinking.erase("chat_template_kwargs");
+  ASSERT_EQ(call("/v1/chat/completions", thinking).status, 200);
+  EXPECT_TRUE(accepts(engine->last_request(), "Let me read it.\n</think>\n\n" + qwen_call("read", {{"path", "/tmp/a"}})));
+  EXPECT_FALSE(accepts(engine->last_request(), qwen_call("read", {{"path", "/tmp/a"}})));
 }
 
 TEST_F(ServerTest, RequiredToolChoiceAllowsEveryOfferedTool) {
