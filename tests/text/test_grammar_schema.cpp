@@ -157,6 +157,16 @@ TEST(GrammarSchema, OrderedJsonKeepsTheSchemasPropertyOrder) {
       "path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"]}}])");
   auto call = grammar_for_tool_call(ToolFormat::qwen_xml, tools);
   ASSERT_TRUE(call.ok()) << call.error().message;
+  // $refs of a JSON-typed qwen_xml parameter resolve in the tool's schema; an undeclared required
+  // parameter is taken as text.
+  const OrderedJson refs = OrderedJson::parse(R"([{"name":"r","input_schema":{"type":"object","$defs":{"p":{"type":"object",
+      "properties":{"x":{"type":"integer"}},"required":["x"]}},"properties":{"pts":{"type":"array","items":{"$ref":"#/$defs/p"}}},
+      "required":["pts","extra"]}}])");
+  auto ref_call = grammar_for_tool_call(ToolFormat::qwen_xml, refs);
+  ASSERT_TRUE(ref_call.ok()) << ref_call.error().message;
+  GrammarMatcher r(*ref_call);
+  EXPECT_TRUE(r.accept_bytes("<tool_call>\n<function=r>\n<parameter=pts>\n[{\"x\": 1}]\n</parameter>\n<parameter=extra>\nhi\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(r.is_complete());
   GrammarMatcher c(*call);
   EXPECT_TRUE(c.accept_bytes("<tool_call>\n<function=w>\n<parameter=path>\na.txt\n</parameter>\n<parameter=content>\nx < y\n</parameter>\n</function>\n</tool_call>"));
   EXPECT_TRUE(c.is_complete());

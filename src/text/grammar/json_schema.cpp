@@ -301,8 +301,8 @@ namespace {
 OJson ordered(const Json& j) { return OJson::parse(j.dump()); }
 }  // namespace
 
-Expected<std::string> JsonGrammarWriter::add_schema(const OJson& schema, const std::string& name) {
-  impl_->root = &schema;
+Expected<std::string> JsonGrammarWriter::add_schema(const OJson& schema, const std::string& name, const OJson* root) {
+  impl_->root = root != nullptr ? root : &schema;
   impl_->refs.clear();  // $refs are relative to each schema
   KAPITSA_TRY(std::string e, impl_->convert(schema, name, 0));
   return impl_->define(name, e);

@@ -38,9 +38,9 @@ class JsonGrammarWriter {
   ~JsonGrammarWriter();
   JsonGrammarWriter(const JsonGrammarWriter&) = delete;
   JsonGrammarWriter& operator=(const JsonGrammarWriter&) = delete;
-  // Writes rules for a JSON value valid against `schema` ($refs resolve inside `schema`); returns the
-  // name of its rule, which starts with `name` (a GBNF name: letters, digits, '-').
-  Expected<std::string> add_schema(const OrderedJson& schema, const std::string& name);
+  // Writes rules for a JSON value valid against `schema` ($refs resolve inside `root`, default
+  // `schema` itself); returns the name of its rule, which starts with `name` (letters, digits, '-').
+  Expected<std::string> add_schema(const OrderedJson& schema, const std::string& name, const OrderedJson* root = nullptr);
   Expected<std::string> add_schema(const Json& schema, const std::string& name);
   // Every rule written so far, shared ones (value, string, ws, …) once.
   std::string rules() const;

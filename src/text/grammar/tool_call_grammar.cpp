@@ -73,12 +73,15 @@ std::string tool_rule_name(const std::string& name, size_t i) {
 // Qwen XML: parameters in schema order, required ones mandatory; string values raw text.
 Expected<std::string> qwen_xml_call(const Tool& tool, size_t index, JsonGrammarWriter& writer, std::string& rules) {
   const std::string base = tool_rule_name(tool.name, index);
-  const OrderedJson props = tool.parameters.contains("properties") && tool.parameters["properties"].is_object()
+  OrderedJson props = tool.parameters.contains("properties") && tool.parameters["properties"].is_object()
                          ? tool.parameters["properties"] : OrderedJson::object();
   std::set<std::string> required;
   if (tool.parameters.contains("required") && tool.parameters["required"].is_array())
     for (const OrderedJson& r : tool.parameters["required"])
-      if (r.is_string()) required.insert(r.get<std::string>());
+      if (r.is_string()) {
+        required.insert(r.get<std::string>());
+        if (!props.contains(r.get<std::string>())) props[r.get<std::string>()] = OrderedJson::object();  // undeclared: text
+      }
   std::string body = gbnf_literal("<function=" + tool.name + ">\n");
   int i = 0;
   for (const auto& [arg, schema] : props.items()) {
@@ -103,14 +106,12 @@ Expected<std::string> qwen_xml_call(const Tool& tool, size_t index, JsonGrammarW
         value = param + "-text";
       }
     } else {
-      KAPITSA_TRY(std::string json, writer.add_schema(schema, param + "-json"));
+      KAPITSA_TRY(std::string json, writer.add_schema(schema, param + "-json", &tool.parameters));  // $refs: the tool's
       value = json + " " + gbnf_literal("\n</parameter>");
     }
     rules += fmt::format("{} ::= {} {} {}\n", param, gbnf_literal("<parameter=" + arg + ">\n"), value, gbnf_literal("\n"));
     body += required.contains(arg) ? " " + param : " " + param + "?";
   }
-  for (const std::string& r : required)
-    if (!props.contains(r)) return error("tool-call grammar: tool '{}' requires '{}', which its properties do not declare", tool.name, r);
   body += " " + gbnf_literal("</function>\n");
   rules += fmt::format("{} ::= {}\n", base, body);
   return base;
