@@ -33,6 +33,7 @@ void GrammarMatcher::reset() {
   std::vector<int32_t> none;
   intern(none);  // kDead
   std::vector<int32_t> stacks;
+  expand_seen_.clear();
   for (int32_t alt : grammar_->alternatives(Grammar::root())) expand(alt, kEmpty, stacks, 0);
   start_ = current_ = intern(stacks);
 }
@@ -47,6 +48,10 @@ int32_t GrammarMatcher::frame(int32_t pos, int32_t parent) {
 void GrammarMatcher::expand(int32_t pos, int32_t parent, std::vector<int32_t>& out, int depth) {
   // Grammars are validated free of left recursion, so this terminates; the bound is a backstop.
   KAPITSA_CHECK(depth < 100000, "grammar expansion does not terminate");
+  // The same (position, caller) reached twice expands to the same stacks: once is enough (nullable
+  // alternatives side by side would otherwise multiply the work).
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
+  if (!expand_seen_.insert(key).second) return;
   const auto& elements = grammar_->elements();
   const Grammar::Element& e = elements[static_cast<size_t>(pos)];
   switch (e.kind) {
@@ -91,6 +96,7 @@ int32_t GrammarMatcher::step(int32_t state, uint8_t byte) {
   const int32_t known = next_[static_cast<size_t>(state)][byte];
   if (known != kUnknown) return known;
   std::vector<int32_t> out;
+  expand_seen_.clear();
   const auto& elements = grammar_->elements();
   const auto& classes = grammar_->classes();
   for (int32_t s : states_[static_cast<size_t>(state)]) {

@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace kapitsa::text {
@@ -69,6 +70,7 @@ class GrammarMatcher {
   int32_t start_ = kDead;
   int32_t current_ = kDead;
   std::vector<int32_t> walk_;  // per trie depth: DFA state during fill_mask
+  std::unordered_set<uint64_t> expand_seen_;  // (pos, parent) pairs of the current expansion
   // Masks of recent DFA states (before end ids): inside a string the state repeats token after token.
   // A copy of the matcher starts with an empty cache (cheap copies).
   struct MaskCache {
