@@ -146,6 +146,8 @@ Expected<LocalServer> LocalServer::start_or_reuse(const ServerRequest& req, cons
     if (req.port_given)
       return error("the server at {}:{} serves {}, not '{}'; stop it or choose another --port", host, req.port, ids_of(p),
                    req.model_id);
+    std::fprintf(stderr, "kapitsa: the server at %s:%d serves %s, not '%s'; starting another one\n", host.c_str(), req.port,
+                 ids_of(p).c_str(), req.model_id.c_str());
   } else if (p.listening && req.port_given) {
     return error("something at {}:{} answers GET /health with HTTP {}: not a kapitsa server; choose another --port", host,
                  req.port, p.health);
