@@ -23,6 +23,14 @@ bool is_model_dir(const fs::path& p) {
 
 }  // namespace
 
+std::string served_model_id(const std::string& model_dir) {
+  std::filesystem::path p = std::filesystem::path(model_dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if ((name == "target" || name == "draft") && p.has_parent_path()) name = p.parent_path().filename().string();
+  return name.empty() ? std::string("kapitsa") : name;
+}
+
 Expected<std::string> resolve_model_dir(const std::string& option) {
   if (!option.empty()) {
     if (!is_model_dir(option)) return error("--model {}: no config.json there (give a Hugging Face model folder)", option);

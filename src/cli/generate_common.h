@@ -22,6 +22,10 @@ namespace kapitsa::cli {
 // executable was built in (…/build/<dir>/kapitsa), or under the current directory.
 Expected<std::string> resolve_model_dir(const std::string& option);
 
+// The model id `kapitsa serve` answers to by default (the launchers look for it): the folder name, or the
+// parent's name for the bundled demo's target/ and draft/ folders ("demo", not "target").
+std::string served_model_id(const std::string& model_dir);
+
 struct LoadedModel {
   std::string dir;
   std::shared_ptr<const text::Tokenizer> tokenizer;

@@ -41,15 +41,6 @@ struct ServeOptions {
 volatile std::sig_atomic_t g_stop = 0;
 extern "C" void on_signal(int) { g_stop = 1; }
 
-std::string default_model_id(const std::string& dir) {
-  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  std::string name = p.filename().string();
-  // The bundled demo lives in models/demo/target: call it "demo", not "target".
-  if ((name == "target" || name == "draft") && p.has_parent_path()) name = p.parent_path().filename().string();
-  return name.empty() ? std::string("kapitsa") : name;
-}
-
 int run_serve(const ServeOptions& o) {
   auto dir = resolve_model_dir(o.model);
   if (!dir.ok()) {
@@ -57,7 +48,7 @@ int run_serve(const ServeOptions& o) {
     return 1;
   }
   server::ServiceOptions so;
-  so.model_ids = o.aliases.empty() ? std::vector<std::string>{default_model_id(*dir)} : o.aliases;
+  so.model_ids = o.aliases.empty() ? std::vector<std::string>{served_model_id(*dir)} : o.aliases;
   so.accept_any_model = o.accept_any_model;
   so.keepalive = std::chrono::milliseconds(std::max(100, o.keepalive_ms));
   if (!o.template_kwargs.empty()) {

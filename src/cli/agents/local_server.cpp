@@ -105,14 +105,6 @@ std::string ids_of(const Probe& p) {
 
 }  // namespace
 
-std::string served_model_id(const std::string& model_dir) {
-  fs::path p = fs::path(model_dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  std::string name = p.filename().string();
-  if ((name == "target" || name == "draft") && p.has_parent_path()) name = p.parent_path().filename().string();
-  return name.empty() ? std::string("kapitsa") : name;
-}
-
 Expected<LocalServer> LocalServer::start_or_reuse(const ServerRequest& req, const std::string& log_dir,
                                                   const SignalForwarder& signals) {
   LocalServer server;

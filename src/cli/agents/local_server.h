@@ -55,8 +55,4 @@ class LocalServer {
   std::string log_path_;
 };
 
-// Default `kapitsa serve` model id for a model folder (must match src/cli/serve.cpp): the folder name,
-// or the parent's name for the bundled demo's target/ and draft/ folders.
-std::string served_model_id(const std::string& model_dir);
-
 }  // namespace kapitsa::cli::agents
