@@ -26,7 +26,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::map<int32_t, float> logit_bias;
-  std::optional<uint64_t> seed;  // same seed + same request → same tokens
+  // Same seed + same request → same draws. The tokens are the same too while the logits are: a step
+  // that batches many rows may sum in another order (docs/decisions.md, batch composition).
+  std::optional<uint64_t> seed;
 };
 
 struct GenerateRequest {
