@@ -1,0 +1,30 @@
+# The CUDA backend switch. KAPITSA_CUDA=AUTO (default) builds src/ops/cuda when a CUDA compiler is found,
+# ON requires it, OFF never builds it. Sets KAPITSA_HAVE_CUDA for the callers. Code for sm_90 (Hopper,
+# the H200) plus its PTX, so newer GPUs JIT it; CMAKE_CUDA_ARCHITECTURES overrides.
+set(KAPITSA_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when the toolkit is found), ON, OFF")
+set_property(CACHE KAPITSA_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(KAPITSA_HAVE_CUDA OFF)
+if(NOT KAPITSA_CUDA STREQUAL "OFF")
+  # CI and the dev machine keep nvcc in /usr/local/cuda, not always on PATH.
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)  # "90" = sm_90 machine code + compute_90 PTX
+    endif()
+    if(NOT CMAKE_CUDA_COMPILER_LAUNCHER AND CMAKE_CXX_COMPILER_LAUNCHER)
+      set(CMAKE_CUDA_COMPILER_LAUNCHER ${CMAKE_CXX_COMPILER_LAUNCHER})
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(KAPITSA_HAVE_CUDA ON)
+    message(STATUS "kapitsa: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  elseif(KAPITSA_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KAPITSA_CUDA=ON but no CUDA compiler was found (set CUDACXX or CMAKE_CUDA_COMPILER)")
+  else()
+    message(STATUS "kapitsa: CUDA backend OFF (no CUDA compiler found)")
+  endif()
+endif()

@@ -1,0 +1,115 @@
+// Kernels of partial NeoX RoPE and causal GQA attention (contiguous or paged KV).
+// RoPE computes angle = float32(pos · inv_freq) and its cos/sin in double rounded to f32, as the
+// reference (logits at long positions are sensitive to the angle's rounding).
+// Attention is a plain, correct kernel, not yet a flash kernel: one block per (query, head); each warp
+// walks every n_warps-th key with an online softmax (a warp-wide dot product per key, each lane holding
+// D/32 output columns), then the warps' partial results merge in shared memory. Keys are re-read for
+// every query (no tiling across queries) and decode is not split across blocks (no split-K yet).
+#include "ops/cuda/kernel_util.cuh"
+
+#include <cmath>
+
+namespace kapitsa::ops::cuda::kernels {
+namespace {
+
+__global__ void rope_neox_kernel(float* x, const int32_t* positions, const float* inv_freq, int64_t H, int64_t D,
+                                 int half) {
+  const int64_t t = blockIdx.y;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= half) return;
+  const float angle = __fmul_rn(static_cast<float>(positions[t]), inv_freq[i]);
+  const float c = static_cast<float>(cos(static_cast<double>(angle)));
+  const float s = static_cast<float>(sin(static_cast<double>(angle)));
+  for (int64_t h = 0; h < H; ++h) {
+    float* head = x + (t * H + h) * D;
+    const float x1 = head[i], x2 = head[i + half];
+    head[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+    head[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+  }
+}
+
+constexpr int kAttnWarps = 4;
+constexpr int kSlots = static_cast<int>(kAttentionMaxHeadDim / 32);  // output columns per lane
+
+__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a) {
+  __shared__ float q_s[kAttentionMaxHeadDim];
+  __shared__ float acc_s[kAttnWarps][kAttentionMaxHeadDim];
+  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
+  const int64_t h = blockIdx.x, t = blockIdx.y, D = a.D;
+  const int64_t g = h / (a.Hq / a.Hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) q_s[d] = a.q[(t * a.Hq + h) * D + d];
+  __syncthreads();
+
+  const int64_t n_keys = a.q_pos0 + t + 1;
+  float m = -INFINITY, l = 0.0f, acc[kSlots] = {};
+  for (int64_t s = warp; s < n_keys; s += kAttnWarps) {
+    const int64_t row =
+        a.block_table == nullptr ? s : int64_t{a.block_table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
+    const float* ks = a.k + (row * a.Hkv + g) * D;
+    const float* vs = a.v + (row * a.Hkv + g) * D;
+    float part = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSlots; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < D) part += q_s[d] * ks[d];
+    }
+    const float score = warp_sum(part) * a.scale;
+    const float m_new = fmaxf(m, score);
+    const float correction = expf(m - m_new), p = expf(score - m_new);
+    l = l * correction + p;
+#pragma unroll
+    for (int j = 0; j < kSlots; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < D) acc[j] = acc[j] * correction + p * vs[d];
+    }
+    m = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < kSlots; ++j) {
+    const int64_t d = lane + 32 * j;
+    if (d < D) acc_s[warp][d] = acc[j];
+  }
+  if (lane == 0) m_s[warp] = m, l_s[warp] = l;
+  __syncthreads();
+
+  float m_all = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, m_s[w]);
+  float weight[kAttnWarps], l_all = 0.0f;
+  for (int w = 0; w < kAttnWarps; ++w) {  // a warp that saw no key has m = -inf: weight 0
+    weight[w] = l_s[w] > 0.0f ? expf(m_s[w] - m_all) : 0.0f;
+    l_all += l_s[w] * weight[w];
+  }
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) o += acc_s[w][d] * weight[w];
+    a.o[(t * a.Hq + h) * D + d] = o / l_all;
+  }
+}
+
+}  // namespace
+
+void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t H, int64_t D, int half,
+               cudaStream_t s) {
+  if (T == 0 || H == 0) return;
+  constexpr int kThreads = 64;
+  for (int64_t t0 = 0; t0 < T; t0 += 65535) {  // gridDim.y is at most 65535
+    const int64_t n = T - t0 < 65535 ? T - t0 : 65535;
+    rope_neox_kernel<<<dim3(static_cast<unsigned>((half + kThreads - 1) / kThreads), static_cast<unsigned>(n)), kThreads,
+                       0, s>>>(x + t0 * H * D, positions + t0, inv_freq, H, D, half);
+  }
+}
+
+void attention(const AttentionArgs& a, cudaStream_t s) {
+  if (a.T == 0 || a.Hq == 0) return;
+  for (int64_t t0 = 0; t0 < a.T; t0 += 65535) {  // gridDim.y is at most 65535
+    AttentionArgs part = a;
+    part.T = a.T - t0 < 65535 ? a.T - t0 : 65535;
+    part.q = a.q + t0 * a.Hq * a.D;
+    part.o = a.o + t0 * a.Hq * a.D;
+    part.q_pos0 = a.q_pos0 + t0;
+    attention_kernel<<<dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), kAttnWarps * 32, 0, s>>>(part);
+  }
+}
+
+}  // namespace kapitsa::ops::cuda::kernels

@@ -1,0 +1,25 @@
+// The CUDA backend: every op of op_list.inc on an NVIDIA GPU, file names as in ops/ref (each .cpp checks
+// its arguments and launches; its .cu twin holds the kernels, which see raw pointers only). Tensors must
+// live on Device::cuda (see device_buffer.h); host spans (ids, positions, block tables, row lists) are
+// copied to the device on each call. All work is queued on one stream, so stream order is the only
+// ordering; reading results back (DeviceBuffer::download, synchronize) waits for it.
+#pragma once
+
+#include "tensor/tensor.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace kapitsa::ops::cuda {
+#include "ops/op_list.inc"
+
+// True when a CUDA driver and at least one device are usable; false (never an abort) on a machine
+// without a GPU, so callers can skip or fall back.
+bool device_available();
+// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB, driver 13.0)", or why no device is usable.
+std::string device_description();
+// Waits until every queued op has finished; a kernel's asynchronous error stops here, naming it.
+void synchronize();
+
+}  // namespace kapitsa::ops::cuda

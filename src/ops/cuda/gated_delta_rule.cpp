@@ -1,0 +1,57 @@
+// CUDA Gated DeltaNet: gates and the delta rule. Both the recurrent and the chunked op run the
+// token-by-token kernel (gated_delta_rule.cu): the op contract makes them the same function, so this is
+// correct; a chunked (WY) kernel for fast prefill is still to come.
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/runtime.h"
+
+namespace kapitsa::ops::cuda {
+using detail::check_f32;
+
+// a, b, g, beta: [T, Hv];  A_log, dt_bias: [Hv] f32.
+void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& g,
+               const Tensor& beta) {
+  for (const Tensor* t : {&a, &b, &A_log, &dt_bias, &g, &beta}) check_f32(*t, "gdn_gates", "input");
+  const int64_t Hv = A_log.numel();
+  KAPITSA_CHECK(Hv > 0 && dt_bias.numel() == Hv && a.numel() % Hv == 0 && b.numel() == a.numel() &&
+                    g.numel() == a.numel() && beta.numel() == a.numel(),
+                "gdn_gates: a {} b {} A_log {} dt_bias {} g {} beta {}", a.shape().str(), b.shape().str(),
+                A_log.shape().str(), dt_bias.shape().str(), g.shape().str(), beta.shape().str());
+  kernels::gdn_gates(a.f32(), b.f32(), A_log.f32(), dt_bias.f32(), g.f32(), beta.f32(), a.numel(), Hv,
+                     detail::stream());
+  detail::check_launch("gdn_gates");
+}
+
+namespace {
+// q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv].
+void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                const Tensor& state, const Tensor& o) {
+  for (const Tensor* t : {&q, &k, &v, &g, &beta, &state, &o}) check_f32(*t, "gated_delta_rule", "input");
+  KAPITSA_CHECK(q.rank() == 3 && k.shape() == q.shape(), "gated_delta_rule: q {} k {}", q.shape().str(), k.shape().str());
+  KAPITSA_CHECK(v.rank() == 3 && o.shape() == v.shape() && v.dim(0) == q.dim(0), "gated_delta_rule: v {} o {} q {}",
+                v.shape().str(), o.shape().str(), q.shape().str());
+  const int64_t T = q.dim(0), Hk = q.dim(1), Dk = q.dim(2), Hv = v.dim(1), Dv = v.dim(2);
+  KAPITSA_CHECK(Hk > 0 && Hv % Hk == 0, "gated_delta_rule: Hv {} not a multiple of Hk {}", Hv, Hk);
+  KAPITSA_CHECK(Dk <= kernels::kGdnMaxKeyDim, "gated_delta_rule: key head dim {} above the kernel's {}", Dk,
+                kernels::kGdnMaxKeyDim);
+  KAPITSA_CHECK(g.numel() == T * Hv && beta.numel() == T * Hv, "gated_delta_rule: g {} beta {} for T={} Hv={}",
+                g.shape().str(), beta.shape().str(), T, Hv);
+  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == Hv && state.dim(1) == Dk && state.dim(2) == Dv,
+                "gated_delta_rule: state {} for Hv={} Dk={} Dv={}", state.shape().str(), Hv, Dk, Dv);
+  const kernels::GdnArgs a{q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), o.f32(), T, Hk, Hv, Dk, Dv};
+  kernels::gated_delta_rule(a, detail::stream());
+  detail::check_launch("gated_delta_rule");
+}
+}  // namespace
+
+void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, const Tensor& state, const Tensor& o) {
+  delta_rule(q, k, v, g, beta, state, o);
+}
+
+void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, const Tensor& state, const Tensor& o) {
+  delta_rule(q, k, v, g, beta, state, o);
+}
+
+}  // namespace kapitsa::ops::cuda

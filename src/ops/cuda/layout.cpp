@@ -1,0 +1,101 @@
+// CUDA data-movement ops: embedding (a kernel), copy (cudaMemcpy, or a conversion kernel between
+// f32/f16/bf16), and split/concat of column blocks as strided 2-D copies (cudaMemcpy2DAsync).
+// Embedding ids are checked against the vocabulary on the host, where they arrive.
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/runtime.h"
+
+namespace kapitsa::ops::cuda {
+using detail::check;
+using detail::check_launch;
+using detail::check_on_device;
+using detail::elem_type;
+using detail::is_weight_dtype;
+using detail::rows_of;
+using detail::stream;
+
+// table: [V, H] f32|f16|bf16;  out: [T, H] f32.
+void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+  KAPITSA_CHECK(table.rank() == 2 && is_weight_dtype(table.dtype()), "embedding: table {} {} must be [V, H] f32|f16|bf16",
+                dtype_name(table.dtype()), table.shape().str());
+  check_on_device(table, "embedding", "table");
+  detail::check_f32(out, "embedding", "out");
+  const int64_t V = table.dim(0), H = table.dim(1), T = static_cast<int64_t>(ids.size());
+  KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}", out.shape().str(), T,
+                H);
+  for (int64_t t = 0; t < T; ++t)
+    KAPITSA_CHECK(0 <= ids[static_cast<size_t>(t)] && ids[static_cast<size_t>(t)] < V,
+                  "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
+  const int32_t* d_ids = detail::upload(ids, detail::Slot::span0);
+  kernels::embedding(table.data(), elem_type(table.dtype()), d_ids, out.f32(), T, H, stream());
+  check_launch("embedding");
+}
+
+// Same element count; equal dtypes copy bytes, f32/f16/bf16 pairs convert.
+void copy(const Tensor& src, const Tensor& dst) {
+  KAPITSA_CHECK(src.numel() == dst.numel(), "copy: {} elements into {}", src.shape().str(), dst.shape().str());
+  check_on_device(src, "copy", "src"), check_on_device(dst, "copy", "dst");
+  if (src.dtype() == dst.dtype()) {
+    if (src.nbytes() > 0 && src.data() != dst.data())
+      check(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream()), "copy");
+    return;
+  }
+  KAPITSA_CHECK(is_weight_dtype(src.dtype()) && is_weight_dtype(dst.dtype()), "copy: cannot convert {} to {}",
+                dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  kernels::convert(src.data(), elem_type(src.dtype()), dst.data(), elem_type(dst.dtype()), src.numel(), stream());
+  check_launch("copy");
+}
+
+namespace {
+// Copies R rows of `cols` elements between row-major 2-D layouts of widths src_width and dst_width.
+void copy_block(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t R, int64_t cols, size_t es) {
+  if (R == 0 || cols == 0) return;
+  check(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_width) * es, src, static_cast<size_t>(src_width) * es,
+                          static_cast<size_t>(cols) * es, static_cast<size_t>(R), cudaMemcpyDeviceToDevice, stream()),
+        "column copy");
+}
+}  // namespace
+
+// x: [R, Σ C_i];  outs[i]: [R, C_i].
+void split_columns(const Tensor& x, std::span<const Tensor> outs) {
+  const int64_t R = rows_of(x), W = x.dim(-1);
+  const size_t es = dtype_size(x.dtype());
+  check_on_device(x, "split_columns", "x");
+  int64_t offset = 0;
+  for (const Tensor& o : outs) {
+    KAPITSA_CHECK(o.dtype() == x.dtype() && rows_of(o) == R, "split_columns: out {} {} vs x {} {}", dtype_name(o.dtype()),
+                  o.shape().str(), dtype_name(x.dtype()), x.shape().str());
+    check_on_device(o, "split_columns", "out");
+    offset += o.dim(-1);
+  }
+  KAPITSA_CHECK(offset == W, "split_columns: outs have {} columns in all, x has {}", offset, W);
+  offset = 0;
+  for (const Tensor& o : outs) {
+    copy_block(static_cast<const uint8_t*>(x.data()) + static_cast<size_t>(offset) * es, W, o.data(), o.dim(-1), R,
+               o.dim(-1), es);
+    offset += o.dim(-1);
+  }
+}
+
+// ins[i]: [R, C_i];  y: [R, Σ C_i].
+void concat_columns(std::span<const Tensor> ins, const Tensor& y) {
+  const int64_t R = rows_of(y), W = y.dim(-1);
+  const size_t es = dtype_size(y.dtype());
+  check_on_device(y, "concat_columns", "y");
+  int64_t offset = 0;
+  for (const Tensor& in : ins) {
+    KAPITSA_CHECK(in.dtype() == y.dtype() && rows_of(in) == R, "concat_columns: in {} {} vs y {} {}",
+                  dtype_name(in.dtype()), in.shape().str(), dtype_name(y.dtype()), y.shape().str());
+    check_on_device(in, "concat_columns", "in");
+    offset += in.dim(-1);
+  }
+  KAPITSA_CHECK(offset == W, "concat_columns: ins have {} columns in all, y has {}", offset, W);
+  offset = 0;
+  for (const Tensor& in : ins) {
+    copy_block(in.data(), in.dim(-1), static_cast<uint8_t*>(y.data()) + static_cast<size_t>(offset) * es, W, R,
+               in.dim(-1), es);
+    offset += in.dim(-1);
+  }
+}
+
+}  // namespace kapitsa::ops::cuda

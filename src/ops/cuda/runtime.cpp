@@ -1,0 +1,105 @@
+// The CUDA backend's process-wide state: one non-blocking stream, one cuBLAS handle bound to it, the
+// scratch slots, and the checks the ops share. Created on first use, never destroyed (the driver
+// reclaims everything at exit; destroying it from a static destructor races the driver's own teardown).
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/runtime.h"
+
+#include <algorithm>
+#include <array>
+#include <fmt/format.h>
+
+namespace kapitsa::ops::cuda {
+namespace detail {
+
+void check(cudaError_t err, const char* what) {
+  KAPITSA_CHECK(err == cudaSuccess, "cuda: {} failed: {} ({})", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+void check(cublasStatus_t status, const char* what) {
+  KAPITSA_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuda: {} failed: {} ({})", what, cublasGetStatusName(status),
+                cublasGetStatusString(status));
+}
+
+void check_launch(const char* op) { check(cudaGetLastError(), op); }
+
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t created = nullptr;
+    check(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "cudaStreamCreate");
+    return created;
+  }();
+  return s;
+}
+
+cublasHandle_t cublas() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t created = nullptr;
+    check(cublasCreate(&created), "cublasCreate");
+    check(cublasSetStream(created, stream()), "cublasSetStream");
+    // Default math: f32 GEMMs stay plain f32 (TF32 only when asked for), bf16/f16 ones use tensor cores.
+    check(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    return created;
+  }();
+  return h;
+}
+
+void* scratch(Slot slot, size_t bytes) {
+  struct Region {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  static std::array<Region, static_cast<size_t>(Slot::count)> regions;
+  Region& r = regions[static_cast<size_t>(slot)];
+  if (r.bytes < bytes) {
+    if (r.data != nullptr) check(cudaFree(r.data), "cudaFree (scratch)");
+    r.bytes = std::max<size_t>(bytes, 2 * r.bytes);
+    check(cudaMalloc(&r.data, r.bytes), "cudaMalloc (scratch)");
+  }
+  return r.data;
+}
+
+void check_on_device(const Tensor& t, const char* op, const char* name) {
+  KAPITSA_CHECK(t.numel() == 0 || (t.device() == Device::cuda && t.data() != nullptr),
+                "{}: {} must be a tensor on the cuda device", op, name);
+}
+
+void check_f32(const Tensor& t, const char* op, const char* name) {
+  KAPITSA_CHECK(t.dtype() == DType::f32, "{}: {} must be F32, got {}", op, name, dtype_name(t.dtype()));
+  check_on_device(t, op, name);
+}
+
+bool is_weight_dtype(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
+
+kernels::ElemType elem_type(DType d) {
+  return d == DType::f16 ? kernels::ElemType::f16 : d == DType::bf16 ? kernels::ElemType::bf16 : kernels::ElemType::f32;
+}
+
+int64_t rows_of(const Tensor& t) {
+  KAPITSA_CHECK(t.rank() >= 1, "tensor of rank 0");
+  const int64_t cols = t.dim(-1);
+  return cols == 0 ? 0 : t.numel() / cols;
+}
+
+}  // namespace detail
+
+bool device_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string device_description() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) return fmt::format("no CUDA device ({})", cudaGetErrorString(err));
+  if (n == 0) return "no CUDA device";
+  cudaDeviceProp p{};
+  detail::check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{})", p.name, p.major, p.minor, p.multiProcessorCount,
+                     static_cast<double>(p.totalGlobalMem) / (1 << 30), driver / 1000, driver % 1000 / 10);
+}
+
+void synchronize() { detail::check(cudaStreamSynchronize(detail::stream()), "cudaStreamSynchronize"); }
+
+}  // namespace kapitsa::ops::cuda

@@ -1,0 +1,48 @@
+// CUDA Mamba-2 selective scan. Both the recurrent and the chunked op run the token-by-token kernel
+// (ssm.cu): the op contract makes them the same function, so this is correct (chunk_size only changes
+// rounding in the reference); a chunked SSD kernel for fast prefill is still to come.
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/runtime.h"
+
+namespace kapitsa::ops::cuda {
+
+namespace {
+// x, y: [T, H, P];  dt: [T, H];  B, C: [T, G, N];  A_log, D, dt_bias: [H];  state: [H, P, N].
+void scan(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log, const Tensor& D,
+          const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state, const Tensor& y) {
+  for (const Tensor* t : {&x, &dt, &B, &C, &A_log, &D, &dt_bias, &state, &y}) detail::check_f32(*t, "ssd_scan", "input");
+  KAPITSA_CHECK(x.rank() == 3 && y.shape() == x.shape(), "ssd_scan: x {} y {}", x.shape().str(), y.shape().str());
+  const int64_t T = x.dim(0), H = x.dim(1), P = x.dim(2);
+  KAPITSA_CHECK(B.rank() == 3 && C.shape() == B.shape() && B.dim(0) == T, "ssd_scan: B {} C {} for T={}", B.shape().str(),
+                C.shape().str(), T);
+  const int64_t G = B.dim(1), N = B.dim(2);
+  KAPITSA_CHECK(G > 0 && H % G == 0, "ssd_scan: {} heads not a multiple of {} groups", H, G);
+  KAPITSA_CHECK(N <= kernels::kSsdMaxStateDim, "ssd_scan: state size {} above the kernel's {}", N,
+                kernels::kSsdMaxStateDim);
+  KAPITSA_CHECK(dt.numel() == T * H && A_log.numel() == H && D.numel() == H && dt_bias.numel() == H,
+                "ssd_scan: dt {}, A_log {}, D {}, dt_bias {} for T={} H={}", dt.shape().str(), A_log.shape().str(),
+                D.shape().str(), dt_bias.shape().str(), T, H);
+  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == H && state.dim(1) == P && state.dim(2) == N,
+                "ssd_scan: state {} for H={} P={} N={}", state.shape().str(), H, P, N);
+  const kernels::SsdArgs a{x.f32(), dt.f32(), B.f32(), C.f32(), A_log.f32(), D.f32(), dt_bias.f32(), dt_min, dt_max,
+                           state.f32(), y.f32(), T, H, P, G, N};
+  kernels::ssd_scan(a, detail::stream());
+  detail::check_launch("ssd_scan");
+}
+}  // namespace
+
+void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                        const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
+                        const Tensor& y) {
+  scan(x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y);
+}
+
+void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                      const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                      const Tensor& state, const Tensor& y) {
+  KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_chunked: chunk_size {}", chunk_size);
+  scan(x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y);
+}
+
+}  // namespace kapitsa::ops::cuda
