@@ -43,10 +43,10 @@ std::span<const uint8_t> GrammarConstraint::mask() {
   return std::span<const uint8_t>(mask_.data(), static_cast<size_t>(vocab_size_));
 }
 
-void GrammarConstraint::accept(int32_t id) {
-  if (std::binary_search(end_ids_.begin(), end_ids_.end(), id)) return;
-  const bool ok = matcher_.accept_token(id, *vocab_);
-  KAPITSA_CHECK(ok, "token {} was sampled outside the grammar's mask", id);
+bool GrammarConstraint::try_accept(int32_t id) {
+  if (id < 0 || id >= vocab_size_) return false;
+  if (std::binary_search(end_ids_.begin(), end_ids_.end(), id)) return matcher_.can_end();
+  return matcher_.accept_token(id, *vocab_);
 }
 
 }  // namespace kapitsa::runtime

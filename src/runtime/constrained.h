@@ -30,8 +30,9 @@ class GrammarConstraint {
 
   // The allowed tokens for the next step ([vocab_size]); empty when no token can continue.
   std::span<const uint8_t> mask();
-  // A token sampled under the mask (end ids are ignored: they end the generation).
-  void accept(int32_t id);
+  // Advances over `id` and returns true when the mask would have allowed it (an end id: when the
+  // grammar can end; it ends the generation, so nothing advances); else false, nothing changed.
+  bool try_accept(int32_t id);
   // The output is a complete sentence of the grammar and nothing may follow.
   bool complete() const { return matcher_.is_complete(); }
   bool has_end_ids() const { return !end_ids_.empty(); }

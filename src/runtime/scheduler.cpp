@@ -153,10 +153,10 @@ void Scheduler::advance(uint64_t id, int64_t n_tokens) {
   KAPITSA_CHECK(s.n_past <= s.known && s.n_past <= s.capacity, "sequence {} folded past its tokens", id);
 }
 
-void Scheduler::append(uint64_t id) {
+void Scheduler::append(uint64_t id, int64_t n) {
   Seq& s = seqs_.at(id);
-  ++s.known;
-  --s.remaining;
+  s.known += n;
+  s.remaining -= n;
 }
 
 void Scheduler::preempt(uint64_t id) {

@@ -61,7 +61,7 @@ class Scheduler {
   };
   std::vector<Work> batch() const;
   void advance(uint64_t id, int64_t n_tokens);  // folded
-  void append(uint64_t id);                     // a token was sampled and the sequence goes on
+  void append(uint64_t id, int64_t n = 1);      // n tokens were emitted and the sequence goes on
 
   int64_t capacity_for(int64_t tokens) const;  // the bucket holding `tokens`
   size_t state_bytes(int64_t capacity) const;

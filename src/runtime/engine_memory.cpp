@@ -1,0 +1,82 @@
+// Admission, room in the KV pool, snapshots and end-of-turn folds (see engine_memory.h).
+#include "runtime/engine_memory.h"
+
+#include <fmt/format.h>
+
+namespace kapitsa::runtime {
+
+EngineMemory::EngineMemory(const models::Model& model, std::shared_ptr<models::KvPagePool> pool,
+                           size_t prefix_cache_bytes, size_t end_of_turn_jobs, Scheduler& scheduler, Sequences& seqs)
+    : model_(model), pool_(std::move(pool)), cache_(prefix_cache_bytes), end_of_turn_(end_of_turn_jobs),
+      scheduler_(scheduler), seqs_(seqs) {
+  // States that can be resized are cached trimmed to what they hold and grow without recompute.
+  resizable_ = model_.new_state(2, pool_)->resized(4) != nullptr;
+}
+
+void EngineMemory::admit(Sequence& seq, int64_t capacity, std::unique_ptr<models::SequenceState> outgrown) {
+  const int64_t known = static_cast<int64_t>(seq.tokens.size());
+  if (outgrown && resizable_) {
+    // Growth: the same state in a larger buffer, nothing recomputed.
+    seq.state = outgrown->resized(capacity);
+    scheduler_.on_admitted(seq.id, seq.state->n_past(), seq.state->capacity());
+    return;
+  }
+  // A queued end-of-turn of this very conversation: fold it now so the lookup below finds it.
+  if (end_of_turn_.continued_by(seq.tokens)) flush_end_of_turns();
+  // The last known token is always folded here: its logits choose the next token.
+  PrefixCache::Hit hit = cache_.lookup(seq.tokens, known - 1, resizable_ ? 0 : capacity, seq.request.cache_key);
+  if (hit.snapshot != nullptr) seq.state = resizable_ ? hit.snapshot->resized(capacity) : hit.snapshot->clone();
+  else seq.state = model_.new_state(capacity, pool_);
+  scheduler_.on_admitted(seq.id, hit.tokens, seq.state->capacity());
+  if (!seq.admitted_once) {
+    seq.admitted_once = true;
+    seq.stats.cached_prompt_tokens = static_cast<int>(std::min<int64_t>(hit.tokens, static_cast<int64_t>(seq.prompt_len)));
+    prompt_tokens_reused_ += seq.stats.cached_prompt_tokens;
+  }
+}
+
+std::optional<std::string> EngineMemory::make_room(std::vector<Scheduler::Work>& work) {
+  auto needed = [&] {
+    int64_t n = 0;
+    for (const Scheduler::Work& w : work) n += seqs_.at(w.id)->state->kv_pages_needed(w.n_tokens);
+    return n;
+  };
+  while (needed() > pool_->free_pages()) {
+    if (!end_of_turn_.empty()) {  // queued end-of-turns are only a head start
+      end_of_turn_.clear();
+      continue;
+    }
+    if (cache_.evict_lru()) continue;
+    std::optional<uint64_t> victim = scheduler_.youngest_running();
+    if (!victim || scheduler_.running() == 1)
+      return fmt::format("the KV page pool ({} pages of {} tokens) cannot hold this sequence; raise kv_pool_bytes",
+                         pool_->max_pages(), pool_->page_tokens());
+    scheduler_.preempt(*victim);
+    scheduler_.hold_admissions(true);  // until a sequence finishes and returns pages
+    seqs_.at(*victim)->state.reset();
+    work = scheduler_.batch();
+  }
+  return std::nullopt;
+}
+
+void EngineMemory::snapshot(const Sequence& seq, int64_t at) {
+  const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(at));
+  if (cache_.contains(key, resizable_ ? 0 : seq.state->capacity())) return;
+  cache_.insert(key, resizable_ ? seq.state->resized(at) : seq.state->clone(), seq.request.cache_key);
+}
+
+void EngineMemory::keep_finished(Sequence& seq, bool ends_with_stop_token) {
+  if (!scheduler_.has_state(seq.id)) return;
+  // A finished reply stays reusable: the state after prompt + reply (all but the last sampled token,
+  // which was never folded) moves into the prefix cache without a copy.
+  if (seq.state && seq.state->n_past() > 0) {
+    const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(seq.state->n_past()));
+    if (!cache_.contains(key, resizable_ ? 0 : seq.state->capacity()))
+      cache_.insert(key, resizable_ ? seq.state->resized(seq.state->n_past()) : std::move(seq.state), seq.request.cache_key);
+  }
+  end_of_turn_.queue(seq, ends_with_stop_token);
+}
+
+void EngineMemory::flush_end_of_turns() { end_of_turn_tokens_ += end_of_turn_.flush(model_, *pool_, cache_); }
+
+}  // namespace kapitsa::runtime

@@ -1,0 +1,64 @@
+// Sequence setup, the next-token choice and the closing event (see sequence.h).
+#include "runtime/sequence.h"
+
+#include <algorithm>
+
+namespace kapitsa::runtime {
+
+std::unique_ptr<Sequence> make_sequence(uint64_t id, GenerateRequest request, std::shared_ptr<Channel> channel,
+                                        uint64_t seed, const SequenceSetup& setup) {
+  auto seq = std::make_unique<Sequence>(std::move(request), seed, setup.tokenizer.get());
+  seq->id = id;
+  seq->channel = std::move(channel);
+  seq->tokens = seq->request.prompt_ids;
+  seq->prompt_len = seq->tokens.size();
+  seq->max_new = seq->request.max_tokens;
+  seq->submitted = Clock::now();
+  seq->stats.prompt_tokens = static_cast<int>(seq->prompt_len);
+  seq->sampler.add_prompt(seq->tokens);
+  if (seq->request.grammar) {
+    std::vector<int32_t> end_ids = seq->request.stop_token_ids;
+    if (!seq->request.ignore_eos) end_ids.insert(end_ids.end(), setup.eos_token_ids.begin(), setup.eos_token_ids.end());
+    seq->constraint = std::make_unique<GrammarConstraint>(seq->request.grammar, token_vocabulary(setup.tokenizer),
+                                                          std::move(end_ids), setup.vocab_size);
+  }
+  // Snapshot points: the turn boundary, and every N tokens of a long prompt.
+  if (seq->request.turn_boundary && *seq->request.turn_boundary > 0)
+    seq->boundaries.push_back(static_cast<int64_t>(*seq->request.turn_boundary));
+  const int64_t every = setup.snapshot_interval_tokens;
+  if (every > 0)
+    for (int64_t p = every; p < static_cast<int64_t>(seq->prompt_len); p += every) seq->boundaries.push_back(p);
+  std::sort(seq->boundaries.begin(), seq->boundaries.end());
+  return seq;
+}
+
+std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits) {
+  std::span<const uint8_t> allowed;
+  if (seq.constraint) {
+    allowed = seq.constraint->mask();
+    if (allowed.empty()) {  // never emit a token outside the grammar
+      if (seq.constraint->complete() && !seq.constraint->has_end_ids()) return Ending{FinishReason::stop, "", ""};
+      return Ending{FinishReason::error, "", "grammar: no token can continue the output"};
+    }
+  }
+  TokenEvent event;
+  event.id = seq.sampler.sample(logits, seq.request.top_logprobs, &event, allowed);
+  return event;
+}
+
+FinishEvent finish_event(const Sequence& seq, const Ending& ending) {
+  FinishEvent f;
+  f.reason = ending.reason;
+  f.matched_stop = ending.matched;
+  f.error = ending.error;
+  f.stats = seq.stats;
+  f.stats.completion_tokens = static_cast<int>(seq.generated);
+  if (seq.generated > 0) {
+    f.stats.time_to_first_token_s = std::chrono::duration<double>(seq.first_token - seq.submitted).count();
+    const double span = std::chrono::duration<double>(seq.last_token - seq.first_token).count();
+    if (seq.generated > 1 && span > 0) f.stats.decode_tokens_per_s = static_cast<double>(seq.generated - 1) / span;
+  }
+  return f;
+}
+
+}  // namespace kapitsa::runtime

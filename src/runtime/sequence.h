@@ -1,0 +1,81 @@
+// Sequence: one generation as the engine thread sees it — the request, its token ids (prompt, then
+// every emitted token), its model state, sampler, text stream and grammar, and its timings; plus the
+// choice of its next token from a row of logits. Engine thread only; nothing here is thread-safe.
+// Invariant: tokens[0, state->n_past()) are folded into `state` (when it has one).
+#pragma once
+
+#include "models/model.h"
+#include "runtime/constrained.h"
+#include "runtime/generation.h"
+#include "runtime/request.h"
+#include "runtime/sampler.h"
+#include "runtime/text_stream.h"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kapitsa::text {
+class Tokenizer;
+}
+
+namespace kapitsa::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  uint64_t id = 0;
+  GenerateRequest request;
+  std::shared_ptr<Channel> channel;
+  std::vector<int32_t> tokens;  // prompt, then every emitted token
+  size_t prompt_len = 0;
+  int64_t max_new = 0;
+  int64_t generated = 0;
+  std::unique_ptr<models::SequenceState> state;
+  Sampler sampler;
+  TextStream text;
+  std::unique_ptr<GrammarConstraint> constraint;  // request.grammar: masks every sample
+  std::vector<int64_t> boundaries;                // snapshot positions in the prompt, ascending
+  bool admitted_once = false;
+  GenerationStats stats;
+  Clock::time_point submitted, first_token, last_token;
+
+  Sequence(GenerateRequest r, uint64_t seed, const text::Tokenizer* tokenizer)
+      : request(std::move(r)), sampler(request.sampling, seed), text(tokenizer, request.stop_strings) {}
+};
+
+using Sequences = std::map<uint64_t, std::unique_ptr<Sequence>>;  // by id
+
+// What a new sequence needs from its engine.
+struct SequenceSetup {
+  std::shared_ptr<const text::Tokenizer> tokenizer;  // null: ids only (no text, no grammar)
+  std::vector<int32_t> eos_token_ids;                // the model's
+  int64_t vocab_size = 0;                            // the model's
+  int64_t snapshot_interval_tokens = 0;              // 0: no periodic snapshots of long prompts
+};
+
+// A sequence for a validated request: prompt ids, sampler primed with the prompt, grammar constraint,
+// snapshot boundaries (the turn boundary and every snapshot_interval_tokens of the prompt).
+std::unique_ptr<Sequence> make_sequence(uint64_t id, GenerateRequest request, std::shared_ptr<Channel> channel,
+                                        uint64_t seed, const SequenceSetup& setup);
+
+// How a generation ends.
+struct Ending {
+  FinishReason reason = FinishReason::stop;
+  std::string matched;  // the stop string or the stop token's text
+  std::string error;    // for FinishReason::error
+};
+
+// The next token of `seq` drawn from `logits` ([V]) under its grammar's mask, with logprobs when the
+// request asked for them (TokenEvent::text empty); an Ending when the grammar allows no token.
+std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits);
+
+// The FinishEvent closing `seq`: the ending plus its stats.
+FinishEvent finish_event(const Sequence& seq, const Ending& ending);
+
+}  // namespace kapitsa::runtime
