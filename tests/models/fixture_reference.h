@@ -1,8 +1,11 @@
-// Loading a fixture's reference.safetensors (prompt_ids, prompt_logits, hidden_states, greedy_ids,
-// greedy_logits, computed by Hugging Face transformers in float32) for the model tests.
+// Loading a fixture's reference.safetensors (prompt_ids, hidden_states, greedy_ids, greedy_logits,
+// computed by Hugging Face transformers in float32) for the model tests. prompt_logits, once stored too,
+// is rebuilt here: transformers' logits are lm_head(last row of hidden_states) (to 3e-7, checked when
+// the rows were dropped; tests/fixtures/README.md), and they were 70% of each file.
 #pragma once
 
 #include "tensor/tensor.h"
+#include "test_util.h"
 #include "weights/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -16,10 +19,36 @@ struct FixtureReference {
   weights::Checkpoint file;
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> greedy_ids;
-  Tensor prompt_logits;  // [T, V]
+  Buffer rebuilt_prompt_logits;
+  Tensor prompt_logits;  // [T, V] (a view of rebuilt_prompt_logits)
   Tensor hidden_states;  // [L+1, T, H]
   Tensor greedy_logits;  // [N, V]
 };
+
+// logits[t, v] = Σ_h final[t, h] · lm_head[v, h] in double, as transformers' float32 lm_head computes
+// them; lm_head is the checkpoint's lm_head.weight or, tied, its embedding.
+// final: [T, H] (row L of hidden_states)
+inline Buffer logits_from_final_hidden(const std::string& fixture_dir, const Tensor& final) {
+  auto model = weights::Checkpoint::open(fixture_dir);
+  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
+  const char* name = model->contains("lm_head.weight") ? "lm_head.weight" : "model.language_model.embed_tokens.weight";
+  Tensor lm_head = model->get_any_shape(name).value();  // [V, H]
+  const int64_t T = final.dim(0), H = final.dim(1), V = lm_head.dim(0);
+  EXPECT_EQ(lm_head.dim(1), H) << name;
+  std::vector<double> w(static_cast<size_t>(V * H));
+  for (int64_t i = 0; i < V * H; ++i) w[static_cast<size_t>(i)] = element(lm_head, i);
+  Buffer logits = Buffer::allocate(DType::f32, {T, V});
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = final.f32() + t * H;
+    for (int64_t v = 0; v < V; ++v) {
+      const double* row = w.data() + v * H;
+      double sum = 0;
+      for (int64_t h = 0; h < H; ++h) sum += x[h] * row[h];
+      logits.f32()[t * V + v] = static_cast<float>(sum);
+    }
+  }
+  return logits;
+}
 
 inline FixtureReference load_fixture_reference(const std::string& fixture_dir) {
   FixtureReference r;
@@ -34,8 +63,9 @@ inline FixtureReference load_fixture_reference(const std::string& fixture_dir) {
   };
   r.prompt_ids = ids("prompt_ids");
   r.greedy_ids = ids("greedy_ids");
-  r.prompt_logits = r.file.get_any_shape("prompt_logits", {DType::f32}).value();
   r.hidden_states = r.file.get_any_shape("hidden_states", {DType::f32}).value();
+  r.rebuilt_prompt_logits = logits_from_final_hidden(fixture_dir, r.hidden_states.index(r.hidden_states.dim(0) - 1));
+  r.prompt_logits = r.rebuilt_prompt_logits.tensor();
   r.greedy_logits = r.file.get_any_shape("greedy_logits", {DType::f32}).value();
   return r;
 }
