@@ -1,20 +1,42 @@
-// Model defaults shared by every architecture.
+// Model defaults shared by every architecture: the thin forward wrappers over the one entry point.
 #include "models/model.h"
 
 namespace kapitsa::models {
 
-Status Model::forward_batch(std::span<const BatchItem> items) const {
-  for (const BatchItem& item : items) {
-    if (item.state == nullptr) return error("forward_batch: an item has no state");
-    if (item.ids.empty()) return error("forward_batch: an item has no tokens");
-    if (item.state->n_past() + static_cast<int64_t>(item.ids.size()) > item.state->capacity())
-      return error("sequence of {} tokens exceeds its state's capacity of {}",
-                   item.state->n_past() + static_cast<int64_t>(item.ids.size()), item.state->capacity());
-    for (int32_t id : item.ids)
-      if (id < 0 || id >= info().vocab_size) return error("token id {} is outside the vocabulary [0, {})", id, info().vocab_size);
+Status Model::forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
+                      const Tensor& hidden) const {
+  const BatchItem item{ids, &state, logits};
+  ForwardOutputs outputs;
+  outputs.all_layers = hidden;
+  return forward_items(std::span<const BatchItem>(&item, 1), outputs);
+}
+
+Status Model::forward_batch(std::span<const BatchItem> items) const { return forward_items(items, ForwardOutputs{}); }
+
+Status Model::forward_items(std::span<const BatchItem> items, ForwardOutputs outputs) const {
+  // The rows each item asks for: all of its tokens, or the last one.
+  std::vector<ForwardBatch::Sequence> sequences;
+  std::vector<ForwardOutputs::Rows> logits;
+  size_t total_rows = 0;
+  for (const BatchItem& item : items) total_rows += item.ids.size();
+  std::vector<int32_t> rows(total_rows);  // 0, 1, … n-1 for the longest item (shared by all)
+  for (size_t i = 0; i < total_rows; ++i) rows[i] = static_cast<int32_t>(i);
+  for (size_t j = 0; j < items.size(); ++j) {
+    const BatchItem& item = items[j];
+    sequences.push_back({item.ids, item.state});
+    const int64_t n = static_cast<int64_t>(item.ids.size());
+    if (item.logits.empty()) continue;
+    if (item.logits.rank() != 2 || (item.logits.dim(0) != n && item.logits.dim(0) != 1))
+      return error("forward: logits {} for {} tokens", item.logits.shape().str(), n);
+    const std::span<const int32_t> wanted =
+        item.logits.dim(0) == n ? std::span<const int32_t>(rows).first(static_cast<size_t>(n))
+                                : std::span<const int32_t>(rows).subspan(static_cast<size_t>(n - 1), 1);
+    logits.push_back({j, wanted, item.logits});
   }
-  for (const BatchItem& item : items) KAPITSA_RETURN_IF_ERROR(forward(item.ids, *item.state, item.logits));
-  return ok_status();
+  outputs.logits = logits;
+  std::lock_guard lock(workspace_mu_);
+  ForwardContext ctx{workspace_};
+  return forward(ForwardBatch{sequences}, outputs, ctx);
 }
 
 std::shared_ptr<KvPagePool> Model::default_kv_pool() const {

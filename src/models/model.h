@@ -5,6 +5,8 @@
 
 #include "base/status.h"
 #include "models/kv_pages.h"
+#include "models/state_slots.h"
+#include "models/workspace.h"
 #include "tensor/tensor.h"
 
 #include <cstdint>
@@ -53,10 +55,46 @@ class SequenceState {
   virtual int64_t kv_pages_needed(int64_t n) const { return 0; }
   // Bytes besides KV pages (the recurrent state, copied by every snapshot).
   virtual size_t own_bytes() const { return bytes(); }
+  // Its recurrent state: a slot of slot_pool() (-1 and null for states without one).
+  virtual int32_t state_slot() const { return -1; }
+  virtual StateSlotPool* slot_pool() const { return nullptr; }
 
  protected:
   int64_t n_past_ = 0;
   int64_t capacity_ = 0;
+};
+
+// The sequences of one forward step. Each continues its state: its new tokens sit at positions
+// state->n_past() … and use the state's KV block table and recurrent-state slot. All states of a step
+// share one KV page pool and one state slot pool.
+struct ForwardBatch {
+  struct Sequence {
+    std::span<const int32_t> ids;  // new tokens, at least one
+    SequenceState* state = nullptr;
+  };
+  std::span<const Sequence> sequences;
+};
+
+// What a forward step returns. Rows are indices into one sequence's new tokens.
+struct ForwardOutputs {
+  struct Rows {
+    size_t sequence = 0;             // index into ForwardBatch::sequences
+    std::span<const int32_t> rows;   // e.g. the last k+1, to verify k draft tokens
+    Tensor out;                      // logits: [rows.size(), V] f32;  hidden: [rows.size(), H] f32
+  };
+  std::span<const Rows> logits;
+  std::span<const Rows> hidden;      // the final-normed residual stream, what the head reads (MTP, drafters)
+  // [L+1, T, H] f32 (single-sequence steps): row 0 the embeddings, row i the output of layer i-1, row L
+  // the final-normed output, as the reference fixtures lay it out. Empty: not wanted.
+  Tensor all_layers;
+  // Per-token recurrent-state checkpoints: slot j (of the state's slot_pool()) receives the recurrent
+  // state after token n - k + j + 1 of the sequence's n new tokens (k = slots.size() <= n), so that
+  // accepting a prefix of speculated tokens selects a slot instead of recomputing.
+  struct Checkpoints {
+    size_t sequence = 0;
+    std::span<const int32_t> slots;
+  };
+  std::span<const Checkpoints> checkpoints;
 };
 
 class Model {
@@ -72,30 +110,36 @@ class Model {
   // The KV one token needs, for sizing pools.
   virtual KvLayout kv_layout() const = 0;
 
+  // The one entry point: a step over every sequence of `batch` at once (weights read once per step),
+  // advancing each state by its new tokens and writing the rows `outputs` asks for. Scratch comes from
+  // ctx.workspace (a step starts it). All sequences are validated first: on error (token ids outside
+  // the vocabulary, more tokens than a state holds, KV pool full) nothing is changed.
+  virtual Status forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const = 0;
+
+  // Thin wrappers over it, with the model's own workspace (one step at a time per model):
   // Runs `ids` after what `state` already holds and advances it by ids.size().
   //   logits: [T, V] f32 for every position, or [1, V] for the last position only.
-  //   hidden: empty, or [L+1, T, H] f32 receiving the residual stream (row 0 the embeddings, row i the
-  //           output of layer i-1, row L the final-normed output), as the reference fixtures lay it out.
-  // Errors (nothing is changed then): token ids outside the vocabulary, more tokens than the state holds.
-  virtual Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
-                         const Tensor& hidden = {}) const = 0;
-
-  // One step over several sequences at once (continuous batching): each item's tokens continue its
-  // own state and give its own logits ([n, V] or [1, V]). Same results as calling forward() per item;
-  // architectures override it to share weight reads across the batch. All items are validated first:
-  // on error nothing is changed.
+  //   hidden: empty, or [L+1, T, H] f32 (ForwardOutputs::all_layers).
+  Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
+                 const Tensor& hidden = {}) const;
+  // Several sequences at once (continuous batching): each item's tokens continue its own state and
+  // give its own logits ([n, V] or [1, V]).
   struct BatchItem {
     std::span<const int32_t> ids;
     SequenceState* state = nullptr;
     Tensor logits;
   };
-  virtual Status forward_batch(std::span<const BatchItem> items) const;
+  Status forward_batch(std::span<const BatchItem> items) const;
 
  protected:
   // The pool new_state(…, nullptr) uses, created on first use.
   std::shared_ptr<KvPagePool> default_kv_pool() const;
 
  private:
+  Status forward_items(std::span<const BatchItem> items, ForwardOutputs outputs) const;
+
+  mutable std::mutex workspace_mu_;
+  mutable Workspace workspace_;
   mutable std::mutex default_pool_mu_;
   mutable std::shared_ptr<KvPagePool> default_pool_;
 };

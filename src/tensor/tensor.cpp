@@ -1,6 +1,8 @@
 // Tensor views and owning Buffers.
 #include "tensor/tensor.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include <malloc.h>
@@ -71,10 +73,15 @@ void keep_large_blocks_in_heap() {
   }();
   (void)done;
 }
+
+std::atomic<int64_t> g_buffer_allocations{0};
 }  // namespace
+
+int64_t Buffer::allocation_count() { return g_buffer_allocations.load(std::memory_order_relaxed); }
 
 Buffer Buffer::allocate(DType dtype, Shape shape) {
   keep_large_blocks_in_heap();
+  g_buffer_allocations.fetch_add(1, std::memory_order_relaxed);
   Buffer b;
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   const size_t rounded = (bytes + 63) / 64 * 64;

@@ -77,6 +77,8 @@ class Buffer {
   static Buffer zeros(DType dtype, Shape shape);
   // A deep copy of a CPU tensor.
   static Buffer copy_of(const Tensor& t);
+  // Buffers allocated so far in this process (any thread): tests assert a decode step allocates none.
+  static int64_t allocation_count();
 
   const Tensor& tensor() const { return view_; }
   Tensor& tensor() { return view_; }

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <vector>
 
 namespace kapitsa::models {
 
@@ -28,58 +26,58 @@ Expected<AttentionWeights> AttentionWeights::load(const weights::Checkpoint& ckp
   return w;
 }
 
-void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x,
-                       std::span<const AttentionSegment> segments, const Tensor& out) {
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, int64_t kv_layer, const StepBatch& step,
+                       const Tensor& x, const Tensor& out, ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
 
   // q (and the gate) — q_proj rows are laid out per head as [q_h | gate_h] when gated.
-  Buffer q = Buffer::allocate(DType::f32, {T, Hq, D});
-  Buffer gate;
+  Tensor q = ws.take(DType::f32, {T, Hq, D});
+  Tensor gate;
   if (c.output_gate) {
-    Buffer qg = Buffer::allocate(DType::f32, {T, Hq * 2 * D});
+    Tensor qg = ws.take(DType::f32, {T, Hq * 2 * D});
     ops::matmul(x, w.q_proj, qg);
-    gate = Buffer::allocate(DType::f32, {T, Hq, D});
-    const Tensor parts[] = {q.tensor().reshape({T * Hq, D}), gate.tensor().reshape({T * Hq, D})};
-    ops::split_columns(qg.tensor().reshape({T * Hq, 2 * D}), parts);
+    gate = ws.take(DType::f32, {T, Hq, D});
+    const Tensor parts[] = {q.reshape({T * Hq, D}), gate.reshape({T * Hq, D})};
+    ops::split_columns(qg.reshape({T * Hq, 2 * D}), parts);
   } else {
-    ops::matmul(x, w.q_proj, q.tensor().reshape({T, Hq * D}));
+    ops::matmul(x, w.q_proj, q.reshape({T, Hq * D}));
   }
-  Buffer k = Buffer::allocate(DType::f32, {T, Hkv, D});
-  Buffer v = Buffer::allocate(DType::f32, {T, Hkv, D});
-  ops::matmul(x, w.k_proj, k.tensor().reshape({T, Hkv * D}));
-  ops::matmul(x, w.v_proj, v.tensor().reshape({T, Hkv * D}));
+  Tensor k = ws.take(DType::f32, {T, Hkv, D});
+  Tensor v = ws.take(DType::f32, {T, Hkv, D});
+  ops::matmul(x, w.k_proj, k.reshape({T, Hkv * D}));
+  ops::matmul(x, w.v_proj, v.reshape({T, Hkv * D}));
 
   if (c.qk_norm) {
-    ops::rms_norm(q.tensor().reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,
-                  q.tensor().reshape({T * Hq, D}));
-    ops::rms_norm(k.tensor().reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset,
-                  k.tensor().reshape({T * Hkv, D}));
+    ops::rms_norm(q.reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,
+                  q.reshape({T * Hq, D}));
+    ops::rms_norm(k.reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset,
+                  k.reshape({T * Hkv, D}));
   }
   if (c.rotary_dim > 0) {
-    std::vector<int32_t> positions(static_cast<size_t>(T));
-    for (const AttentionSegment& s : segments)
-      std::iota(positions.begin() + s.begin, positions.begin() + s.begin + s.length, static_cast<int32_t>(s.pos0));
-    ops::rope_neox(q, positions, w.rope_inv_freq);
-    ops::rope_neox(k, positions, w.rope_inv_freq);
+    ops::rope_neox(q, step.positions, w.rope_inv_freq);
+    ops::rope_neox(k, step.positions, w.rope_inv_freq);
   }
 
-  Buffer o = Buffer::allocate(DType::f32, {T, Hq, D});
+  Tensor o = ws.take(DType::f32, {T, Hq, D});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (const AttentionSegment& s : segments) {
-    const int64_t end = s.pos0 + s.length, P = s.kv.k_pages.dim(1);
+  const Tensor k_pages = step.kv->k(kv_layer), v_pages = step.kv->v(kv_layer);  // [n_pages, P, Hkv, D]
+  for (const StepSequence& s : step.sequences) {
+    const int64_t end = s.pos0 + s.length, P = k_pages.dim(1);
     // The new K/V rows into their pages, one run per page.
     for (int64_t pos = s.pos0; pos < end;) {
       const int64_t row = pos % P, n = std::min(P - row, end - pos), from = s.begin + (pos - s.pos0);
-      const int64_t page = s.kv.block_table[static_cast<size_t>(pos / P)];
-      ops::copy(k.tensor().rows(from, from + n), s.kv.k_pages.index(page).rows(row, row + n));
-      ops::copy(v.tensor().rows(from, from + n), s.kv.v_pages.index(page).rows(row, row + n));
+      const int64_t page = s.block_table[static_cast<size_t>(pos / P)];
+      ops::copy(k.rows(from, from + n), k_pages.index(page).rows(row, row + n));
+      ops::copy(v.rows(from, from + n), v_pages.index(page).rows(row, row + n));
       pos += n;
     }
-    ops::attention_paged(q.tensor().rows(s.begin, s.begin + s.length), s.kv.k_pages, s.kv.v_pages, s.kv.block_table,
-                         end, s.pos0, scale, o.tensor().rows(s.begin, s.begin + s.length));
+    ops::attention_paged(q.rows(s.begin, s.begin + s.length), k_pages, v_pages, s.block_table,
+                         end, s.pos0, scale, o.rows(s.begin, s.begin + s.length));
   }
-  const Tensor o_flat = o.tensor().reshape({T, Hq * D});
-  if (c.output_gate) ops::mul_sigmoid(o_flat, gate.tensor().reshape({T, Hq * D}), o_flat);
+  const Tensor o_flat = o.reshape({T, Hq * D});
+  if (c.output_gate) ops::mul_sigmoid(o_flat, gate.reshape({T, Hq * D}), o_flat);
   ops::matmul(o_flat, w.o_proj, out);
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include "base/status.h"
+#include "models/layers/step.h"
+#include "models/workspace.h"
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
@@ -43,26 +45,11 @@ struct AttentionWeights {
                                          const AttentionConfig& c);
 };
 
-// One sequence's KV in one attention layer: position s is row s % P of page block_table[s / P].
-struct KvPages {
-  Tensor k_pages;  // [n_pages, P, Hkv, D] f32 (the pool's array for this layer)
-  Tensor v_pages;  // [n_pages, P, Hkv, D] f32
-  std::span<const int32_t> block_table;  // covers at least the positions written in this step
-};
-
-// One sequence's rows inside a batch: rows [begin, begin + length) of x continue that sequence at
-// position pos0 and use its KV pages (which must already hold pages for those positions, unshared).
-struct AttentionSegment {
-  int64_t begin = 0;
-  int64_t length = 0;
-  int64_t pos0 = 0;
-  KvPages kv;
-};
-
-// out = Attention(x) for several sequences at once: projections run over all rows (weights read once
-// per step), RoPE and attention per segment. Writes each segment's K/V into its pages.
-// x: [T_total, H];  out: [T_total, H].
-void attention_forward(const AttentionConfig& c, const AttentionWeights& w, const Tensor& x,
-                       std::span<const AttentionSegment> segments, const Tensor& out);
+// out = Attention(x) for every sequence of the step: projections and RoPE over all rows (weights read
+// once per step), then per sequence its new K/V rows into its pages (which must already be allocated
+// and unshared) and attention over its history. kv_layer: this layer's index among the pool's layers.
+// x: [n_tokens, H];  out: [n_tokens, H].
+void attention_forward(const AttentionConfig& c, const AttentionWeights& w, int64_t kv_layer, const StepBatch& step,
+                       const Tensor& x, const Tensor& out, ForwardContext& ctx);
 
 }  // namespace kapitsa::models

@@ -30,82 +30,88 @@ Expected<GdnWeights> GdnWeights::load(const weights::Checkpoint& ckpt, const std
   return w;
 }
 
-GdnState GdnState::allocate(const GdnConfig& c) {
-  return GdnState{Buffer::zeros(DType::f32, {c.conv_kernel - 1, c.conv_dim()}),
-                  Buffer::zeros(DType::f32, {c.n_v_heads, c.k_head_dim, c.v_head_dim})};
-}
-
-void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, std::span<const GdnSegment> segments,
-                 const Tensor& out) {
+void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const StepBatch& step, const Tensor& x,
+                 const Tensor& out, ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), Hk = c.n_k_heads, Hv = c.n_v_heads, Dk = c.k_head_dim, Dv = c.v_head_dim;
   const int64_t r = Hv / Hk;
 
-  Buffer qkv = Buffer::allocate(DType::f32, {T, c.conv_dim()});  // [Q all heads | K all heads | V all heads]
-  Buffer z = Buffer::allocate(DType::f32, {T, Hv, Dv});
-  Buffer a = Buffer::allocate(DType::f32, {T, Hv});
-  Buffer b = Buffer::allocate(DType::f32, {T, Hv});
+  Tensor qkv = ws.take(DType::f32, {T, c.conv_dim()});  // [Q all heads | K all heads | V all heads]
+  Tensor z = ws.take(DType::f32, {T, Hv, Dv});
+  Tensor a = ws.take(DType::f32, {T, Hv});
+  Tensor b = ws.take(DType::f32, {T, Hv});
   if (c.packed_projections) {
     // Per key head g the packed rows are [q_g (Dk) | k_g (Dk) | v_g (r·Dv) | z_g (r·Dv)] and [b_g (r) | a_g (r)].
     // Splitting the [T·Hk, …] view by columns yields q/k/v/z already in flat head order.
-    Buffer packed = Buffer::allocate(DType::f32, {T, Hk, 2 * Dk + 2 * r * Dv});
-    ops::matmul(x, w.in_proj_qkvz, packed.tensor().reshape({T, Hk * (2 * Dk + 2 * r * Dv)}));
-    Buffer q = Buffer::allocate(DType::f32, {T, Hk * Dk}), k = Buffer::allocate(DType::f32, {T, Hk * Dk});
-    Buffer v = Buffer::allocate(DType::f32, {T, Hv * Dv});
-    const Tensor parts[] = {q.tensor().reshape({T * Hk, Dk}), k.tensor().reshape({T * Hk, Dk}),
-                            v.tensor().reshape({T * Hk, r * Dv}), z.tensor().reshape({T * Hk, r * Dv})};
-    ops::split_columns(packed.tensor().reshape({T * Hk, 2 * Dk + 2 * r * Dv}), parts);
+    Tensor packed = ws.take(DType::f32, {T, Hk, 2 * Dk + 2 * r * Dv});
+    ops::matmul(x, w.in_proj_qkvz, packed.reshape({T, Hk * (2 * Dk + 2 * r * Dv)}));
+    Tensor q = ws.take(DType::f32, {T, Hk * Dk}), k = ws.take(DType::f32, {T, Hk * Dk});
+    Tensor v = ws.take(DType::f32, {T, Hv * Dv});
+    const Tensor parts[] = {q.reshape({T * Hk, Dk}), k.reshape({T * Hk, Dk}),
+                            v.reshape({T * Hk, r * Dv}), z.reshape({T * Hk, r * Dv})};
+    ops::split_columns(packed.reshape({T * Hk, 2 * Dk + 2 * r * Dv}), parts);
     const Tensor flat[] = {q, k, v};
     ops::concat_columns(flat, qkv);
 
-    Buffer ba = Buffer::allocate(DType::f32, {T, Hk, 2 * r});
-    ops::matmul(x, w.in_proj_ba, ba.tensor().reshape({T, Hk * 2 * r}));
-    const Tensor ba_parts[] = {b.tensor().reshape({T * Hk, r}), a.tensor().reshape({T * Hk, r})};
-    ops::split_columns(ba.tensor().reshape({T * Hk, 2 * r}), ba_parts);
+    Tensor ba = ws.take(DType::f32, {T, Hk, 2 * r});
+    ops::matmul(x, w.in_proj_ba, ba.reshape({T, Hk * 2 * r}));
+    const Tensor ba_parts[] = {b.reshape({T * Hk, r}), a.reshape({T * Hk, r})};
+    ops::split_columns(ba.reshape({T * Hk, 2 * r}), ba_parts);
   } else {
     ops::matmul(x, w.in_proj_qkv, qkv);
-    ops::matmul(x, w.in_proj_z, z.tensor().reshape({T, Hv * Dv}));
+    ops::matmul(x, w.in_proj_z, z.reshape({T, Hv * Dv}));
     ops::matmul(x, w.in_proj_b, b);
     ops::matmul(x, w.in_proj_a, a);
   }
 
   // Causal depthwise conv + SiLU over the concatenated channels, carrying the window.
-  Buffer mixed = Buffer::allocate(DType::f32, {T, c.conv_dim()});
-  for (const GdnSegment& s : segments)
-    ops::conv1d_causal(qkv.tensor().rows(s.begin, s.begin + s.length), w.conv, Tensor(), s.state->conv_window,
-                       /*silu=*/true, mixed.tensor().rows(s.begin, s.begin + s.length));
-
-  Buffer q = Buffer::allocate(DType::f32, {T, Hk, Dk});
-  Buffer k = Buffer::allocate(DType::f32, {T, Hk, Dk});
-  Buffer v = Buffer::allocate(DType::f32, {T, Hv, Dv});
-  const Tensor qkv_parts[] = {q.tensor().reshape({T, Hk * Dk}), k.tensor().reshape({T, Hk * Dk}),
-                              v.tensor().reshape({T, Hv * Dv})};
-  ops::split_columns(mixed, qkv_parts);
-  ops::l2_norm(q.tensor().reshape({T * Hk, Dk}), 1e-6f, 1.0f / std::sqrt(static_cast<float>(Dk)),
-               q.tensor().reshape({T * Hk, Dk}));
-  ops::l2_norm(k.tensor().reshape({T * Hk, Dk}), 1e-6f, 1.0f, k.tensor().reshape({T * Hk, Dk}));
-
-  Buffer g = Buffer::allocate(DType::f32, {T, Hv});
-  Buffer beta = Buffer::allocate(DType::f32, {T, Hv});
-  ops::gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
-
-  Buffer o = Buffer::allocate(DType::f32, {T, Hv, Dv});
-  for (const GdnSegment& s : segments) {
-    auto rows = [&](const Buffer& b) { return b.tensor().rows(s.begin, s.begin + s.length); };
-    if (s.length == 1) {
-      ops::gated_delta_rule_recurrent(rows(q), rows(k), rows(v), rows(g), rows(beta), s.state->ssm, rows(o));
-    } else {
-      ops::gated_delta_rule_chunked(rows(q), rows(k), rows(v), rows(g), rows(beta), s.state->ssm, rows(o));
-    }
+  Tensor mixed = ws.take(DType::f32, {T, c.conv_dim()});
+  const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
+  for (const StepSequence& s : step.sequences) {
+    const Tensor window = windows.index(s.slot);
+    run_with_checkpoints(
+        s,
+        [&](int64_t first, int64_t n) {
+          const int64_t r = s.begin + first;
+          ops::conv1d_causal(qkv.rows(r, r + n), w.conv, Tensor(), window, /*silu=*/true, mixed.rows(r, r + n));
+        },
+        [&](size_t j) { ops::copy(window, windows.index(s.checkpoint_slots[j])); });
   }
 
-  const Tensor o_rows = o.tensor().reshape({T * Hv, Dv});
-  ops::rms_norm_gated(o_rows, z.tensor().reshape({T * Hv, Dv}), w.norm, c.norm_eps, o_rows);
-  ops::matmul(o.tensor().reshape({T, Hv * Dv}), w.out_proj, out);
-}
+  Tensor q = ws.take(DType::f32, {T, Hk, Dk});
+  Tensor k = ws.take(DType::f32, {T, Hk, Dk});
+  Tensor v = ws.take(DType::f32, {T, Hv, Dv});
+  const Tensor qkv_parts[] = {q.reshape({T, Hk * Dk}), k.reshape({T, Hk * Dk}),
+                              v.reshape({T, Hv * Dv})};
+  ops::split_columns(mixed, qkv_parts);
+  ops::l2_norm(q.reshape({T * Hk, Dk}), 1e-6f, 1.0f / std::sqrt(static_cast<float>(Dk)),
+               q.reshape({T * Hk, Dk}));
+  ops::l2_norm(k.reshape({T * Hk, Dk}), 1e-6f, 1.0f, k.reshape({T * Hk, Dk}));
 
-void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnState& state, const Tensor& out) {
-  const GdnSegment segment{0, x.dim(0), &state};
-  gdn_forward(c, w, x, std::span<const GdnSegment>(&segment, 1), out);
+  Tensor g = ws.take(DType::f32, {T, Hv});
+  Tensor beta = ws.take(DType::f32, {T, Hv});
+  ops::gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
+
+  Tensor o = ws.take(DType::f32, {T, Hv, Dv});
+  for (const StepSequence& s : step.sequences) {
+    const Tensor state = states.index(s.slot);
+    run_with_checkpoints(
+        s,
+        [&](int64_t first, int64_t n) {
+          auto rows = [&](const Tensor& t) { return t.rows(s.begin + first, s.begin + first + n); };
+          if (n == 1) {
+            ops::gated_delta_rule_recurrent(rows(q), rows(k), rows(v), rows(g), rows(beta), state, rows(o));
+          } else {
+            ops::gated_delta_rule_chunked(rows(q), rows(k), rows(v), rows(g), rows(beta), state, rows(o));
+          }
+        },
+        [&](size_t j) { ops::copy(state, states.index(s.checkpoint_slots[j])); });
+  }
+
+  const Tensor o_rows = o.reshape({T * Hv, Dv});
+  ops::rms_norm_gated(o_rows, z.reshape({T * Hv, Dv}), w.norm, c.norm_eps, o_rows);
+  ops::matmul(o.reshape({T, Hv * Dv}), w.out_proj, out);
 }
 
 }  // namespace kapitsa::models

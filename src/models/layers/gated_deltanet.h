@@ -1,10 +1,13 @@
 // Gated DeltaNet mixer (Qwen3.5 / Qwen3-Next linear attention), written once for both projection
 // layouts: Qwen3.5's flat in_proj_qkv / in_proj_z / in_proj_b / in_proj_a and Qwen3-Next's packed
 // in_proj_qkvz / in_proj_ba grouped per key head (un-grouped on the activations, not the weights).
-// Recurrent state per sequence: conv window [K-1, conv_dim] and the f32 delta-rule state [Hv, Dk, Dv].
+// Recurrent state per sequence (a StateSlotPool slot): conv window [K-1, conv_dim] and the f32 delta-rule
+// state [Hv, Dk, Dv].
 #pragma once
 
 #include "base/status.h"
+#include "models/layers/step.h"
+#include "models/workspace.h"
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
@@ -26,6 +29,8 @@ struct GdnConfig {
   int64_t key_dim() const { return n_k_heads * k_head_dim; }
   int64_t value_dim() const { return n_v_heads * v_head_dim; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+  Shape conv_window_shape() const { return {conv_kernel - 1, conv_dim()}; }
+  Shape state_shape() const { return {n_v_heads, k_head_dim, v_head_dim}; }
 };
 
 struct GdnWeights {
@@ -46,25 +51,10 @@ struct GdnWeights {
   static Expected<GdnWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, const GdnConfig& c);
 };
 
-struct GdnState {
-  Buffer conv_window;  // [K-1, conv_dim] f32
-  Buffer ssm;          // [Hv, Dk, Dv] f32
-  static GdnState allocate(const GdnConfig& c);
-};
-
-// One sequence's rows inside a batch: rows [begin, begin + length) of x continue `state`.
-struct GdnSegment {
-  int64_t begin = 0;
-  int64_t length = 0;
-  GdnState* state = nullptr;
-};
-
 // Several sequences at once: projections and the output over all rows (weights read once per step),
-// conv and the delta rule per segment.  x: [T_total, H];  out: [T_total, H].
-void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, std::span<const GdnSegment> segments,
-                 const Tensor& out);
-
-// One sequence.  x: [T, H];  out: [T, H]. Advances the state by T tokens.
-void gdn_forward(const GdnConfig& c, const GdnWeights& w, const Tensor& x, GdnState& state, const Tensor& out);
+// conv and the delta rule per sequence on its state slot (and checkpoint slots). layer: this layer's
+// index among the slot pool's layers.  x: [n_tokens, H];  out: [n_tokens, H].
+void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const StepBatch& step, const Tensor& x,
+                 const Tensor& out, ForwardContext& ctx);
 
 }  // namespace kapitsa::models

@@ -38,60 +38,65 @@ Expected<Mamba2Weights> Mamba2Weights::load(const weights::Checkpoint& ckpt, con
   return w;
 }
 
-Mamba2State Mamba2State::allocate(const Mamba2Config& c) {
-  return Mamba2State{Buffer::zeros(DType::f32, {c.d_conv - 1, c.conv_dim()}),
-                     Buffer::zeros(DType::f32, {c.n_heads, c.head_dim, c.d_state})};
-}
-
-void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x,
-                    std::span<const Mamba2Segment> segments, const Tensor& out) {
+void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer, const StepBatch& step,
+                    const Tensor& x, const Tensor& out, ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), Hm = c.n_heads, P = c.head_dim, G = c.n_groups, N = c.d_state;
   const int64_t d_inner = c.d_inner(), conv_dim = c.conv_dim();
 
-  Buffer proj = Buffer::allocate(DType::f32, {T, c.in_proj_dim()});
+  Tensor proj = ws.take(DType::f32, {T, c.in_proj_dim()});
   ops::matmul(x, w.in_proj, proj);
   if (c.proj_bias) add_bias(proj, w.in_proj_bias);
-  Buffer z = Buffer::allocate(DType::f32, {T, d_inner});
-  Buffer xbc = Buffer::allocate(DType::f32, {T, conv_dim});
-  Buffer dt = Buffer::allocate(DType::f32, {T, Hm});
+  Tensor z = ws.take(DType::f32, {T, d_inner});
+  Tensor xbc = ws.take(DType::f32, {T, conv_dim});
+  Tensor dt = ws.take(DType::f32, {T, Hm});
   const Tensor parts[] = {z, xbc, dt};
   ops::split_columns(proj, parts);
 
-  Buffer xbc_act = Buffer::allocate(DType::f32, {T, conv_dim});
-  for (const Mamba2Segment& s : segments)
-    ops::conv1d_causal(xbc.tensor().rows(s.begin, s.begin + s.length), w.conv,
-                       c.conv_bias ? w.conv_bias.tensor() : Tensor(), s.state->conv_window, /*silu=*/true,
-                       xbc_act.tensor().rows(s.begin, s.begin + s.length));
-
-  Buffer xs = Buffer::allocate(DType::f32, {T, Hm, P});
-  Buffer B = Buffer::allocate(DType::f32, {T, G, N});
-  Buffer C = Buffer::allocate(DType::f32, {T, G, N});
-  const Tensor xbc_parts[] = {xs.tensor().reshape({T, d_inner}), B.tensor().reshape({T, G * N}),
-                              C.tensor().reshape({T, G * N})};
-  ops::split_columns(xbc_act, xbc_parts);
-
-  Buffer y = Buffer::allocate(DType::f32, {T, Hm, P});
-  for (const Mamba2Segment& s : segments) {
-    auto rows = [&](const Buffer& b) { return b.tensor().rows(s.begin, s.begin + s.length); };
-    if (s.length == 1) {
-      ops::ssd_scan_recurrent(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
-                              s.state->ssm, rows(y));
-    } else {
-      ops::ssd_scan_chunked(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
-                            c.chunk_size, s.state->ssm, rows(y));
-    }
+  Tensor xbc_act = ws.take(DType::f32, {T, conv_dim});
+  const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
+  const Tensor conv_bias = c.conv_bias ? w.conv_bias.tensor() : Tensor();
+  for (const StepSequence& s : step.sequences) {
+    const Tensor window = windows.index(s.slot);
+    run_with_checkpoints(
+        s,
+        [&](int64_t first, int64_t n) {
+          const int64_t r = s.begin + first;
+          ops::conv1d_causal(xbc.rows(r, r + n), w.conv, conv_bias, window, /*silu=*/true, xbc_act.rows(r, r + n));
+        },
+        [&](size_t j) { ops::copy(window, windows.index(s.checkpoint_slots[j])); });
   }
 
-  const Tensor y_flat = y.tensor().reshape({T, d_inner});
+  Tensor xs = ws.take(DType::f32, {T, Hm, P});
+  Tensor B = ws.take(DType::f32, {T, G, N});
+  Tensor C = ws.take(DType::f32, {T, G, N});
+  const Tensor xbc_parts[] = {xs.reshape({T, d_inner}), B.reshape({T, G * N}),
+                              C.reshape({T, G * N})};
+  ops::split_columns(xbc_act, xbc_parts);
+
+  Tensor y = ws.take(DType::f32, {T, Hm, P});
+  for (const StepSequence& s : step.sequences) {
+    const Tensor state = states.index(s.slot);
+    run_with_checkpoints(
+        s,
+        [&](int64_t first, int64_t n) {
+          auto rows = [&](const Tensor& t) { return t.rows(s.begin + first, s.begin + first + n); };
+          if (n == 1) {
+            ops::ssd_scan_recurrent(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
+                                    state, rows(y));
+          } else {
+            ops::ssd_scan_chunked(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
+                                  c.chunk_size, state, rows(y));
+          }
+        },
+        [&](size_t j) { ops::copy(state, states.index(s.checkpoint_slots[j])); });
+  }
+
+  const Tensor y_flat = y.reshape({T, d_inner});
   ops::rms_norm_group_gated(y_flat, z, w.norm, d_inner / G, c.norm_eps, y_flat);
   ops::matmul(y_flat, w.out_proj, out);
   if (c.proj_bias) add_bias(out, w.out_proj_bias);
-}
-
-void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x, Mamba2State& state,
-                    const Tensor& out) {
-  const Mamba2Segment segment{0, x.dim(0), &state};
-  mamba2_forward(c, w, x, std::span<const Mamba2Segment>(&segment, 1), out);
 }
 
 }  // namespace kapitsa::models

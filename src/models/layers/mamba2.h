@@ -1,10 +1,12 @@
 // Mamba-2 mixer (Nemotron-H `M` layers): in_proj split z | xBC | dt, causal conv1d + bias + SiLU over
 // xBC, split x / B / C, the selective scan (chunked SSD for prompts, the recurrence for single tokens),
-// gate-first group RMSNorm, out_proj. Recurrent state per sequence: the conv window [K-1, conv_dim]
+// gate-first group RMSNorm, out_proj. Recurrent state per sequence (a StateSlotPool slot): the conv window [K-1, conv_dim]
 // and the f32 SSM state [H, P, N]. d_inner = H·P (not expand·hidden).
 #pragma once
 
 #include "base/status.h"
+#include "models/layers/step.h"
+#include "models/workspace.h"
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
@@ -31,6 +33,8 @@ struct Mamba2Config {
   int64_t d_inner() const { return n_heads * head_dim; }
   int64_t conv_dim() const { return d_inner() + 2 * n_groups * d_state; }
   int64_t in_proj_dim() const { return d_inner() + conv_dim() + n_heads; }
+  Shape conv_window_shape() const { return {d_conv - 1, conv_dim()}; }
+  Shape state_shape() const { return {n_heads, head_dim, d_state}; }
 };
 
 struct Mamba2Weights {
@@ -49,26 +53,10 @@ struct Mamba2Weights {
                                       const Mamba2Config& c);
 };
 
-struct Mamba2State {
-  Buffer conv_window;  // [K-1, conv_dim] f32
-  Buffer ssm;          // [H, P, N] f32
-  static Mamba2State allocate(const Mamba2Config& c);
-};
-
-// One sequence's rows inside a batch: rows [begin, begin + length) of x continue `state`.
-struct Mamba2Segment {
-  int64_t begin = 0;
-  int64_t length = 0;
-  Mamba2State* state = nullptr;
-};
-
 // Several sequences at once: projections and norm over all rows (weights read once per step), conv
-// and scan per segment.  x: [T_total, hidden];  out: [T_total, hidden].
-void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x,
-                    std::span<const Mamba2Segment> segments, const Tensor& out);
-
-// One sequence.  x: [T, hidden];  out: [T, hidden]. Advances the state by T tokens.
-void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, const Tensor& x, Mamba2State& state,
-                    const Tensor& out);
+// and scan per sequence on its state slot (and checkpoint slots). layer: this layer's index among the
+// slot pool's layers.  x: [n_tokens, hidden];  out: [n_tokens, hidden].
+void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer, const StepBatch& step,
+                    const Tensor& x, const Tensor& out, ForwardContext& ctx);
 
 }  // namespace kapitsa::models

@@ -14,10 +14,12 @@ Expected<SwiGluWeights> SwiGluWeights::load(const weights::Checkpoint& ckpt, con
   return w;
 }
 
-void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out) {
+void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), I = w.intermediate();
-  Buffer gate = Buffer::allocate(DType::f32, {T, I});
-  Buffer up = Buffer::allocate(DType::f32, {T, I});
+  Tensor gate = ws.take(DType::f32, {T, I});
+  Tensor up = ws.take(DType::f32, {T, I});
   ops::matmul(x, w.gate, gate);
   ops::matmul(x, w.up, up);
   ops::silu_mul(gate, up, gate);
@@ -32,8 +34,10 @@ Expected<Relu2MlpWeights> Relu2MlpWeights::load(const weights::Checkpoint& ckpt,
   return w;
 }
 
-void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& out) {
-  Buffer up = Buffer::allocate(DType::f32, {x.dim(0), w.intermediate()});
+void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& out, ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
+  Tensor up = ws.take(DType::f32, {x.dim(0), w.intermediate()});
   ops::matmul(x, w.up, up);
   ops::relu_squared(up, up);
   ops::matmul(up, w.down, out);

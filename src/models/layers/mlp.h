@@ -3,6 +3,7 @@
 #pragma once
 
 #include "base/status.h"
+#include "models/workspace.h"
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
@@ -22,7 +23,7 @@ struct SwiGluWeights {
 };
 
 // x: [T, H];  out: [T, H].
-void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out);
+void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, ForwardContext& ctx);
 
 // Non-gated relu² MLP (Nemotron-H `-` layers, shared and routed experts).
 struct Relu2MlpWeights {
@@ -36,6 +37,6 @@ struct Relu2MlpWeights {
 };
 
 // x: [T, H];  out: [T, H].
-void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& out);
+void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& out, ForwardContext& ctx);
 
 }  // namespace kapitsa::models

@@ -32,20 +32,23 @@ Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(const weights::Checkpoint& c
   return w;
 }
 
-void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, const Tensor& x, const Tensor& out) {
+void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, const Tensor& x, const Tensor& out,
+                         ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), E = c.n_experts, k = c.top_k, H = c.hidden_size;
-  Buffer logits = Buffer::allocate(DType::f32, {T, E});
+  Tensor logits = ws.take(DType::f32, {T, E});
   ops::matmul(x, w.router, logits);
-  Buffer ids = Buffer::allocate(DType::i32, {T, k});
-  Buffer weights = Buffer::allocate(DType::f32, {T, k});
+  Tensor ids = ws.take(DType::i32, {T, k});
+  Tensor weights = ws.take(DType::f32, {T, k});
   ops::moe_route_softmax(logits, static_cast<int>(k), c.renormalize, ids, weights);
-  run_routed_experts(E, ids, weights, x, out, [&](int64_t e, const Tensor& xe, const Tensor& ye) {
-    swiglu_forward(w.experts[static_cast<size_t>(e)], xe, ye);
+  run_routed_experts(E, ids, weights, x, out, ws, [&](int64_t e, const Tensor& xe, const Tensor& ye) {
+    swiglu_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
   });
   if (w.shared) {
-    Buffer shared = Buffer::allocate(DType::f32, {T, H});
-    swiglu_forward(*w.shared, x, shared);
-    Buffer gate = Buffer::allocate(DType::f32, {T, 1});
+    Tensor shared = ws.take(DType::f32, {T, H});
+    swiglu_forward(*w.shared, x, shared, ctx);
+    Tensor gate = ws.take(DType::f32, {T, 1});
     ops::matmul(x, w.shared_gate, gate);
     ops::mul_sigmoid(shared, gate, shared);
     ops::add(out, shared, out);

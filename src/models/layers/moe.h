@@ -37,14 +37,15 @@ struct SoftmaxMoeWeights {
 };
 
 // x: [T, H];  out: [T, H].
-void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, const Tensor& x, const Tensor& out);
+void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, const Tensor& x, const Tensor& out,
+                         ForwardContext& ctx);
 
 // Shared by every routed-MoE flavour: runs each token's chosen experts and sums their outputs,
 // weighted, into out (which it zeroes first). expert(e, xe, ye) computes expert e on the rows
 // xe: [n, in] into ye: [n, out].   expert_ids, expert_weights: [T, k];  x: [T, in];  out: [T, out].
 template <typename ExpertFn>
 void run_routed_experts(int64_t n_experts, const Tensor& expert_ids, const Tensor& expert_weights, const Tensor& x,
-                        const Tensor& out, ExpertFn&& expert);
+                        const Tensor& out, Workspace& ws, ExpertFn&& expert);
 
 }  // namespace kapitsa::models
 

@@ -40,29 +40,32 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(const weights::Checkpoint& c
   return w;
 }
 
-void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, const Tensor& x, const Tensor& out) {
+void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, const Tensor& x, const Tensor& out,
+                         ForwardContext& ctx) {
+  Workspace& ws = ctx.workspace;
+  Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), E = c.n_experts, k = c.top_k, H = c.hidden_size;
-  Buffer logits = Buffer::allocate(DType::f32, {T, E});
+  Tensor logits = ws.take(DType::f32, {T, E});
   ops::matmul(x, w.router, logits);  // f32 accumulation over the checkpoint's router weights
-  Buffer ids = Buffer::allocate(DType::i32, {T, k});
-  Buffer weights = Buffer::allocate(DType::f32, {T, k});
+  Tensor ids = ws.take(DType::i32, {T, k});
+  Tensor weights = ws.take(DType::f32, {T, k});
   ops::moe_route_sigmoid(logits, w.correction_bias, static_cast<int>(k), static_cast<int>(c.n_group),
                          static_cast<int>(c.topk_group), c.renormalize, c.routed_scaling_factor, ids, weights);
   auto expert = [&](int64_t e, const Tensor& xe, const Tensor& ye) {
-    relu2_mlp_forward(w.experts[static_cast<size_t>(e)], xe, ye);
+    relu2_mlp_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
   };
   if (c.latent_dim > 0) {
-    Buffer latent = Buffer::allocate(DType::f32, {T, c.latent_dim});
-    Buffer routed = Buffer::allocate(DType::f32, {T, c.latent_dim});
+    Tensor latent = ws.take(DType::f32, {T, c.latent_dim});
+    Tensor routed = ws.take(DType::f32, {T, c.latent_dim});
     ops::matmul(x, w.fc1_latent, latent);
-    run_routed_experts(E, ids, weights, latent, routed, expert);
+    run_routed_experts(E, ids, weights, latent, routed, ws, expert);
     ops::matmul(routed, w.fc2_latent, out);
   } else {
-    run_routed_experts(E, ids, weights, x, out, expert);
+    run_routed_experts(E, ids, weights, x, out, ws, expert);
   }
   if (w.shared) {
-    Buffer shared = Buffer::allocate(DType::f32, {T, H});
-    relu2_mlp_forward(*w.shared, x, shared);
+    Tensor shared = ws.take(DType::f32, {T, H});
+    relu2_mlp_forward(*w.shared, x, shared, ctx);
     ops::add(out, shared, out);
   }
 }

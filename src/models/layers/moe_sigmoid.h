@@ -46,6 +46,7 @@ struct SigmoidMoeWeights {
 };
 
 // x: [T, H];  out: [T, H].
-void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, const Tensor& x, const Tensor& out);
+void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, const Tensor& x, const Tensor& out,
+                         ForwardContext& ctx);
 
 }  // namespace kapitsa::models

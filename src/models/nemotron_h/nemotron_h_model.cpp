@@ -2,8 +2,7 @@
 #include "models/nemotron_h/nemotron_h_model.h"
 
 #include "base/log.h"
-#include "models/batch.h"
-#include "models/hybrid_state.h"
+#include "models/hybrid_decoder.h"
 #include "models/layers/attention.h"
 #include "models/layers/mamba2.h"
 #include "models/layers/mlp.h"
@@ -18,43 +17,33 @@
 namespace kapitsa::models::nemotron_h {
 namespace {
 
+// A decoder layer: one block (Mamba-2, attention, MLP or MoE).
 struct Layer {
   LayerKind kind;
-  Buffer norm;  // [H] f32
+  int64_t memory_index = 0;  // among the recurrent (Mamba-2) or the attention layers
   std::optional<Mamba2Weights> mamba;
   std::optional<AttentionWeights> attention;
   std::optional<Relu2MlpWeights> mlp;
   std::optional<SigmoidMoeWeights> moe;
 };
 
-using NemotronHState = HybridState<Mamba2State>;
-
-class NemotronHModel final : public Model {
+class NemotronHModel final : public HybridDecoder {
  public:
   NemotronHModel(NemotronHConfig config, weights::Checkpoint checkpoint)
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
   size_t decode_weight_bytes() const;
-  const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const override;
-  KvLayout kv_layout() const override;
-  Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
-                 const Tensor& hidden) const override;
-  Status forward_batch(std::span<const BatchItem> items) const override;
-  // forward / forward_batch: hidden only for a single item.
-  Status run(std::span<const BatchItem> items, const Tensor& hidden) const;
 
  private:
+  void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
+                     ForwardContext& ctx) const override;
+
   NemotronHConfig config_;
   weights::Checkpoint checkpoint_;
-  ModelInfo info_;
   AttentionConfig attention_config_;
   Mamba2Config mamba_config_;
   SigmoidMoeConfig moe_config_;
-  Tensor embeddings_;  // [V, H]
-  Tensor lm_head_;     // [V, H] (the embedding when tied)
-  Buffer norm_f_;      // [H] f32
   std::vector<Layer> layers_;
 };
 
@@ -99,13 +88,14 @@ Status NemotronHModel::load_weights() {
     return error("checkpoint has no backbone.embeddings.weight (nor model.embeddings.weight): not a Nemotron-H "
                  "checkpoint?");
   const std::string head_prefix = prefix.rfind("language_model.", 0) == 0 ? "language_model." : "";
-  KAPITSA_TRY(embeddings_, checkpoint_.get(prefix + "embeddings.weight", {c.vocab_size, H}));
-  if (c.tie_word_embeddings && !checkpoint_.contains(head_prefix + "lm_head.weight")) {
-    lm_head_ = embeddings_;
-  } else {
-    KAPITSA_TRY(lm_head_, checkpoint_.get(head_prefix + "lm_head.weight", {c.vocab_size, H}));
-  }
-  KAPITSA_TRY(norm_f_, checkpoint_.get_f32(prefix + "norm_f.weight", {H}));
+  info_.vocab_size = c.vocab_size;
+  info_.hidden_size = H;
+  KAPITSA_RETURN_IF_ERROR(load_embedding_and_head(checkpoint_, prefix + "embeddings.weight", head_prefix + "lm_head.weight",
+                                                  c.tie_word_embeddings));
+  KAPITSA_TRY(final_norm_, checkpoint_.get_f32(prefix + "norm_f.weight", {H}));
+  norm_eps_ = c.norm_eps;
+  norm_weight_offset_ = 0.0f;
+  int64_t n_recurrent = 0, n_attention = 0;
 
   for (int64_t i = 0; i < c.n_layers; ++i) {
     log::progress("loading layers", static_cast<size_t>(i + 1), static_cast<size_t>(c.n_layers));
@@ -113,7 +103,11 @@ Status NemotronHModel::load_weights() {
     const std::string m = p + "mixer.";
     Layer layer;
     layer.kind = c.layer_kinds[static_cast<size_t>(i)];
-    KAPITSA_TRY(layer.norm, checkpoint_.get_f32(p + "norm.weight", {H}));
+    std::vector<Buffer> norms(1);
+    KAPITSA_TRY(norms[0], checkpoint_.get_f32(p + "norm.weight", {H}));
+    block_norms_.push_back(std::move(norms));
+    if (layer.kind == LayerKind::mamba) layer.memory_index = n_recurrent++;
+    if (layer.kind == LayerKind::attention) layer.memory_index = n_attention++;
     switch (layer.kind) {
       case LayerKind::mamba: {
         KAPITSA_TRY(Mamba2Weights w, Mamba2Weights::load(checkpoint_, m, mamba_config_));
@@ -143,6 +137,8 @@ Status NemotronHModel::load_weights() {
   if (c.count(LayerKind::moe) > 0)
     experts = fmt::format(", {} experts top-{}{}", c.n_experts, c.top_k,
                           c.moe_latent_size > 0 ? fmt::format(" (latent {})", c.moe_latent_size) : std::string());
+  kv_layout_ = KvLayout{n_attention, attention_config_.n_kv_heads, attention_config_.head_dim};
+  recurrent_layout_ = RecurrentLayout{n_recurrent, mamba_config_.conv_window_shape(), mamba_config_.state_shape()};
   info_ = ModelInfo{c.model_type, c.vocab_size, H, c.n_layers, c.max_position_embeddings, c.eos_token_ids,
                     fmt::format("{}: {} layers ({} Mamba-2, {} attention, {} MLP, {} MoE), hidden {}, vocab {}{}",
                                 c.model_type, c.n_layers, c.count(LayerKind::mamba), c.count(LayerKind::attention),
@@ -154,7 +150,7 @@ Status NemotronHModel::load_weights() {
 size_t NemotronHModel::decode_weight_bytes() const {
   auto bytes = [](const Tensor& t) { return t.empty() ? size_t{0} : t.nbytes(); };  // absent (non-latent) → 0
   auto relu2 = [](const Relu2MlpWeights& w) { return w.up.nbytes() + w.down.nbytes(); };
-  size_t total = lm_head_.nbytes();
+  size_t total = head_.nbytes();
   for (const Layer& layer : layers_) {
     if (layer.mamba) total += layer.mamba->in_proj.nbytes() + layer.mamba->out_proj.nbytes();
     if (layer.attention) {
@@ -172,77 +168,17 @@ size_t NemotronHModel::decode_weight_bytes() const {
   return total;
 }
 
-KvLayout NemotronHModel::kv_layout() const {
-  int64_t n = 0;
-  for (const Layer& layer : layers_) n += layer.attention.has_value();
-  return KvLayout{n, attention_config_.n_kv_heads, attention_config_.head_dim};
-}
-
-std::unique_ptr<SequenceState> NemotronHModel::new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const {
-  auto state = std::make_unique<NemotronHState>(max_tokens, pool ? std::move(pool) : default_kv_pool());
-  int attention_layers = 0;
-  for (const Layer& layer : layers_) {
-    state->kv_layer.push_back(layer.attention ? attention_layers++ : -1);
-    state->recurrent.push_back(layer.mamba ? std::optional<Mamba2State>(Mamba2State::allocate(mamba_config_))
-                                       : std::nullopt);
+void NemotronHModel::block_forward(size_t i, size_t, const StepBatch& step, const Tensor& normed, const Tensor& out,
+                                   ForwardContext& ctx) const {
+  const Layer& layer = layers_[i];
+  switch (layer.kind) {
+    case LayerKind::mamba: mamba2_forward(mamba_config_, *layer.mamba, layer.memory_index, step, normed, out, ctx); break;
+    case LayerKind::attention:
+      attention_forward(attention_config_, *layer.attention, layer.memory_index, step, normed, out, ctx);
+      break;
+    case LayerKind::mlp: relu2_mlp_forward(*layer.mlp, normed, out, ctx); break;
+    case LayerKind::moe: sigmoid_moe_forward(moe_config_, *layer.moe, normed, out, ctx); break;
   }
-  KAPITSA_CHECK(attention_layers == state->pool().layout().n_layers, "KV pool made for {} attention layers, model has {}",
-                state->pool().layout().n_layers, attention_layers);
-  return state;
-}
-
-Status NemotronHModel::forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
-                               const Tensor& hidden) const {
-  const BatchItem item{ids, &state, logits};
-  return run(std::span<const BatchItem>(&item, 1), hidden);
-}
-
-Status NemotronHModel::forward_batch(std::span<const BatchItem> items) const { return run(items, Tensor()); }
-
-Status NemotronHModel::run(std::span<const BatchItem> items, const Tensor& hidden) const {
-  const int64_t H = config_.hidden_size, L = config_.n_layers;
-  KAPITSA_TRY(BatchLayout batch, layout_batch(items, config_.vocab_size));
-  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages<NemotronHState>(items));
-  const int64_t T = batch.total_tokens;
-  KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
-                hidden.shape().str());
-  std::vector<AttentionSegment> attention_segments(items.size());
-  std::vector<Mamba2Segment> mamba_segments(items.size());
-
-  Buffer x = Buffer::allocate(DType::f32, {T, H});  // residual stream
-  Buffer normed = Buffer::allocate(DType::f32, {T, H});
-  Buffer mixed = Buffer::allocate(DType::f32, {T, H});
-  ops::embedding(embeddings_, batch.ids, x);
-  if (!hidden.empty()) ops::copy(x, hidden.index(0));
-
-  for (int64_t i = 0; i < L; ++i) {
-    const Layer& layer = layers_[static_cast<size_t>(i)];
-    ops::rms_norm(x, layer.norm, config_.norm_eps, 0.0f, normed);
-    for (size_t j = 0; j < items.size(); ++j) {
-      auto& state = static_cast<NemotronHState&>(*items[j].state);
-      const int64_t n = static_cast<int64_t>(items[j].ids.size());
-      if (layer.kind == LayerKind::mamba) mamba_segments[j] = {batch.begins[j], n, &*state.recurrent[static_cast<size_t>(i)]};
-      if (layer.kind == LayerKind::attention)
-        attention_segments[j] = {batch.begins[j], n, state.n_past(), state.kv(static_cast<size_t>(i))};
-    }
-    switch (layer.kind) {
-      case LayerKind::mamba: mamba2_forward(mamba_config_, *layer.mamba, normed, mamba_segments, mixed); break;
-      case LayerKind::attention:
-        attention_forward(attention_config_, *layer.attention, normed, attention_segments, mixed);
-        break;
-      case LayerKind::mlp: relu2_mlp_forward(*layer.mlp, normed, mixed); break;
-      case LayerKind::moe: sigmoid_moe_forward(moe_config_, *layer.moe, normed, mixed); break;
-    }
-    ops::add(x, mixed, x);
-    if (!hidden.empty() && i + 1 < L) ops::copy(x, hidden.index(i + 1));
-  }
-
-  ops::rms_norm(x, norm_f_, config_.norm_eps, 0.0f, normed);
-  if (!hidden.empty()) ops::copy(normed, hidden.index(L));
-  write_batch_logits(items, batch, normed, lm_head_);
-  for (const BatchItem& item : items)
-    static_cast<NemotronHState&>(*item.state).advance(static_cast<int64_t>(item.ids.size()));
-  return ok_status();
 }
 
 }  // namespace

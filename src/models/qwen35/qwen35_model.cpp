@@ -2,8 +2,7 @@
 #include "models/qwen35/qwen35_model.h"
 
 #include "base/log.h"
-#include "models/batch.h"
-#include "models/hybrid_state.h"
+#include "models/hybrid_decoder.h"
 #include "models/layers/attention.h"
 #include "models/layers/gated_deltanet.h"
 #include "models/layers/mlp.h"
@@ -18,44 +17,33 @@
 namespace kapitsa::models::qwen35 {
 namespace {
 
+// A decoder layer: block 0 the mixer (DeltaNet or attention), block 1 the MLP or MoE.
 struct Layer {
   LayerKind kind;
-  Buffer input_norm;  // [H] f32
-  Buffer post_norm;   // [H] f32
+  int64_t memory_index = 0;  // among the recurrent layers (DeltaNet) or the attention layers
   std::optional<GdnWeights> gdn;
   std::optional<AttentionWeights> attention;
   std::optional<SwiGluWeights> mlp;
   std::optional<SoftmaxMoeWeights> moe;
 };
 
-using Qwen35State = HybridState<GdnState>;
-
-class Qwen35Model final : public Model {
+class Qwen35Model final : public HybridDecoder {
  public:
   Qwen35Model(Qwen35Config config, weights::Checkpoint checkpoint)
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
   size_t decode_weight_bytes() const;
-  // forward / forward_batch: hidden only for a single item.
-  Status run(std::span<const BatchItem> items, const Tensor& hidden) const;
-  const ModelInfo& info() const override { return info_; }
-  std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const override;
-  KvLayout kv_layout() const override;
-  Status forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
-                 const Tensor& hidden) const override;
-  Status forward_batch(std::span<const BatchItem> items) const override;
 
  private:
+  void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
+                     ForwardContext& ctx) const override;
+
   Qwen35Config config_;
   weights::Checkpoint checkpoint_;
-  ModelInfo info_;
   AttentionConfig attention_config_;
   GdnConfig gdn_config_;
   SoftmaxMoeConfig moe_config_;
-  Tensor embed_tokens_;  // [V, H]
-  Tensor lm_head_;       // [V, H] (the embedding when tied)
-  Buffer final_norm_;    // [H] f32
   std::vector<Layer> layers_;
 };
 
@@ -73,21 +61,25 @@ Status Qwen35Model::load_weights() {
 
   const std::string prefix =
       checkpoint_.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
-  KAPITSA_TRY(embed_tokens_, checkpoint_.get(prefix + "embed_tokens.weight", {c.vocab_size, H}));
-  if (c.tie_word_embeddings && !checkpoint_.contains("lm_head.weight")) {
-    lm_head_ = embed_tokens_;
-  } else {
-    KAPITSA_TRY(lm_head_, checkpoint_.get("lm_head.weight", {c.vocab_size, H}));
-  }
+  info_.vocab_size = c.vocab_size;
+  info_.hidden_size = H;
+  KAPITSA_RETURN_IF_ERROR(
+      load_embedding_and_head(checkpoint_, prefix + "embed_tokens.weight", "lm_head.weight", c.tie_word_embeddings));
   KAPITSA_TRY(final_norm_, checkpoint_.get_f32(prefix + "norm.weight", {H}));
+  norm_eps_ = c.rms_norm_eps;
+  norm_weight_offset_ = 1.0f;
+  int64_t n_recurrent = 0, n_attention = 0;
 
   for (int64_t i = 0; i < c.n_layers; ++i) {
     log::progress("loading layers", static_cast<size_t>(i + 1), static_cast<size_t>(c.n_layers));
     const std::string p = fmt::format("{}layers.{}.", prefix, i);
     Layer layer;
     layer.kind = c.layer_kinds[static_cast<size_t>(i)];
-    KAPITSA_TRY(layer.input_norm, checkpoint_.get_f32(p + "input_layernorm.weight", {H}));
-    KAPITSA_TRY(layer.post_norm, checkpoint_.get_f32(p + "post_attention_layernorm.weight", {H}));
+    std::vector<Buffer> norms(2);
+    KAPITSA_TRY(norms[0], checkpoint_.get_f32(p + "input_layernorm.weight", {H}));
+    KAPITSA_TRY(norms[1], checkpoint_.get_f32(p + "post_attention_layernorm.weight", {H}));
+    block_norms_.push_back(std::move(norms));
+    layer.memory_index = layer.kind == LayerKind::linear_attention ? n_recurrent++ : n_attention++;
     if (layer.kind == LayerKind::linear_attention) {
       KAPITSA_TRY(GdnWeights gdn, GdnWeights::load(checkpoint_, p + "linear_attn.", gdn_config_));
       layer.gdn = std::move(gdn);
@@ -105,11 +97,10 @@ Status Qwen35Model::load_weights() {
     layers_.push_back(std::move(layer));
   }
 
-  int64_t n_attention = 0, n_moe = 0;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    n_attention += layers_[i].kind == LayerKind::full_attention;
-    n_moe += c.layer_is_moe[i];
-  }
+  int64_t n_moe = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) n_moe += c.layer_is_moe[i];
+  kv_layout_ = KvLayout{n_attention, attention_config_.n_kv_heads, attention_config_.head_dim};
+  recurrent_layout_ = RecurrentLayout{n_recurrent, gdn_config_.conv_window_shape(), gdn_config_.state_shape()};
   info_ = ModelInfo{c.model_type, c.vocab_size, H, c.n_layers, c.max_position_embeddings, c.eos_token_ids,
                     fmt::format("{}: {} layers ({} DeltaNet, {} attention), hidden {}, vocab {}{}", c.model_type,
                                 c.n_layers, c.n_layers - n_attention, n_attention, H, c.vocab_size,
@@ -121,7 +112,7 @@ Status Qwen35Model::load_weights() {
 
 size_t Qwen35Model::decode_weight_bytes() const {
   auto swiglu = [](const SwiGluWeights& w) { return w.gate.nbytes() + w.up.nbytes() + w.down.nbytes(); };
-  size_t total = lm_head_.nbytes();
+  size_t total = head_.nbytes();
   for (const Layer& layer : layers_) {
     if (layer.gdn) {
       const GdnWeights& g = *layer.gdn;
@@ -142,84 +133,13 @@ size_t Qwen35Model::decode_weight_bytes() const {
   return total;
 }
 
-KvLayout Qwen35Model::kv_layout() const {
-  int64_t n = 0;
-  for (const Layer& layer : layers_) n += layer.kind == LayerKind::full_attention;
-  return KvLayout{n, attention_config_.n_kv_heads, attention_config_.head_dim};
-}
-
-std::unique_ptr<SequenceState> Qwen35Model::new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const {
-  auto state = std::make_unique<Qwen35State>(max_tokens, pool ? std::move(pool) : default_kv_pool());
-  int attention_layers = 0;
-  for (const Layer& layer : layers_) {
-    if (layer.kind == LayerKind::full_attention) {
-      state->kv_layer.push_back(attention_layers++);
-      state->recurrent.push_back(std::nullopt);
-    } else {
-      state->kv_layer.push_back(-1);
-      state->recurrent.push_back(GdnState::allocate(gdn_config_));
-    }
-  }
-  KAPITSA_CHECK(attention_layers == state->pool().layout().n_layers, "KV pool made for {} attention layers, model has {}",
-                state->pool().layout().n_layers, attention_layers);
-  return state;
-}
-
-Status Qwen35Model::forward(std::span<const int32_t> ids, SequenceState& state, const Tensor& logits,
-                            const Tensor& hidden) const {
-  const BatchItem item{ids, &state, logits};
-  return run(std::span<const BatchItem>(&item, 1), hidden);
-}
-
-Status Qwen35Model::forward_batch(std::span<const BatchItem> items) const { return run(items, Tensor()); }
-
-Status Qwen35Model::run(std::span<const BatchItem> items, const Tensor& hidden) const {
-  const int64_t H = config_.hidden_size, L = config_.n_layers;
-  KAPITSA_TRY(BatchLayout batch, layout_batch(items, config_.vocab_size));
-  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages<Qwen35State>(items));
-  const int64_t T = batch.total_tokens;
-  KAPITSA_CHECK(hidden.empty() || (items.size() == 1 && hidden.shape() == Shape({L + 1, T, H})), "hidden {}",
-                hidden.shape().str());
-  const std::vector<int64_t>& begins = batch.begins;
-  std::vector<AttentionSegment> attention_segments(items.size());
-  std::vector<GdnSegment> gdn_segments(items.size());
-
-  Buffer x = Buffer::allocate(DType::f32, {T, H});  // residual stream
-  Buffer normed = Buffer::allocate(DType::f32, {T, H});
-  Buffer mixed = Buffer::allocate(DType::f32, {T, H});
-  ops::embedding(embed_tokens_, batch.ids, x);
-  if (!hidden.empty()) ops::copy(x, hidden.index(0));
-
-  for (int64_t i = 0; i < L; ++i) {
-    const Layer& layer = layers_[static_cast<size_t>(i)];
-    ops::rms_norm(x, layer.input_norm, config_.rms_norm_eps, 1.0f, normed);
-    for (size_t j = 0; j < items.size(); ++j) {
-      auto& state = static_cast<Qwen35State&>(*items[j].state);
-      const int64_t n = static_cast<int64_t>(items[j].ids.size());
-      if (layer.gdn) gdn_segments[j] = GdnSegment{begins[j], n, &*state.recurrent[static_cast<size_t>(i)]};
-      else attention_segments[j] = AttentionSegment{begins[j], n, state.n_past(), state.kv(static_cast<size_t>(i))};
-    }
-    if (layer.gdn) {
-      gdn_forward(gdn_config_, *layer.gdn, normed, gdn_segments, mixed);
-    } else {
-      attention_forward(attention_config_, *layer.attention, normed, attention_segments, mixed);
-    }
-    ops::add(x, mixed, x);
-    ops::rms_norm(x, layer.post_norm, config_.rms_norm_eps, 1.0f, normed);
-    if (layer.moe) {
-      softmax_moe_forward(moe_config_, *layer.moe, normed, mixed);
-    } else {
-      swiglu_forward(*layer.mlp, normed, mixed);
-    }
-    ops::add(x, mixed, x);
-    if (!hidden.empty() && i + 1 < L) ops::copy(x, hidden.index(i + 1));
-  }
-  ops::rms_norm(x, final_norm_, config_.rms_norm_eps, 1.0f, normed);
-  if (!hidden.empty()) ops::copy(normed, hidden.index(L));
-
-  write_batch_logits(items, batch, normed, lm_head_);
-  for (const BatchItem& item : items) static_cast<Qwen35State&>(*item.state).advance(static_cast<int64_t>(item.ids.size()));
-  return ok_status();
+void Qwen35Model::block_forward(size_t i, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
+                                ForwardContext& ctx) const {
+  const Layer& layer = layers_[i];
+  if (block == 0 && layer.gdn) gdn_forward(gdn_config_, *layer.gdn, layer.memory_index, step, normed, out, ctx);
+  else if (block == 0) attention_forward(attention_config_, *layer.attention, layer.memory_index, step, normed, out, ctx);
+  else if (layer.moe) softmax_moe_forward(moe_config_, *layer.moe, normed, out, ctx);
+  else swiglu_forward(*layer.mlp, normed, out, ctx);
 }
 
 }  // namespace

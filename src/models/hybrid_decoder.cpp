@@ -1,0 +1,186 @@
+// HybridDecoder: validation, step metadata, the residual trunk and the outputs (see hybrid_decoder.h).
+#include "models/hybrid_decoder.h"
+
+#include "models/hybrid_state.h"
+#include "ops/ops.h"
+
+#include <algorithm>
+
+namespace kapitsa::models {
+namespace {
+
+// Errors a caller can cause (nothing changed then); shape contracts are checks.
+Status validate(const ForwardBatch& batch, const ForwardOutputs& outputs, const ModelInfo& info) {
+  if (batch.sequences.empty()) return error("forward: an empty batch");
+  const ForwardBatch::Sequence& first = batch.sequences.front();
+  for (const ForwardBatch::Sequence& s : batch.sequences) {
+    const int64_t n = static_cast<int64_t>(s.ids.size());
+    if (s.state == nullptr || n == 0) return error("forward: a sequence has no state or no tokens");
+    for (size_t i = 0; i < s.ids.size(); ++i)
+      if (s.ids[i] < 0 || s.ids[i] >= info.vocab_size)
+        return error("token id {} at index {} is outside the vocabulary [0, {})", s.ids[i], i, info.vocab_size);
+    if (s.state->n_past() + n > s.state->capacity())
+      return error("sequence of {} tokens exceeds this state's capacity of {} tokens", s.state->n_past() + n,
+                   s.state->capacity());
+    if (first.state != nullptr && (s.state->kv_pool() != first.state->kv_pool() || s.state->slot_pool() != first.state->slot_pool()))
+      return error("forward: the sequences of one step must share their KV page pool and state slot pool");
+  }
+  auto check_rows = [&](const ForwardOutputs::Rows& r, int64_t width, const char* what) {
+    KAPITSA_CHECK(r.sequence < batch.sequences.size(), "{} rows of sequence {} of {}", what, r.sequence,
+                  batch.sequences.size());
+    const int64_t n = static_cast<int64_t>(batch.sequences[r.sequence].ids.size());
+    for (int32_t row : r.rows) KAPITSA_CHECK(row >= 0 && row < n, "{} row {} of {} new tokens", what, row, n);
+    KAPITSA_CHECK(r.out.shape() == Shape({static_cast<int64_t>(r.rows.size()), width}) && r.out.dtype() == DType::f32,
+                  "{} out {} for {} rows of width {}", what, r.out.shape().str(), r.rows.size(), width);
+  };
+  for (const auto& r : outputs.logits) check_rows(r, info.vocab_size, "logits");
+  for (const auto& r : outputs.hidden) check_rows(r, info.hidden_size, "hidden");
+  if (!outputs.all_layers.empty()) {
+    const int64_t T = static_cast<int64_t>(first.ids.size());
+    KAPITSA_CHECK(batch.sequences.size() == 1 &&
+                      outputs.all_layers.shape() == Shape({info.n_layers + 1, T, info.hidden_size}),
+                  "all-layers hidden {} for {} sequences", outputs.all_layers.shape().str(), batch.sequences.size());
+  }
+  for (const auto& c : outputs.checkpoints) {
+    KAPITSA_CHECK(c.sequence < batch.sequences.size(), "checkpoints of sequence {}", c.sequence);
+    const SequenceState& state = *batch.sequences[c.sequence].state;
+    KAPITSA_CHECK(c.slots.size() <= batch.sequences[c.sequence].ids.size(), "{} checkpoints for {} tokens",
+                  c.slots.size(), batch.sequences[c.sequence].ids.size());
+    for (int32_t slot : c.slots)
+      KAPITSA_CHECK(state.slot_pool() != nullptr && slot >= 0 && slot != state.state_slot(), "checkpoint slot {}", slot);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::shared_ptr<StateSlotPool> HybridDecoder::slot_pool() const {
+  std::lock_guard lock(slot_pool_mu_);
+  if (!slot_pool_) slot_pool_ = std::make_shared<StateSlotPool>(recurrent_layout_);
+  return slot_pool_;
+}
+
+std::unique_ptr<SequenceState> HybridDecoder::new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const {
+  auto state = std::make_unique<HybridState>(max_tokens, pool ? std::move(pool) : default_kv_pool(), slot_pool());
+  const KvLayout& have = state->pool().layout();
+  KAPITSA_CHECK(have.n_layers == kv_layout_.n_layers && have.n_kv_heads == kv_layout_.n_kv_heads &&
+                    have.head_dim == kv_layout_.head_dim,
+                "KV pool made for {} attention layers, model has {}", have.n_layers, kv_layout_.n_layers);
+  return state;
+}
+
+Status HybridDecoder::load_embedding_and_head(const weights::Checkpoint& ckpt, const std::string& embedding_name,
+                                              const std::string& head_name, bool tied) {
+  const int64_t V = info_.vocab_size, H = info_.hidden_size;
+  KAPITSA_TRY(embedding_, ckpt.get(embedding_name, {V, H}));
+  if (tied && !ckpt.contains(head_name)) {
+    head_ = embedding_;
+  } else {
+    KAPITSA_TRY(head_, ckpt.get(head_name, {V, H}));
+  }
+  return ok_status();
+}
+
+Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const ForwardOutputs& outputs,
+                                              Workspace& ws) const {
+  StepBatch step;
+  for (const auto& s : batch.sequences) step.n_tokens += static_cast<int64_t>(s.ids.size());
+  std::span<StepSequence> sequences = ws.take_span<StepSequence>(batch.sequences.size());
+  std::span<int32_t> positions = ws.take_span<int32_t>(static_cast<size_t>(step.n_tokens));
+  int64_t at = 0;
+  for (size_t j = 0; j < batch.sequences.size(); ++j) {
+    const auto& state = static_cast<const HybridState&>(*batch.sequences[j].state);
+    StepSequence& s = sequences[j];
+    s = StepSequence{at, static_cast<int64_t>(batch.sequences[j].ids.size()), state.n_past(), state.kv_pages(),
+                     state.state_slot(), {}};
+    for (int64_t t = 0; t < s.length; ++t) positions[static_cast<size_t>(at + t)] = static_cast<int32_t>(s.pos0 + t);
+    at += s.length;
+  }
+  for (const auto& c : outputs.checkpoints) sequences[c.sequence].checkpoint_slots = c.slots;
+  step.sequences = sequences;
+  step.positions = positions;
+  const SequenceState& first = *batch.sequences.front().state;
+  step.kv = first.kv_pool();
+  step.slots = first.slot_pool();
+  return step;
+}
+
+Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const {
+  KAPITSA_RETURN_IF_ERROR(validate(batch, outputs, info_));
+  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(batch.sequences));
+  Workspace& ws = ctx.workspace;
+  ws.begin_step();
+  KAPITSA_TRY(const StepBatch step, build_step(batch, outputs, ws));
+  const int64_t T = step.n_tokens, H = info_.hidden_size, L = info_.n_layers;
+  const Tensor& all_layers = outputs.all_layers;
+
+  std::span<int32_t> ids = ws.take_span<int32_t>(static_cast<size_t>(T));
+  for (size_t j = 0; j < batch.sequences.size(); ++j)
+    std::copy(batch.sequences[j].ids.begin(), batch.sequences[j].ids.end(), ids.begin() + step.sequences[j].begin);
+  const Tensor x = ws.take(DType::f32, {T, H});  // the residual stream
+  const Tensor normed = ws.take(DType::f32, {T, H});
+  const Tensor mixed = ws.take(DType::f32, {T, H});
+  ops::embedding(embedding_, ids, x);
+  if (!all_layers.empty()) ops::copy(x, all_layers.index(0));
+  for (size_t i = 0; i < static_cast<size_t>(L); ++i) {
+    for (size_t b = 0; b < block_norms_[i].size(); ++b) {
+      ops::rms_norm(x, block_norms_[i][b], norm_eps_, norm_weight_offset_, normed);
+      block_forward(i, b, step, normed, mixed, ctx);
+      ops::add(x, mixed, x);
+    }
+    if (!all_layers.empty() && static_cast<int64_t>(i) + 1 < L) ops::copy(x, all_layers.index(static_cast<int64_t>(i) + 1));
+  }
+  ops::rms_norm(x, final_norm_, norm_eps_, norm_weight_offset_, normed);
+  if (!all_layers.empty()) ops::copy(normed, all_layers.index(L));
+
+  write_outputs(batch, outputs, normed, ws);
+  for (const auto& s : batch.sequences) static_cast<HybridState&>(*s.state).advance(static_cast<int64_t>(s.ids.size()));
+  return ok_status();
+}
+
+void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,
+                                  Workspace& ws) const {
+  Workspace::Scope scope(ws);
+  // Row r of sequence j is row begin(j) + r of the step.
+  std::span<int64_t> begins = ws.take_span<int64_t>(batch.sequences.size());
+  int64_t at = 0;
+  for (size_t j = 0; j < batch.sequences.size(); ++j) {
+    begins[j] = at;
+    at += static_cast<int64_t>(batch.sequences[j].ids.size());
+  }
+  auto contiguous = [](std::span<const int32_t> rows) {
+    for (size_t i = 1; i < rows.size(); ++i)
+      if (rows[i] != rows[i - 1] + 1) return false;
+    return !rows.empty();
+  };
+  for (const auto& r : outputs.hidden) {
+    std::span<int32_t> rows = ws.take_span<int32_t>(r.rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(begins[r.sequence] + r.rows[i]);
+    ops::gather_rows(normed, rows, r.out);
+  }
+  if (outputs.logits.empty()) return;
+  if (outputs.logits.size() == 1 && contiguous(outputs.logits[0].rows)) {
+    const auto& r = outputs.logits[0];
+    const int64_t first = begins[r.sequence] + r.rows.front();
+    ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, r.out);
+    return;
+  }
+  // Every requested row through the head at once (its weights read once).
+  size_t total = 0;
+  for (const auto& r : outputs.logits) total += r.rows.size();
+  std::span<int32_t> rows = ws.take_span<int32_t>(total);
+  size_t n = 0;
+  for (const auto& r : outputs.logits)
+    for (int32_t row : r.rows) rows[n++] = static_cast<int32_t>(begins[r.sequence] + row);
+  const Tensor picked = ws.take(DType::f32, {static_cast<int64_t>(total), info_.hidden_size});
+  const Tensor logits = ws.take(DType::f32, {static_cast<int64_t>(total), info_.vocab_size});
+  ops::gather_rows(normed, rows, picked);
+  ops::matmul(picked, head_, logits);
+  int64_t from = 0;
+  for (const auto& r : outputs.logits) {
+    ops::copy(logits.rows(from, from + static_cast<int64_t>(r.rows.size())), r.out);
+    from += static_cast<int64_t>(r.rows.size());
+  }
+}
+
+}  // namespace kapitsa::models

@@ -1,0 +1,59 @@
+// HybridDecoder: what both hybrid families share, written once — the Model plumbing (states, KV and
+// recurrent layouts, the forward entry point with its outputs, the step metadata) and the trunk:
+// embedding, a stack of pre-norm residual blocks (x += block(rms_norm(x))), final norm and the output
+// head (the embedding when tied). A family loads its weights into it and computes its blocks
+// (block_forward); it never sees batches, states or outputs.
+#pragma once
+
+#include "models/layers/step.h"
+#include "models/model.h"
+#include "models/state_slots.h"
+#include "weights/safetensors.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kapitsa::models {
+
+class HybridDecoder : public Model {
+ public:
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool = nullptr) const override;
+  KvLayout kv_layout() const override { return kv_layout_; }
+  using Model::forward;
+  Status forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const override;
+
+ protected:
+  // Layer `layer`'s block `block` (Qwen: 0 the mixer, 1 the MLP; Nemotron: one block per layer).
+  // normed: [n_tokens, H] (the block's input norm applied);  out: [n_tokens, H].
+  virtual void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed,
+                             const Tensor& out, ForwardContext& ctx) const = 0;
+
+  // Loads the embedding [V, H] and the head: `head_name` when the checkpoint has it, else (tied) the embedding.
+  Status load_embedding_and_head(const weights::Checkpoint& ckpt, const std::string& embedding_name,
+                                 const std::string& head_name, bool tied);
+
+  // Set by the family while loading.
+  ModelInfo info_;
+  Tensor embedding_;          // [V, H]
+  Tensor head_;               // [V, H]
+  Buffer final_norm_;         // [H] f32
+  float norm_eps_ = 1e-6f;
+  float norm_weight_offset_ = 0;  // 1 for Qwen's zero-centred norms
+  std::vector<std::vector<Buffer>> block_norms_;  // per layer, per block: [H] f32
+  KvLayout kv_layout_;
+  RecurrentLayout recurrent_layout_;
+
+ private:
+  Expected<StepBatch> build_step(const ForwardBatch& batch, const ForwardOutputs& outputs, Workspace& ws) const;
+  void write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,
+                     Workspace& ws) const;
+  std::shared_ptr<StateSlotPool> slot_pool() const;
+
+  mutable std::mutex slot_pool_mu_;
+  mutable std::shared_ptr<StateSlotPool> slot_pool_;
+};
+
+}  // namespace kapitsa::models
