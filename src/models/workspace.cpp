@@ -21,13 +21,18 @@ void Workspace::begin_step() {
   peak_ = 0;
 }
 
+// An overflow buffer starts with a header holding the level (offset) it was taken at: once a Scope has
+// brought used_ back to or below that level it is dead, and the next overflow frees it first, so a step
+// larger than the block keeps only what is live on the heap (as plain allocation would).
 void* Workspace::take_bytes(size_t bytes) {
   const size_t at = round_up(used_);
   used_ = at + round_up(bytes);
   peak_ = std::max(peak_, used_);
   if (used_ <= block_bytes_) return static_cast<std::byte*>(block_.tensor().data()) + at;
-  overflow_.push_back(Buffer::allocate(DType::u8, {static_cast<int64_t>(round_up(bytes))}));
-  return overflow_.back().tensor().data();
+  while (!overflow_.empty() && *static_cast<const size_t*>(overflow_.back().tensor().data()) >= at) overflow_.pop_back();
+  overflow_.push_back(Buffer::allocate(DType::u8, {static_cast<int64_t>(kAlign + round_up(bytes))}));
+  *static_cast<size_t*>(overflow_.back().tensor().data()) = at;
+  return static_cast<std::byte*>(overflow_.back().tensor().data()) + kAlign;
 }
 
 Tensor Workspace::take(DType dtype, Shape shape) {
