@@ -22,10 +22,10 @@ void set_backend(Backend b) { g_backend = b; }
 #define KAPITSA_DISPATCH(name, ...) \
   return g_backend == Backend::ref ? ref::name(__VA_ARGS__) : cpu::name(__VA_ARGS__)
 
-void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+void embedding(const Linear& table, std::span<const int32_t> ids, const Tensor& out) {
   KAPITSA_DISPATCH(embedding, table, ids, out);
 }
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) { KAPITSA_DISPATCH(matmul, x, w, y); }
+void matmul(const Tensor& x, const Linear& w, const Tensor& y) { KAPITSA_DISPATCH(matmul, x, w, y); }
 void add(const Tensor& a, const Tensor& b, const Tensor& y) { KAPITSA_DISPATCH(add, a, b, y); }
 void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& y) { KAPITSA_DISPATCH(silu_mul, gate, up, y); }
 void mul_sigmoid(const Tensor& x, const Tensor& gate, const Tensor& y) { KAPITSA_DISPATCH(mul_sigmoid, x, gate, y); }

@@ -5,12 +5,14 @@
 // set_backend() selects the oracle, e.g. to debug a model against it).
 //
 // Conventions for every op: activations are F32 and contiguous, row-major, shapes as commented;
-// "weights" (matmul / embedding tables) may be F32, F16 or BF16 and are used in place; small
+// weights of matmul / embedding are a Linear (tensor/linear.h: dense f32/f16/bf16 used in place,
+// quantized formats later; a Tensor converts implicitly to a dense Linear); small
 // parameter vectors (norm weights, biases, A_log, ...) are F32 (models convert them at load).
 // Outputs are written, never accumulated into, unless the op says so. In-place is allowed only
 // where the comment says so.
 #pragma once
 
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 
 #include <cstdint>

@@ -61,7 +61,8 @@ int64_t check_blocks(const Tensor& wide, std::span<const Tensor> parts, const ch
 }  // namespace
 
 // table: [V, H] f32|f16|bf16;  out: [T, H] f32.
-void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
+  const Tensor& table = linear.dense("embedding");
   KAPITSA_CHECK(table.rank() == 2, "embedding: table must be [V, H], got {}", table.shape().str());
   KAPITSA_CHECK(out.dtype() == DType::f32, "embedding: out must be F32");
   const int64_t V = table.dim(0), H = table.dim(1), T = static_cast<int64_t>(ids.size());

@@ -238,7 +238,8 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
 }  // namespace
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  const Tensor& w = linear.dense("matmul");
   KAPITSA_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32, "matmul: x and y must be F32");
   KAPITSA_CHECK(w.rank() == 2, "matmul: w must be [N, K], got {}", w.shape().str());
   const int64_t N = w.dim(0), K = w.dim(1);

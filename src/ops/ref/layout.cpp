@@ -11,7 +11,8 @@ using detail::load;
 using detail::rows_of;
 
 // table: [V, H] f32|f16|bf16;  out: [T, H] f32.
-void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
+  const Tensor& table = linear.dense("embedding");
   KAPITSA_CHECK(table.rank() == 2, "embedding: table must be [V, H], got {}", table.shape().str());
   KAPITSA_CHECK(detail::is_weight_dtype(table.dtype()), "embedding: table dtype {}", dtype_name(table.dtype()));
   check_f32(out, "embedding", "out");

@@ -8,7 +8,8 @@
 namespace kapitsa::ops::ref {
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  const Tensor& w = linear.dense("matmul");
   detail::check_f32(x, "matmul", "x");
   detail::check_f32(y, "matmul", "y");
   KAPITSA_CHECK(w.rank() == 2, "matmul: w must be [N, K], got {}", w.shape().str());
