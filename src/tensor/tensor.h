@@ -16,6 +16,7 @@
 namespace kapitsa {
 
 enum class Device : uint8_t { cpu, cuda };
+inline const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
 
 constexpr int kMaxRank = 4;
 

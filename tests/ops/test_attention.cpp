@@ -3,8 +3,6 @@
 // against ref on random inputs (odd head dims, GQA ratios, decode and prefill, queries split in
 // pieces equal one call); paged attention (ref and cpu) against the contiguous op on shuffled pages.
 #include "op_test_helpers.h"
-#include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +25,7 @@ TEST(Rope, RefRotatesByKnownAngle) {
   // D = 6, rotary_dim = 4: pairs (0, 2) with inv_freq 1 and (1, 3) with inv_freq 100^(-1/2) = 0.1.
   float x[6] = {1, 1, 0, 0, 7, 8};
   int32_t pos[1] = {10};
-  ref::rope_neox(Tensor(DType::f32, {1, 1, 6}, x), pos, inv_freq(4, 100.0f));
+  test::run(test::ref(), rope_neox, Tensor(DType::f32, {1, 1, 6}, x), pos, inv_freq(4, 100.0f));
   EXPECT_NEAR(x[0], std::cos(10.0), 1e-6);
   EXPECT_NEAR(x[2], std::sin(10.0), 1e-6);
   EXPECT_NEAR(x[1], std::cos(1.0), 1e-6);
@@ -42,7 +40,7 @@ TEST(Rope, RefPositionZeroIsIdentityAndNormPreserved) {
   Buffer x = test::random_f32(r, {3, 2, 256});
   Buffer y = test::clone(x);
   std::vector<int32_t> pos = {0, 174, 100000};
-  ref::rope_neox(y, pos, inv_freq(64, 1e7f));
+  test::run(test::ref(), rope_neox, y, pos, inv_freq(64, 1e7f));
   for (int64_t i = 0; i < 2 * 256; ++i) ASSERT_EQ(y.f32()[i], x.f32()[i]);  // angle 0
   for (int64_t row = 2; row < 6; ++row) {  // rotation keeps each pair's norm
     double a = 0, b = 0;
@@ -54,7 +52,7 @@ TEST(Rope, RefPositionZeroIsIdentityAndNormPreserved) {
   }
 }
 
-TEST(Rope, CpuMatchesRef) {
+TEST_P(OnBackend, RopeMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   for (auto [T, H, D, rd] : std::vector<std::array<int, 4>>{{1, 1, 8, 8}, {7, 3, 256, 64}, {65, 2, 128, 32}, {5, 4, 34, 18}}) {
@@ -65,8 +63,8 @@ TEST(Rope, CpuMatchesRef) {
     for (auto& p : pos) p = pick(r.gen);
     pos[0] = 174;
     Buffer a = test::clone(x), b = test::clone(x);
-    ref::rope_neox(a, pos, inv_freq(rd, 1e7f));
-    cpu::rope_neox(b, pos, inv_freq(rd, 1e7f));
+    test::run(test::ref(), rope_neox, a, pos, inv_freq(rd, 1e7f));
+    test::run(backend(), rope_neox, b, pos, inv_freq(rd, 1e7f));
     EXPECT_LE(relative_error(b, a), 1e-6);
     EXPECT_LE(kapitsa::testing::max_abs_diff(b, a), 1e-6);
   }
@@ -75,7 +73,7 @@ TEST(Rope, CpuMatchesRef) {
 TEST(Attention, RefSingleKeyReturnsV) {
   float q[4] = {3, -1, 2, 0.5f}, k[2] = {0.3f, 9}, v[2] = {-4, 0.25f}, o[4];
   // Hq = 2, Hkv = 1, D = 2, one key
-  ref::attention(Tensor(DType::f32, {1, 2, 2}, q), Tensor(DType::f32, {1, 1, 2}, k), Tensor(DType::f32, {1, 1, 2}, v),
+  test::run(test::ref(), attention, Tensor(DType::f32, {1, 2, 2}, q), Tensor(DType::f32, {1, 1, 2}, k), Tensor(DType::f32, {1, 1, 2}, v),
                  0, 0.7f, Tensor(DType::f32, {1, 2, 2}, o));
   EXPECT_FLOAT_EQ(o[0], -4); EXPECT_FLOAT_EQ(o[1], 0.25f); EXPECT_FLOAT_EQ(o[2], -4); EXPECT_FLOAT_EQ(o[3], 0.25f);
 }
@@ -83,7 +81,7 @@ TEST(Attention, RefSingleKeyReturnsV) {
 TEST(Attention, RefTwoKeysMixBySoftmaxAndIgnoresFuture) {
   // Query at position 1 sees keys 0 and 1 (key 2 exists but is in the future).
   float q[2] = {1, 0}, k[6] = {0, 0, 2, 0, 100, 0}, v[6] = {1, 0, 0, 1, 50, 50}, o[2];
-  ref::attention(Tensor(DType::f32, {1, 1, 2}, q), Tensor(DType::f32, {3, 1, 2}, k), Tensor(DType::f32, {3, 1, 2}, v), 1,
+  test::run(test::ref(), attention, Tensor(DType::f32, {1, 1, 2}, q), Tensor(DType::f32, {3, 1, 2}, k), Tensor(DType::f32, {3, 1, 2}, v), 1,
                  0.5f, Tensor(DType::f32, {1, 1, 2}, o));
   const double p1 = std::exp(1.0) / (1 + std::exp(1.0));  // scores 0 and 2·0.5
   EXPECT_NEAR(o[0], 1 - p1, 1e-6);
@@ -94,7 +92,7 @@ struct AttnCase {
   int64_t T, Hq, Hkv, D, q_pos0, extra_keys;
 };
 
-TEST(Attention, CpuMatchesRef) {
+TEST_P(OnBackend, AttentionMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   const std::vector<AttnCase> cases = {{1, 1, 1, 8, 0, 0},     {1, 8, 2, 64, 37, 5},   {1, 16, 4, 256, 700, 0},
@@ -110,14 +108,14 @@ TEST(Attention, CpuMatchesRef) {
     Buffer v = test::random_f32(r, {S, c.Hkv, c.D});
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
     Buffer orf = Buffer::zeros(DType::f32, {c.T, c.Hq, c.D}), oc = Buffer::zeros(DType::f32, {c.T, c.Hq, c.D});
-    ref::attention(q, k, v, c.q_pos0, scale, orf);
-    cpu::attention(q, k, v, c.q_pos0, scale, oc);
+    test::run(test::ref(), attention, q, k, v, c.q_pos0, scale, orf);
+    test::run(backend(), attention, q, k, v, c.q_pos0, scale, oc);
     EXPECT_LE(relative_error(oc, orf), 1e-5);
     // Queries in pieces (with the matching q_pos0) equal one call.
     Buffer op = Buffer::zeros(DType::f32, {c.T, c.Hq, c.D});
     for (int64_t t0 = 0; t0 < c.T;) {
       const int64_t n = std::min<int64_t>(c.T - t0, 1 + (t0 % 5) * 3);
-      cpu::attention(Tensor(q.tensor()).rows(t0, t0 + n), k, v, c.q_pos0 + t0, scale,
+      test::run(backend(), attention, Tensor(q.tensor()).rows(t0, t0 + n), k, v, c.q_pos0 + t0, scale,
                      Tensor(op.tensor()).rows(t0, t0 + n));
       t0 += n;
     }
@@ -125,7 +123,7 @@ TEST(Attention, CpuMatchesRef) {
     // Keys beyond the last query's position must not matter.
     if (c.extra_keys > 0) {
       for (int64_t i = (c.q_pos0 + c.T) * c.Hkv * c.D; i < S * c.Hkv * c.D; ++i) k.f32()[i] = 1e3f, v.f32()[i] = 1e3f;
-      cpu::attention(q, k, v, c.q_pos0, scale, op);
+      test::run(backend(), attention, q, k, v, c.q_pos0, scale, op);
       EXPECT_LE(relative_error(op, orf), 1e-5) << "future keys changed the result";
     }
   }
@@ -135,7 +133,7 @@ TEST(Attention, CpuMatchesRef) {
 // pages hold garbage) must give the contiguous result: ref paged vs ref contiguous ≤ 1e-6 (same
 // arithmetic after a gather), cpu paged vs ref ≤ 1e-5 (as CpuMatchesRef), and cpu paged vs cpu
 // contiguous ≤ 1e-6 (the same kernel; key tiles only stop at page boundaries).
-TEST(AttentionPaged, MatchesContiguous) {
+TEST_P(OnBackend, AttentionPagedMatchesContiguous) {
   Rng r;
   SCOPED_TRACE(r.trace());
   struct PagedCase {
@@ -168,10 +166,10 @@ TEST(AttentionPaged, MatchesContiguous) {
     const Shape shape{c.T, c.Hq, c.D};
     Buffer o_ref = Buffer::zeros(DType::f32, shape), o_ref_paged = Buffer::zeros(DType::f32, shape);
     Buffer o_cpu = Buffer::zeros(DType::f32, shape), o_cpu_paged = Buffer::zeros(DType::f32, shape);
-    ref::attention(q, k, v, c.q_pos0, scale, o_ref);
-    cpu::attention(q, k, v, c.q_pos0, scale, o_cpu);
-    ref::attention_paged(q, k_pages, v_pages, table, n_kv, c.q_pos0, scale, o_ref_paged);
-    cpu::attention_paged(q, k_pages, v_pages, table, n_kv, c.q_pos0, scale, o_cpu_paged);
+    test::run(test::ref(), attention, q, k, v, c.q_pos0, scale, o_ref);
+    test::run(backend(), attention, q, k, v, c.q_pos0, scale, o_cpu);
+    test::run(test::ref(), attention_paged, q, k_pages, v_pages, table, n_kv, c.q_pos0, scale, o_ref_paged);
+    test::run(backend(), attention_paged, q, k_pages, v_pages, table, n_kv, c.q_pos0, scale, o_cpu_paged);
     EXPECT_LE(relative_error(o_ref_paged, o_ref), 1e-6);
     EXPECT_LE(relative_error(o_cpu_paged, o_ref), 1e-5);
     EXPECT_LE(relative_error(o_cpu_paged, o_cpu), 1e-6);
@@ -179,7 +177,7 @@ TEST(AttentionPaged, MatchesContiguous) {
     Buffer o_pieces = Buffer::zeros(DType::f32, shape);
     for (int64_t t0 = 0; t0 < c.T;) {
       const int64_t n = std::min<int64_t>(c.T - t0, 1 + (t0 % 4) * 5);
-      cpu::attention_paged(Tensor(q.tensor()).rows(t0, t0 + n), k_pages, v_pages, table, c.q_pos0 + t0 + n,
+      test::run(backend(), attention_paged, Tensor(q.tensor()).rows(t0, t0 + n), k_pages, v_pages, table, c.q_pos0 + t0 + n,
                            c.q_pos0 + t0, scale, Tensor(o_pieces.tensor()).rows(t0, t0 + n));
       t0 += n;
     }

@@ -8,6 +8,13 @@
 #include <cstdint>
 #include <span>
 
+namespace kapitsa::ops {
+struct BackendTable;
+}
+
 namespace kapitsa::ops::ref {
 #include "ops/op_list.inc"
+
+// This backend's table (ops/backend.h).
+const BackendTable* backend();
 }  // namespace kapitsa::ops::ref

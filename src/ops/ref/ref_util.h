@@ -38,9 +38,4 @@ inline int64_t rows_of(const Tensor& t) {
   return cols == 0 ? 0 : t.numel() / cols;
 }
 
-inline void check_f32(const Tensor& t, const char* op, const char* name) {
-  KAPITSA_CHECK(t.dtype() == DType::f32, "{}: {} must be F32, got {}", op, name, dtype_name(t.dtype()));
-  KAPITSA_CHECK(t.numel() == 0 || t.data() != nullptr, "{}: {} has no data", op, name);
-}
-
 }  // namespace kapitsa::ops::ref::detail
