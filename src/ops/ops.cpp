@@ -4,6 +4,8 @@
 // no layout to check; spans (ids, positions, block tables) are host memory and are checked here too.
 #include "ops/backend.h"
 
+#include <vector>
+
 namespace kapitsa::ops {
 namespace {
 
@@ -55,6 +57,75 @@ void in_range(int64_t index, int64_t n, const char* op, const char* what, size_t
   KAPITSA_CHECK(0 <= index && index < n, "{}: {} {} at {} outside [0, {})", op, what, index, at, n);
 }
 
+// KV pages: [n_pages, P, Hkv, D] in one of the KV cache dtypes, P > 0.
+void check_pages(const BackendTable& b, const Tensor& pages, const char* op, const char* name) {
+  present(b, pages, op, name);
+  KAPITSA_CHECK(pages.rank() == 4 && pages.dim(1) > 0, "{}: {} must be [n_pages, P, Hkv, D], got {}", op, name,
+                pages.shape().str());
+  KAPITSA_CHECK(is_float(pages.dtype()), "{}: {} dtype {} (F32, BF16 or F16)", op, name, dtype_name(pages.dtype()));
+}
+
+// block_table covers positions [0, n) of pages: enough entries, each a page id of the pool.
+void check_block_table(const Tensor& pages, std::span<const int32_t> block_table, int64_t n, const char* op) {
+  const int64_t P = pages.dim(1), used = (n + P - 1) / P;
+  KAPITSA_CHECK(n >= 0 && static_cast<int64_t>(block_table.size()) >= used,
+                "{}: {} pages of {} tokens do not hold {} positions", op, block_table.size(), P, n);
+  for (size_t i = 0; i < static_cast<size_t>(used); ++i) in_range(block_table[i], pages.dim(0), op, "page id", i);
+}
+
+// The batch describes activations of `rows` rows: offsets start at 0, never decrease, end at rows.
+void check_batch_rows(const SeqBatch& batch, int64_t rows, const char* op) {
+  KAPITSA_CHECK(!batch.row_offsets.empty() && batch.row_offsets.front() == 0 && batch.row_offsets.back() == rows,
+                "{}: row offsets must run from 0 to the {} rows of the activations", op, rows);
+  for (int64_t i = 0; i < batch.n_seqs(); ++i)
+    KAPITSA_CHECK(batch.rows(i) >= 0, "{}: sequence {} has {} rows", op, i, batch.rows(i));
+}
+
+// State slots: one per sequence, checkpoints within each sequence's rows, every slot in [0, n_slots)
+// and written at most once in the call (so sequences can run in parallel).
+void check_batch_slots(const SeqBatch& batch, int64_t n_slots, const char* op) {
+  const int64_t n = batch.n_seqs();
+  KAPITSA_CHECK(static_cast<int64_t>(batch.state_slots.size()) == n, "{}: {} state slots for {} sequences", op,
+                batch.state_slots.size(), n);
+  std::vector<bool> used(static_cast<size_t>(n_slots), false);
+  auto take = [&](int32_t slot, const char* what, int64_t seq) {
+    KAPITSA_CHECK(0 <= slot && slot < n_slots, "{}: {} slot {} of sequence {} outside [0, {})", op, what, slot, seq,
+                  n_slots);
+    KAPITSA_CHECK(!used[static_cast<size_t>(slot)], "{}: slot {} written twice (sequence {})", op, slot, seq);
+    used[static_cast<size_t>(slot)] = true;
+  };
+  for (int64_t i = 0; i < n; ++i) take(batch.state_slots[static_cast<size_t>(i)], "state", i);
+  if (batch.ckpt_offsets.empty()) {
+    KAPITSA_CHECK(batch.ckpt_slots.empty(), "{}: checkpoint slots without offsets", op);
+    return;
+  }
+  KAPITSA_CHECK(static_cast<int64_t>(batch.ckpt_offsets.size()) == n + 1 && batch.ckpt_offsets.front() == 0 &&
+                    static_cast<size_t>(batch.ckpt_offsets.back()) == batch.ckpt_slots.size(),
+                "{}: checkpoint offsets ({}) must run from 0 to the {} checkpoint slots, one per sequence + 1", op,
+                batch.ckpt_offsets.size(), batch.ckpt_slots.size());
+  for (int64_t i = 0; i < n; ++i) {
+    KAPITSA_CHECK(0 <= batch.n_ckpts(i) && batch.n_ckpts(i) <= batch.rows(i),
+                  "{}: {} checkpoints for the {} tokens of sequence {}", op, batch.n_ckpts(i), batch.rows(i), i);
+    for (int64_t j = 0; j < batch.n_ckpts(i); ++j) take(batch.ckpt_slot(i, j), "checkpoint", i);
+  }
+}
+
+// Attention metadata: a start position and a block table per sequence, covering its keys.
+void check_batch_pages(const SeqBatch& batch, const Tensor& pages, const char* op) {
+  const int64_t n = batch.n_seqs();
+  KAPITSA_CHECK(static_cast<int64_t>(batch.positions0.size()) == n &&
+                    static_cast<int64_t>(batch.block_offsets.size()) == n + 1 && batch.block_offsets.front() == 0 &&
+                    static_cast<size_t>(batch.block_offsets.back()) == batch.block_tables.size(),
+                "{}: {} start positions and {} block offsets for {} sequences", op, batch.positions0.size(),
+                batch.block_offsets.size(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    KAPITSA_CHECK(batch.positions0[static_cast<size_t>(i)] >= 0 &&
+                      batch.block_offsets[size_t(i)] <= batch.block_offsets[size_t(i + 1)],
+                  "{}: sequence {} starts at {}", op, i, batch.positions0[static_cast<size_t>(i)]);
+    check_block_table(pages, batch.block_table(i), batch.positions0[static_cast<size_t>(i)] + batch.rows(i), op);
+  }
+}
+
 // Column blocks of a [R, W] matrix: same dtype and device, R rows each, W columns in all.
 void check_blocks(const BackendTable& b, const Tensor& wide, std::span<const Tensor> parts, const char* op) {
   present(b, wide, op, "the matrix");
@@ -96,8 +167,9 @@ void check_ssd(const BackendTable& b, const Tensor& x, const Tensor& dt, const T
   const int64_t T = x.dim(0), H = x.dim(1), P = x.dim(2), G = B.dim(1), N = B.dim(2);
   KAPITSA_CHECK(G > 0 && H % G == 0, "{}: {} heads not a multiple of {} groups", op, H, G);
   KAPITSA_CHECK(dt.numel() == T * H, "{}: dt {} for T={} H={}", op, dt.shape().str(), T, H);
-  KAPITSA_CHECK(A_log.numel() == H && D.numel() == H && dt_bias.numel() == H, "{}: A_log {}, D {}, dt_bias {} for {} heads",
-                op, A_log.shape().str(), D.shape().str(), dt_bias.shape().str(), H);
+  KAPITSA_CHECK(A_log.numel() == H && D.numel() == H && dt_bias.numel() == H,
+                "{}: A_log {}, D {}, dt_bias {} for {} heads", op, A_log.shape().str(), D.shape().str(),
+                dt_bias.shape().str(), H);
   KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == H && state.dim(1) == P && state.dim(2) == N,
                 "{}: state {} for H={} P={} N={}", op, state.shape().str(), H, P, N);
 }
@@ -147,8 +219,8 @@ void mul_sigmoid(const Tensor& x, const Tensor& gate, const Tensor& y) {
   const BackendTable& b = current_backend();
   f32(b, x, "mul_sigmoid", "x"), f32(b, gate, "mul_sigmoid", "gate"), f32(b, y, "mul_sigmoid", "y");
   same_numel(x, y, "mul_sigmoid");
-  KAPITSA_CHECK(gate.numel() == x.numel() || gate.numel() == rows_of(x), "mul_sigmoid: gate {} is neither {} nor [{}, 1]",
-                gate.shape().str(), x.shape().str(), rows_of(x));
+  KAPITSA_CHECK(gate.numel() == x.numel() || gate.numel() == rows_of(x),
+                "mul_sigmoid: gate {} is neither {} nor [{}, 1]", gate.shape().str(), x.shape().str(), rows_of(x));
   KAPITSA_CALL(b, mul_sigmoid, x, gate, y);
 }
 
@@ -233,9 +305,9 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<co
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
   const BackendTable& b = current_backend();
   f32(b, q, "attention", "q"), f32(b, k, "attention", "k"), f32(b, v, "attention", "v"), f32(b, o, "attention", "o");
-  KAPITSA_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && k.dim(2) == q.dim(2) &&
-                    o.shape() == q.shape(),
-                "attention: q {}, k {}, v {}, o {}", q.shape().str(), k.shape().str(), v.shape().str(), o.shape().str());
+  KAPITSA_CHECK(
+      q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && k.dim(2) == q.dim(2) && o.shape() == q.shape(),
+      "attention: q {}, k {}, v {}, o {}", q.shape().str(), k.shape().str(), v.shape().str(), o.shape().str());
   const int64_t T = q.dim(0), Hq = q.dim(1), Hkv = k.dim(1), S = k.dim(0);
   KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: {} query heads not a multiple of {} kv heads", Hq, Hkv);
   KAPITSA_CHECK(q_pos0 >= 0 && S >= q_pos0 + T, "attention: {} keys for queries at {}..{}", S, q_pos0, q_pos0 + T);
@@ -247,20 +319,31 @@ void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pag
                      int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
   const BackendTable& b = current_backend();
   const char* op = "attention_paged";
-  f32(b, q, op, "q"), f32(b, o, op, "o"), f32(b, k_pages, op, "k_pages"), f32(b, v_pages, op, "v_pages");
-  KAPITSA_CHECK(k_pages.rank() == 4 && k_pages.shape() == v_pages.shape(),
-                "{}: k_pages {} and v_pages {} must be the same [n_pages, P, Hkv, D]", op, k_pages.shape().str(),
-                v_pages.shape().str());
+  f32(b, q, op, "q"), f32(b, o, op, "o");
+  check_pages(b, k_pages, op, "k_pages"), check_pages(b, v_pages, op, "v_pages");
+  KAPITSA_CHECK(k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype(),
+                "{}: k_pages {} {} and v_pages {} {} differ", op, k_pages.shape().str(), dtype_name(k_pages.dtype()),
+                v_pages.shape().str(), dtype_name(v_pages.dtype()));
   KAPITSA_CHECK(q.rank() == 3 && o.shape() == q.shape() && k_pages.dim(3) == q.dim(2), "{}: q {}, k_pages {}, o {}", op,
                 q.shape().str(), k_pages.shape().str(), o.shape().str());
-  const int64_t T = q.dim(0), Hq = q.dim(1), n_pages = k_pages.dim(0), P = k_pages.dim(1), Hkv = k_pages.dim(2);
+  const int64_t T = q.dim(0), Hq = q.dim(1), Hkv = k_pages.dim(2);
   KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "{}: {} query heads not a multiple of {} kv heads", op, Hq, Hkv);
   KAPITSA_CHECK(q_pos0 >= 0 && n_kv >= q_pos0 + T, "{}: {} keys for queries at {}..{}", op, n_kv, q_pos0, q_pos0 + T);
-  KAPITSA_CHECK(P > 0 && static_cast<int64_t>(block_table.size()) * P >= n_kv, "{}: {} pages of {} tokens do not hold {} keys",
-                op, block_table.size(), P, n_kv);
-  for (size_t i = 0; i < static_cast<size_t>((n_kv + P - 1) / P); ++i) in_range(block_table[i], n_pages, op, "page id", i);
+  check_block_table(k_pages, block_table, n_kv, op);
   KAPITSA_CHECK(o.data() != q.data() || T == 0, "{}: o must not alias q", op);
   KAPITSA_CALL(b, attention_paged, q, k_pages, v_pages, block_table, n_kv, q_pos0, scale, o);
+}
+
+void write_paged_rows(const Tensor& rows, const Tensor& pages, std::span<const int32_t> block_table, int64_t pos0) {
+  const BackendTable& b = current_backend();
+  const char* op = "write_paged_rows";
+  f32(b, rows, op, "rows");
+  check_pages(b, pages, op, "pages");
+  KAPITSA_CHECK(rows.rank() == 3 && rows.dim(1) == pages.dim(2) && rows.dim(2) == pages.dim(3),
+                "{}: rows {} for pages {}", op, rows.shape().str(), pages.shape().str());
+  KAPITSA_CHECK(pos0 >= 0, "{}: position {}", op, pos0);
+  check_block_table(pages, block_table, pos0 + rows.dim(0), op);
+  KAPITSA_CALL(b, write_paged_rows, rows, pages, block_table, pos0);
 }
 
 // ---- recurrent mixers ------------------------------------------------------------------------
@@ -332,7 +415,8 @@ void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tens
   const BackendTable& b = current_backend();
   const char* op = "moe_route_softmax";
   f32(b, logits, op, "logits"), f32(b, expert_weights, op, "expert_weights"), present(b, expert_ids, op, "expert_ids");
-  KAPITSA_CHECK(expert_ids.dtype() == DType::i32, "{}: expert_ids must be I32, got {}", op, dtype_name(expert_ids.dtype()));
+  KAPITSA_CHECK(expert_ids.dtype() == DType::i32, "{}: expert_ids must be I32, got {}", op,
+                dtype_name(expert_ids.dtype()));
   const int64_t E = logits.dim(-1), T = rows_of(logits);
   KAPITSA_CHECK(k >= 1 && k <= E, "{}: k = {} with {} experts", op, k, E);
   KAPITSA_CHECK(expert_ids.numel() == T * k && expert_weights.numel() == T * k,
@@ -346,7 +430,8 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
   const BackendTable& b = current_backend();
   const char* op = "moe_route_sigmoid";
   f32(b, logits, op, "logits"), f32(b, expert_weights, op, "expert_weights"), present(b, expert_ids, op, "expert_ids");
-  KAPITSA_CHECK(expert_ids.dtype() == DType::i32, "{}: expert_ids must be I32, got {}", op, dtype_name(expert_ids.dtype()));
+  KAPITSA_CHECK(expert_ids.dtype() == DType::i32, "{}: expert_ids must be I32, got {}", op,
+                dtype_name(expert_ids.dtype()));
   const int64_t E = logits.dim(-1), T = rows_of(logits);
   KAPITSA_CHECK(n_group >= 1 && E % n_group == 0 && topk_group >= 1 && topk_group <= n_group,
                 "{}: {} experts in {} groups, topk_group {}", op, E, n_group, topk_group);
@@ -383,6 +468,86 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
                 src.shape().str(), R, H);
   for (size_t r = 0; r < rows.size(); ++r) in_range(rows[r], T, "scale_add_rows", "row", r);
   KAPITSA_CALL(b, scale_add_rows, src, rows, weights, dst);
+}
+
+// ---- batched, variable-length ----------------------------------------------------------------
+void conv1d_causal_varlen(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& windows, bool silu,
+                          const SeqBatch& batch, const Tensor& y) {
+  const BackendTable& b = current_backend();
+  const char* op = "conv1d_causal_varlen";
+  f32(b, x, op, "x"), f32(b, w, op, "w"), f32(b, y, op, "y"), f32(b, windows, op, "windows");
+  KAPITSA_CHECK(w.rank() == 2 && x.rank() == 2, "{}: x {} w {} must be [T, C] and [C, K]", op, x.shape().str(),
+                w.shape().str());
+  const int64_t C = w.dim(0), K = w.dim(1);
+  KAPITSA_CHECK(K >= 1 && K <= kMaxConvWidth, "{}: kernel width {} outside [1, {}]", op, K, kMaxConvWidth);
+  KAPITSA_CHECK(x.dim(1) == C && y.shape() == x.shape(), "{}: x {}, y {} for {} channels", op, x.shape().str(),
+                y.shape().str(), C);
+  KAPITSA_CHECK(windows.rank() == 3 && windows.dim(1) == K - 1 && windows.dim(2) == C,
+                "{}: windows {} must be [n_slots, {}, {}]", op, windows.shape().str(), K - 1, C);
+  if (!bias.empty()) {
+    f32(b, bias, op, "bias");
+    KAPITSA_CHECK(bias.numel() == C, "{}: bias {} for {} channels", op, bias.shape().str(), C);
+  }
+  check_batch_rows(batch, x.dim(0), op);
+  check_batch_slots(batch, windows.dim(0), op);
+  KAPITSA_CALL(b, conv1d_causal_varlen, x, w, bias, windows, silu, batch, y);
+}
+
+void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& states, const SeqBatch& batch, const Tensor& o) {
+  const BackendTable& b = current_backend();
+  const char* op = "gated_delta_rule_varlen";
+  f32(b, states, op, "states");
+  KAPITSA_CHECK(states.rank() == 4, "{}: states {} must be [n_slots, Hv, Dk, Dv]", op, states.shape().str());
+  if (states.dim(0) > 0) check_gdn(b, q, k, v, g, beta, states.index(0), o, op);
+  check_batch_rows(batch, q.dim(0), op);
+  check_batch_slots(batch, states.dim(0), op);
+  KAPITSA_CALL(b, gated_delta_rule_varlen, q, k, v, g, beta, states, batch, o);
+}
+
+void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+  const BackendTable& b = current_backend();
+  const char* op = "ssd_scan_varlen";
+  f32(b, states, op, "states");
+  KAPITSA_CHECK(states.rank() == 4, "{}: states {} must be [n_slots, H, P, N]", op, states.shape().str());
+  if (states.dim(0) > 0) check_ssd(b, x, dt, B, C, A_log, D, dt_bias, states.index(0), y, op);
+  KAPITSA_CHECK(chunk_size >= 1, "{}: chunk_size {}", op, chunk_size);
+  check_batch_rows(batch, x.dim(0), op);
+  check_batch_slots(batch, states.dim(0), op);
+  KAPITSA_CALL(b, ssd_scan_varlen, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, chunk_size, states, batch, y);
+}
+
+void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,
+                            float scale, const Tensor& o) {
+  const BackendTable& b = current_backend();
+  const char* op = "attention_paged_varlen";
+  f32(b, q, op, "q"), f32(b, o, op, "o");
+  check_pages(b, k_pages, op, "k_pages"), check_pages(b, v_pages, op, "v_pages");
+  KAPITSA_CHECK(k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype(),
+                "{}: k_pages {} {} and v_pages {} {} differ", op, k_pages.shape().str(), dtype_name(k_pages.dtype()),
+                v_pages.shape().str(), dtype_name(v_pages.dtype()));
+  KAPITSA_CHECK(q.rank() == 3 && o.shape() == q.shape() && k_pages.dim(3) == q.dim(2), "{}: q {}, k_pages {}, o {}", op,
+                q.shape().str(), k_pages.shape().str(), o.shape().str());
+  KAPITSA_CHECK(k_pages.dim(2) > 0 && q.dim(1) % k_pages.dim(2) == 0,
+                "{}: {} query heads not a multiple of {} kv heads", op, q.dim(1), k_pages.dim(2));
+  KAPITSA_CHECK(o.data() != q.data() || q.dim(0) == 0, "{}: o must not alias q", op);
+  check_batch_rows(batch, q.dim(0), op);
+  check_batch_pages(batch, k_pages, op);
+  KAPITSA_CALL(b, attention_paged_varlen, q, k_pages, v_pages, batch, scale, o);
+}
+
+void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqBatch& batch) {
+  const BackendTable& b = current_backend();
+  const char* op = "write_paged_rows_varlen";
+  f32(b, rows, op, "rows");
+  check_pages(b, pages, op, "pages");
+  KAPITSA_CHECK(rows.rank() == 3 && rows.dim(1) == pages.dim(2) && rows.dim(2) == pages.dim(3),
+                "{}: rows {} for pages {}", op, rows.shape().str(), pages.shape().str());
+  check_batch_rows(batch, rows.dim(0), op);
+  check_batch_pages(batch, pages, op);
+  KAPITSA_CALL(b, write_paged_rows_varlen, rows, pages, batch);
 }
 
 }  // namespace kapitsa::ops

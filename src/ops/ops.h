@@ -12,6 +12,7 @@
 // where the comment says so.
 #pragma once
 
+#include "ops/seq_batch.h"
 #include "tensor/linear.h"
 #include "tensor/tensor.h"
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
@@ -58,13 +59,19 @@ auto bound(const BackendTable& b, Op op) {
   return [&b, op](auto&&... args) { run(b, op, std::forward<decltype(args)>(args)...); };
 }
 
-class OnBackend : public ::testing::TestWithParam<const BackendTable*> {
- protected:
-  const BackendTable& backend() const { return *GetParam(); }
-};
 
 inline bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 }  // namespace kapitsa::ops::test
+
+namespace kapitsa::ops {
+// The fixture of every test that runs on each backend (TEST_P(OnBackend, ...)).
+class OnBackend : public ::testing::TestWithParam<const BackendTable*> {
+ protected:
+  const BackendTable& backend() const { return *GetParam(); }
+};
+inline void PrintTo(const BackendTable* b, std::ostream* os) { *os << b->name; }
+}  // namespace kapitsa::ops
+

@@ -57,6 +57,7 @@ TEST(Backends, SetBackendChangesTheDefault) {
 
 // A table with one entry: the others fail with a message naming the op and the backend.
 TEST(Backends, MissingEntryIsAClearError) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   BackendTable partial{"partial", Device::cpu};
   partial.add = find_backend("ref")->add;
   float a[2] = {1, 2}, y[2] = {};
@@ -69,6 +70,7 @@ TEST(Backends, MissingEntryIsAClearError) {
 
 // Checks run in front of the table, whatever the backend: a device mismatch, a wrong dtype, a wrong shape.
 TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   BackendTable device_only{"gpu-like", Device::cuda};
   float a[4] = {}, y[4] = {};
   const Tensor ta(DType::f32, {2, 2}, a), ty(DType::f32, {2, 2}, y);

@@ -15,8 +15,8 @@ using ConvFn = std::function<void(const Tensor&, const Tensor&, const Tensor&, c
 TEST(Conv1d, RefHandValues) {
   // C = 1, K = 3, w = [1, 10, 100], window = [a, b] = [2, 3], x = [4, 5]
   float w[3] = {1, 10, 100}, win[2] = {2, 3}, x[2] = {4, 5}, y[2], bias[1] = {0.5f};
-  test::run(test::ref(), conv1d_causal, Tensor(DType::f32, {2, 1}, x), Tensor(DType::f32, {1, 3}, w), Tensor(DType::f32, {1}, bias),
-                     Tensor(DType::f32, {2, 1}, win), false, Tensor(DType::f32, {2, 1}, y));
+  test::run(test::ref(), conv1d_causal, Tensor(DType::f32, {2, 1}, x), Tensor(DType::f32, {1, 3}, w),
+            Tensor(DType::f32, {1}, bias), Tensor(DType::f32, {2, 1}, win), false, Tensor(DType::f32, {2, 1}, y));
   EXPECT_FLOAT_EQ(y[0], 0.5f + 2 + 30 + 400);
   EXPECT_FLOAT_EQ(y[1], 0.5f + 3 + 40 + 500);
   EXPECT_EQ(win[0], 4.0f);
@@ -24,7 +24,7 @@ TEST(Conv1d, RefHandValues) {
   // With SiLU and no bias, one token.
   float x1[1] = {-1};
   test::run(test::ref(), conv1d_causal, Tensor(DType::f32, {1, 1}, x1), Tensor(DType::f32, {1, 3}, w), Tensor(),
-                     Tensor(DType::f32, {2, 1}, win), true, Tensor(DType::f32, {1, 1}, y));
+            Tensor(DType::f32, {2, 1}, win), true, Tensor(DType::f32, {1, 1}, y));
   const double pre = 4 + 50 - 100;
   EXPECT_NEAR(y[0], pre / (1 + std::exp(-pre)), 1e-5);
   EXPECT_EQ(win[0], 5.0f);

@@ -25,7 +25,8 @@ TEST(Elementwise, RefHandValues) {
   EXPECT_FLOAT_EQ(y[0], 1); EXPECT_FLOAT_EQ(y[1], 0); EXPECT_FLOAT_EQ(y[2], 0.25f);
   // row-broadcast gate: [2, 3] x with [2, 1] gate
   float x6[6] = {1, 2, 3, 4, 5, 6}, g2[2] = {0, 100}, y6[6];
-  test::run(test::ref(), mul_sigmoid, Tensor(DType::f32, {2, 3}, x6), Tensor(DType::f32, {2, 1}, g2), Tensor(DType::f32, {2, 3}, y6));
+  test::run(test::ref(), mul_sigmoid, Tensor(DType::f32, {2, 3}, x6), Tensor(DType::f32, {2, 1}, g2),
+            Tensor(DType::f32, {2, 3}, y6));
   EXPECT_FLOAT_EQ(y6[0], 0.5f); EXPECT_FLOAT_EQ(y6[2], 1.5f); EXPECT_FLOAT_EQ(y6[5], 6.0f);
 }
 

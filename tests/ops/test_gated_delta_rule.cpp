@@ -109,7 +109,8 @@ TEST(GatedDeltaRule, RefChunkedMatchesRefRecurrentAtModelHeadSize) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const GdnInputs in = make_inputs(rng, 130, 1, 2, 128, 128);
-  expect_close(run(test::bound(test::ref(), gated_delta_rule_chunked), in), run(test::bound(test::ref(), gated_delta_rule_recurrent), in), 1e-5);
+  expect_close(run(test::bound(test::ref(), gated_delta_rule_chunked), in),
+               run(test::bound(test::ref(), gated_delta_rule_recurrent), in), 1e-5);
 }
 
 // Two tokens, one head, Dk = Dv = 2, worked by hand from S ← αS; δ = (v − Sᵀk)β; S ← S + kδᵀ; o = Sᵀq.
@@ -121,8 +122,10 @@ TEST_P(OnBackend, GatedDeltaRuleRefRecurrentHandComputed) {
   // t=1: S unchanged by α=1; u = Sᵀ(0.6,0.8) = (0.6, 1.4); δ = (3−0.6, 4−1.4) = (2.4, 2.6);
   //      S = [[1+1.44, 1+1.56], [1.92, 1+2.08]] = [[2.44, 2.56], [1.92, 3.08]]; o = Sᵀ(0,1) = (1.92, 3.08)
   const float want_o[] = {1, 1, 1.92f, 3.08f}, want_s[] = {2.44f, 2.56f, 1.92f, 3.08f};
-  for (GdnFn fn : {GdnFn(test::bound(test::ref(), gated_delta_rule_recurrent)), GdnFn(test::bound(test::ref(), gated_delta_rule_chunked)),
-                   GdnFn(test::bound(backend(), gated_delta_rule_recurrent)), GdnFn(test::bound(backend(), gated_delta_rule_chunked))}) {
+  for (GdnFn fn : {GdnFn(test::bound(test::ref(), gated_delta_rule_recurrent)),
+                   GdnFn(test::bound(test::ref(), gated_delta_rule_chunked)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_recurrent)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_chunked))}) {
     float s[4], o[4];
     std::copy_n(s0, 4, s);
     fn(Tensor(DType::f32, {2, 1, 2}, q), Tensor(DType::f32, {2, 1, 2}, k), Tensor(DType::f32, {2, 1, 2}, v),
@@ -170,8 +173,10 @@ TEST_P(OnBackend, GatedDeltaRulePiecesCarryState) {
   const GdnInputs in = make_inputs(rng, 200, 2, 4, 32, 20);
   const GdnResult whole = run(test::bound(test::ref(), gated_delta_rule_recurrent), in);
   const std::vector<std::vector<int64_t>> splits = {{7, 64}, {1, 7, 63, 64, 65}, {64, 64, 64}};
-  for (GdnFn fn : {GdnFn(test::bound(test::ref(), gated_delta_rule_chunked)), GdnFn(test::bound(test::ref(), gated_delta_rule_recurrent)),
-                   GdnFn(test::bound(backend(), gated_delta_rule_chunked)), GdnFn(test::bound(backend(), gated_delta_rule_recurrent))})
+  for (GdnFn fn : {GdnFn(test::bound(test::ref(), gated_delta_rule_chunked)),
+                   GdnFn(test::bound(test::ref(), gated_delta_rule_recurrent)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_chunked)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_recurrent))})
     for (const auto& pieces : splits) {
       SCOPED_TRACE(::testing::Message() << "pieces starting " << pieces[0] << ", " << pieces[1]);
       expect_close(run_pieces(fn, in, pieces), whole, 1e-5);
@@ -181,7 +186,8 @@ TEST_P(OnBackend, GatedDeltaRulePiecesCarryState) {
   std::copy_n(in.state.f32(), in.state.tensor().numel(), mixed.state.f32());
   for (int64_t t0 = 0; t0 < in.T;) {
     const int64_t t1 = t0 == 0 ? 150 : t0 + 1;
-    GdnFn fn = t0 == 0 ? GdnFn(test::bound(backend(), gated_delta_rule_chunked)) : GdnFn(test::bound(backend(), gated_delta_rule_recurrent));
+    GdnFn fn = t0 == 0 ? GdnFn(test::bound(backend(), gated_delta_rule_chunked))
+                       : GdnFn(test::bound(backend(), gated_delta_rule_recurrent));
     fn(in.q.tensor().rows(t0, t1), in.k.tensor().rows(t0, t1), in.v.tensor().rows(t0, t1), in.g.tensor().rows(t0, t1),
        in.beta.tensor().rows(t0, t1), mixed.state, mixed.o.tensor().rows(t0, t1));
     t0 = t1;

@@ -14,11 +14,13 @@ TEST(Matmul, RefHandValues) {
   float x[2 * 3] = {1, 2, 3, -1, 0, 2};
   float w[2 * 3] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   float y[4];
-  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Tensor(DType::f32, {2, 3}, w), Tensor(DType::f32, {2, 2}, y));
+  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Tensor(DType::f32, {2, 3}, w),
+            Tensor(DType::f32, {2, 2}, y));
   EXPECT_FLOAT_EQ(y[0], -2); EXPECT_FLOAT_EQ(y[1], 3); EXPECT_FLOAT_EQ(y[2], -3); EXPECT_FLOAT_EQ(y[3], 0.5f);
   // bf16 weights: 0x3f80 = 1, 0xc000 = -2
   uint16_t wb[3] = {0x3f80, 0xc000, 0x3f80};
-  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Tensor(DType::bf16, {1, 3}, wb), Tensor(DType::f32, {2, 1}, y));
+  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Tensor(DType::bf16, {1, 3}, wb),
+            Tensor(DType::f32, {2, 1}, y));
   EXPECT_FLOAT_EQ(y[0], 0); EXPECT_FLOAT_EQ(y[1], 1);
 }
 

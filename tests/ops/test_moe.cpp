@@ -15,15 +15,15 @@ TEST(MoeRoute, RefPicksKnownExperts) {
   float logits[2 * 5] = {0, 2, -1, 3, 1, 5, 1, 5, 0, 5};
   int32_t ids[4];
   float w[4];
-  test::run(test::ref(), moe_route_softmax, Tensor(DType::f32, {2, 5}, logits), 2, false, Tensor(DType::i32, {2, 2}, ids),
-                         Tensor(DType::f32, {2, 2}, w));
+  test::run(test::ref(), moe_route_softmax, Tensor(DType::f32, {2, 5}, logits), 2, false,
+            Tensor(DType::i32, {2, 2}, ids), Tensor(DType::f32, {2, 2}, w));
   EXPECT_EQ(ids[0], 3); EXPECT_EQ(ids[1], 1); EXPECT_EQ(ids[2], 0); EXPECT_EQ(ids[3], 2);
   double z0 = 0;
   for (int e = 0; e < 5; ++e) z0 += std::exp(logits[e]);
   EXPECT_NEAR(w[0], std::exp(3.0) / z0, 1e-6);
   EXPECT_NEAR(w[1], std::exp(2.0) / z0, 1e-6);
-  test::run(test::ref(), moe_route_softmax, Tensor(DType::f32, {2, 5}, logits), 2, true, Tensor(DType::i32, {2, 2}, ids),
-                         Tensor(DType::f32, {2, 2}, w));
+  test::run(test::ref(), moe_route_softmax, Tensor(DType::f32, {2, 5}, logits), 2, true,
+            Tensor(DType::i32, {2, 2}, ids), Tensor(DType::f32, {2, 2}, w));
   EXPECT_NEAR(w[0], std::exp(3.0) / (std::exp(3.0) + std::exp(2.0)), 1e-6);
   EXPECT_NEAR(w[2], 0.5, 1e-6); EXPECT_NEAR(w[3], 0.5, 1e-6);
 }

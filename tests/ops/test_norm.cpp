@@ -12,16 +12,18 @@ using test::Rng;
 TEST(Norm, RefHandValues) {
   float x[4] = {1, -1, 1, -1}, w[4] = {0, 1, -0.5f, 2}, y[4];
   // mean(x²) = 1 -> x̂ = x / sqrt(1 + eps)
-  test::run(test::ref(), rms_norm, Tensor(DType::f32, {1, 4}, x), Tensor(DType::f32, {4}, w), 0.0f, 1.0f, Tensor(DType::f32, {1, 4}, y));
+  test::run(test::ref(), rms_norm, Tensor(DType::f32, {1, 4}, x), Tensor(DType::f32, {4}, w), 0.0f, 1.0f,
+            Tensor(DType::f32, {1, 4}, y));
   EXPECT_FLOAT_EQ(y[0], 1); EXPECT_FLOAT_EQ(y[1], -2); EXPECT_FLOAT_EQ(y[2], 0.5f); EXPECT_FLOAT_EQ(y[3], -3);
-  test::run(test::ref(), rms_norm, Tensor(DType::f32, {1, 4}, x), Tensor(DType::f32, {4}, w), 0.0f, 0.0f, Tensor(DType::f32, {1, 4}, y));
+  test::run(test::ref(), rms_norm, Tensor(DType::f32, {1, 4}, x), Tensor(DType::f32, {4}, w), 0.0f, 0.0f,
+            Tensor(DType::f32, {1, 4}, y));
   EXPECT_FLOAT_EQ(y[0], 0); EXPECT_FLOAT_EQ(y[1], -1); EXPECT_FLOAT_EQ(y[3], -2);
   float x2[2] = {3, 4}, y2[2];
   test::run(test::ref(), l2_norm, Tensor(DType::f32, {1, 2}, x2), 0.0f, 2.0f, Tensor(DType::f32, {1, 2}, y2));
   EXPECT_FLOAT_EQ(y2[0], 1.2f); EXPECT_FLOAT_EQ(y2[1], 1.6f);
   float z[4] = {0, 1, 2, -1}, w1[4] = {1, 1, 1, 1};
-  test::run(test::ref(), rms_norm_gated, Tensor(DType::f32, {1, 4}, x), Tensor(DType::f32, {1, 4}, z), Tensor(DType::f32, {4}, w1),
-                      0.0f, Tensor(DType::f32, {1, 4}, y));
+  test::run(test::ref(), rms_norm_gated, Tensor(DType::f32, {1, 4}, x), Tensor(DType::f32, {1, 4}, z),
+            Tensor(DType::f32, {4}, w1), 0.0f, Tensor(DType::f32, {1, 4}, y));
   EXPECT_FLOAT_EQ(y[0], 0);
   EXPECT_NEAR(y[1], -1.0 / (1 + std::exp(-1.0)), 1e-6);
   EXPECT_NEAR(y[2], 2.0 / (1 + std::exp(-2.0)), 1e-6);

@@ -40,12 +40,11 @@ TEST_P(OnBackend, RmsNormGroupGatedGroupsAreSeparateAndGateFirst) {
   for (int i = 0; i < 4; ++i) x.f32()[i] = xs[i], z.f32()[i] = zs[i], w.f32()[i] = ws[i];
   double u[4];
   for (int i = 0; i < 4; ++i) u[i] = xs[i] * zs[i] / (1.0 + std::exp(-zs[i]));
-  for (int backend = 0; backend < 2; ++backend) {
-    if (backend == 0) test::run(test::ref(), rms_norm_group_gated, x, z, w, 2, 1e-5f, y);
-    else test::run(backend(), rms_norm_group_gated, x, z, w, 2, 1e-5f, y);
+  for (const BackendTable* b : {&test::ref(), &backend()}) {
+    test::run(*b, rms_norm_group_gated, x, z, w, 2, 1e-5f, y);
     for (int g = 0; g < 2; ++g) {
       const double inv = 1.0 / std::sqrt((u[2 * g] * u[2 * g] + u[2 * g + 1] * u[2 * g + 1]) / 2 + 1e-5);
-      for (int i = 2 * g; i < 2 * g + 2; ++i) EXPECT_NEAR(y.f32()[i], u[i] * inv * ws[i], 1e-5) << backend << " " << i;
+      for (int i = 2 * g; i < 2 * g + 2; ++i) EXPECT_NEAR(y.f32()[i], u[i] * inv * ws[i], 1e-5) << b->name << " " << i;
     }
   }
 }

@@ -45,8 +45,8 @@ enum class Form { recurrent, chunked };
 
 // Runs one form on backend b over the sequence in consecutive pieces (the last takes the rest),
 // carrying the state.
-SsdResult run(const BackendTable& b, Form form, const SsdInputs& in, const std::vector<int64_t>& pieces = {}, int64_t chunk = 32,
-              float dt_min = 0.0f, float dt_max = kInf) {
+SsdResult run(const BackendTable& b, Form form, const SsdInputs& in, const std::vector<int64_t>& pieces = {},
+              int64_t chunk = 32, float dt_min = 0.0f, float dt_max = kInf) {
   SsdResult r{Buffer::zeros(DType::f32, {in.T, in.H, in.P}), test::clone(in.state)};
   int64_t t0 = 0;
   for (size_t p = 0; t0 < in.T; ++p) {
@@ -156,8 +156,10 @@ TEST_P(OnBackend, SsdScanHandComputedStep) {
     Buffer state = scalar(0.25f), y = scalar(0.0f);
     const Tensor dt2 = dt.tensor().reshape({1, 1}), A1 = A_log.tensor().reshape({1});
     const Tensor D1 = D.tensor().reshape({1}), b1 = dt_bias.tensor().reshape({1});
-    if (which == 0) test::run(test::ref(), ssd_scan_recurrent, x, dt2, B, C, A1, D1, b1, 0.0f, kInf, state, y);
-    else test::run(backend(), ssd_scan_chunked, x, dt2, B, C, A1, D1, b1, 0.0f, kInf, 4, state, y);
+    if (which == 0)
+      test::run(test::ref(), ssd_scan_recurrent, x, dt2, B, C, A1, D1, b1, 0.0f, kInf, state, y);
+    else
+      test::run(backend(), ssd_scan_chunked, x, dt2, B, C, A1, D1, b1, 0.0f, kInf, 4, state, y);
     EXPECT_NEAR(state.f32()[0], s1, 1e-6) << (which == 0 ? "ref" : backend().name);
     EXPECT_NEAR(y.f32()[0], expect_y, 1e-6) << (which == 0 ? "ref" : backend().name);
   }

@@ -2,6 +2,7 @@
 // base/thread_pool. Same functions as ops/ref, file for file; tests compare the two on random inputs.
 #pragma once
 
+#include "ops/seq_batch.h"
 #include "tensor/linear.h"
 #include "tensor/tensor.h"
 

@@ -67,24 +67,51 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
   }
 }
 
-// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D];  o: [T, Hq, D].
-// Gathers the history into contiguous K/V and runs the contiguous reference: the two ops are the same
-// function by construction, and the gather is the only paged logic to check.
+// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D] f32|bf16|f16;  o: [T, Hq, D].
+// Gathers the history into contiguous f32 K/V (widening exactly) and runs the contiguous reference:
+// the two ops are the same function by construction, and the gather is the only paged logic to check.
 void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
                      int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
-  const int64_t n_pages = k_pages.dim(0), P = k_pages.dim(1), Hkv = k_pages.dim(2), D = k_pages.dim(3);
+  const int64_t P = k_pages.dim(1), Hkv = k_pages.dim(2), D = k_pages.dim(3);
   Buffer k = Buffer::allocate(DType::f32, {std::max<int64_t>(n_kv, 1), Hkv, D});
   Buffer v = Buffer::allocate(DType::f32, {std::max<int64_t>(n_kv, 1), Hkv, D});
   const int64_t row = Hkv * D;
   for (int64_t s = 0; s < n_kv; ++s) {
-    const int32_t page = block_table[static_cast<size_t>(s / P)];
-    const int64_t at = (static_cast<int64_t>(page) * P + s % P) * row;
+    const int64_t at = (static_cast<int64_t>(block_table[static_cast<size_t>(s / P)]) * P + s % P) * row;
     for (int64_t i = 0; i < row; ++i) {
-      k.f32()[s * row + i] = k_pages.f32()[at + i];
-      v.f32()[s * row + i] = v_pages.f32()[at + i];
+      k.f32()[s * row + i] = detail::load(k_pages, at + i);
+      v.f32()[s * row + i] = detail::load(v_pages, at + i);
     }
   }
   attention(q, k.tensor().rows(0, n_kv), v.tensor().rows(0, n_kv), q_pos0, scale, o);
+}
+
+// rows: [T, Hkv, D] f32;  pages: [n_pages, P, Hkv, D] f32|bf16|f16.
+void write_paged_rows(const Tensor& rows, const Tensor& pages, std::span<const int32_t> block_table, int64_t pos0) {
+  const int64_t T = rows.dim(0), P = pages.dim(1), row = rows.dim(1) * rows.dim(2);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = pos0 + t;
+    const int64_t at = (static_cast<int64_t>(block_table[static_cast<size_t>(pos / P)]) * P + pos % P) * row;
+    for (int64_t i = 0; i < row; ++i) detail::store(pages, at + i, rows.f32()[t * row + i]);
+  }
+}
+
+// q, o: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D].  attention_paged per sequence.
+void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,
+                            float scale, const Tensor& o) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
+    const int64_t pos0 = batch.positions0[size_t(i)];
+    attention_paged(q.rows(r0, r1), k_pages, v_pages, batch.block_table(i), pos0 + r1 - r0, pos0, scale,
+                    o.rows(r0, r1));
+  }
+}
+
+// rows: [T, Hkv, D];  pages: [n_pages, P, Hkv, D].  write_paged_rows per sequence.
+void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqBatch& batch) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i)
+    write_paged_rows(rows.rows(batch.row_offsets[size_t(i)], batch.row_offsets[size_t(i + 1)]), pages,
+                     batch.block_table(i), batch.positions0[size_t(i)]);
 }
 
 }  // namespace kapitsa::ops::ref

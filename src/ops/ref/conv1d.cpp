@@ -33,4 +33,19 @@ void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const T
     std::memcpy(window.data(), xt.data() + (L - (K - 1)) * C, static_cast<size_t>((K - 1) * C) * sizeof(float));
 }
 
+// x, y: [T, C];  windows: [n_slots, K-1, C].  Each sequence: one call up to its checkpoints, then one
+// call per checkpointed token, copying the window after it.
+void conv1d_causal_varlen(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& windows, bool silu,
+                          const SeqBatch& batch, const Tensor& y) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
+    const Tensor window = windows.index(batch.state_slots[size_t(i)]);
+    conv1d_causal(x.rows(r0, r1), w, bias, window, silu, y.rows(r0, r1));
+    for (int64_t j = 0; j < n; ++j) {
+      conv1d_causal(x.rows(r1 + j, r1 + j + 1), w, bias, window, silu, y.rows(r1 + j, r1 + j + 1));
+      detail::copy_bytes(window, windows.index(batch.ckpt_slot(i, j)));
+    }
+  }
+}
+
 }  // namespace kapitsa::ops::ref

@@ -4,6 +4,7 @@
 // h / (Hv / Hk); the chunked form follows transformers' torch_chunk_gated_delta_rule (chunk 64) except
 // that q arrives already scaled and a last partial chunk is processed at its own length (no padding).
 #include "ops/ref/ref.h"
+#include "ops/ref/ref_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -186,6 +187,25 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
       S.swap(S_next);
     }
     for (int64_t i = 0; i < Dk * Dv; ++i) sh[i] = static_cast<float>(S[static_cast<size_t>(i)]);
+  }
+}
+
+// states: [n_slots, Hv, Dk, Dv].  Each sequence: the recurrent form for one token, the chunked form for
+// more, up to its checkpoints; then token by token (recurrent), copying the state after each.
+void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& states, const SeqBatch& batch, const Tensor& o) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
+    const Tensor state = states.index(batch.state_slots[size_t(i)]);
+    auto run = [&](int64_t a, int64_t b) {
+      auto form = b - a == 1 ? gated_delta_rule_recurrent : gated_delta_rule_chunked;
+      form(q.rows(a, b), k.rows(a, b), v.rows(a, b), g.rows(a, b), beta.rows(a, b), state, o.rows(a, b));
+    };
+    if (r1 > r0) run(r0, r1);
+    for (int64_t j = 0; j < n; ++j) {
+      run(r1 + j, r1 + j + 1);
+      detail::copy_bytes(state, states.index(batch.ckpt_slot(i, j)));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // speed (f64 accumulation where it costs nothing). The oracle every other backend is tested against.
 #pragma once
 
+#include "ops/seq_batch.h"
 #include "tensor/linear.h"
 #include "tensor/tensor.h"
 

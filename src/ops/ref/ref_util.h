@@ -5,6 +5,7 @@
 #include "tensor/tensor.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace kapitsa::ops::ref::detail {
 
@@ -27,6 +28,11 @@ inline void store(const Tensor& t, int64_t i, float v) {
     case DType::f16: t.data_as<uint16_t>()[i] = f32_to_f16(v); break;
     default: KAPITSA_CHECK(false, "ref: unsupported dtype {}", dtype_name(t.dtype()));
   }
+}
+
+// dst = src, same size (a state slot into a checkpoint slot).
+inline void copy_bytes(const Tensor& src, const Tensor& dst) {
+  if (src.nbytes() > 0) std::memcpy(dst.data(), src.data(), src.nbytes());
 }
 
 inline bool is_weight_dtype(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }

@@ -121,4 +121,28 @@ void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const 
   }
 }
 
+// states: [n_slots, H, P, N].  As gated_delta_rule_varlen: recurrent for one token, chunked for more, up
+// to the checkpoints, then token by token copying the state after each.
+void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
+    const Tensor state = states.index(batch.state_slots[size_t(i)]);
+    auto run = [&](int64_t a, int64_t b) {
+      if (b - a == 1)
+        ssd_scan_recurrent(x.rows(a, b), dt.rows(a, b), B.rows(a, b), C.rows(a, b), A_log, D, dt_bias, dt_min, dt_max,
+                           state, y.rows(a, b));
+      else
+        ssd_scan_chunked(x.rows(a, b), dt.rows(a, b), B.rows(a, b), C.rows(a, b), A_log, D, dt_bias, dt_min, dt_max,
+                         chunk_size, state, y.rows(a, b));
+    };
+    if (r1 > r0) run(r0, r1);
+    for (int64_t j = 0; j < n; ++j) {
+      run(r1 + j, r1 + j + 1);
+      detail::copy_bytes(state, states.index(batch.ckpt_slot(i, j)));
+    }
+  }
+}
+
 }  // namespace kapitsa::ops::ref
