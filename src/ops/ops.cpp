@@ -23,6 +23,8 @@ int64_t rows_of(const Tensor& t) {
   return cols == 0 ? 0 : t.numel() / cols;
 }
 
+const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
+
 bool is_float(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
 
 // t has data (unless it has no elements) on b's device.

@@ -16,7 +16,6 @@
 namespace kapitsa {
 
 enum class Device : uint8_t { cpu, cuda };
-inline const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
 
 constexpr int kMaxRank = 4;
 
