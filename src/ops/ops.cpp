@@ -75,6 +75,20 @@ void check_block_table(const Tensor& pages, std::span<const int32_t> block_table
   for (size_t i = 0; i < static_cast<size_t>(used); ++i) in_range(block_table[i], pages.dim(0), op, "page id", i);
 }
 
+// Paged attention: q, o: [T, Hq, D] f32;  k_pages, v_pages: the same [n_pages, P, Hkv, D], same dtype.
+void check_paged_attention(const BackendTable& b, const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
+                           const Tensor& o, const char* op) {
+  f32(b, q, op, "q"), f32(b, o, op, "o");
+  check_pages(b, k_pages, op, "k_pages"), check_pages(b, v_pages, op, "v_pages");
+  KAPITSA_CHECK(k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype(),
+                "{}: k_pages {} {} and v_pages {} {} differ", op, k_pages.shape().str(), dtype_name(k_pages.dtype()),
+                v_pages.shape().str(), dtype_name(v_pages.dtype()));
+  KAPITSA_CHECK(q.rank() == 3 && o.shape() == q.shape() && k_pages.dim(3) == q.dim(2), "{}: q {}, k_pages {}, o {}", op,
+                q.shape().str(), k_pages.shape().str(), o.shape().str());
+  KAPITSA_CHECK(k_pages.dim(2) > 0 && q.dim(1) % k_pages.dim(2) == 0,
+                "{}: {} query heads not a multiple of {} kv heads", op, q.dim(1), k_pages.dim(2));
+}
+
 // The batch describes activations of `rows` rows: offsets start at 0, never decrease, end at rows.
 void check_batch_rows(const SeqBatch& batch, int64_t rows, const char* op) {
   KAPITSA_CHECK(!batch.row_offsets.empty() && batch.row_offsets.front() == 0 && batch.row_offsets.back() == rows,
@@ -321,15 +335,8 @@ void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pag
                      int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
   const BackendTable& b = current_backend();
   const char* op = "attention_paged";
-  f32(b, q, op, "q"), f32(b, o, op, "o");
-  check_pages(b, k_pages, op, "k_pages"), check_pages(b, v_pages, op, "v_pages");
-  KAPITSA_CHECK(k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype(),
-                "{}: k_pages {} {} and v_pages {} {} differ", op, k_pages.shape().str(), dtype_name(k_pages.dtype()),
-                v_pages.shape().str(), dtype_name(v_pages.dtype()));
-  KAPITSA_CHECK(q.rank() == 3 && o.shape() == q.shape() && k_pages.dim(3) == q.dim(2), "{}: q {}, k_pages {}, o {}", op,
-                q.shape().str(), k_pages.shape().str(), o.shape().str());
-  const int64_t T = q.dim(0), Hq = q.dim(1), Hkv = k_pages.dim(2);
-  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "{}: {} query heads not a multiple of {} kv heads", op, Hq, Hkv);
+  check_paged_attention(b, q, k_pages, v_pages, o, op);
+  const int64_t T = q.dim(0);
   KAPITSA_CHECK(q_pos0 >= 0 && n_kv >= q_pos0 + T, "{}: {} keys for queries at {}..{}", op, n_kv, q_pos0, q_pos0 + T);
   check_block_table(k_pages, block_table, n_kv, op);
   KAPITSA_CHECK(o.data() != q.data() || T == 0, "{}: o must not alias q", op);
@@ -525,15 +532,7 @@ void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor
                             float scale, const Tensor& o) {
   const BackendTable& b = current_backend();
   const char* op = "attention_paged_varlen";
-  f32(b, q, op, "q"), f32(b, o, op, "o");
-  check_pages(b, k_pages, op, "k_pages"), check_pages(b, v_pages, op, "v_pages");
-  KAPITSA_CHECK(k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype(),
-                "{}: k_pages {} {} and v_pages {} {} differ", op, k_pages.shape().str(), dtype_name(k_pages.dtype()),
-                v_pages.shape().str(), dtype_name(v_pages.dtype()));
-  KAPITSA_CHECK(q.rank() == 3 && o.shape() == q.shape() && k_pages.dim(3) == q.dim(2), "{}: q {}, k_pages {}, o {}", op,
-                q.shape().str(), k_pages.shape().str(), o.shape().str());
-  KAPITSA_CHECK(k_pages.dim(2) > 0 && q.dim(1) % k_pages.dim(2) == 0,
-                "{}: {} query heads not a multiple of {} kv heads", op, q.dim(1), k_pages.dim(2));
+  check_paged_attention(b, q, k_pages, v_pages, o, op);
   KAPITSA_CHECK(o.data() != q.data() || q.dim(0) == 0, "{}: o must not alias q", op);
   check_batch_rows(batch, q.dim(0), op);
   check_batch_pages(batch, k_pages, op);
