@@ -1,14 +1,17 @@
 // Op micro-benchmarks (Google Benchmark) for the cpu backend. Matmul reports weight bytes/s
 // (SetBytesProcessed counts the weight matrix once per call), to compare with memory bandwidth:
-// decode GEMV (T = 1) should approach it. Also attention and conv1d at model-like shapes.
+// decode GEMV (T = 1) should approach it. Also attention and conv1d at model-like shapes, and one
+// batched (varlen) call against a per-sequence loop for 16 decode sequences.
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
+#include "ops/ops.h"
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -125,6 +128,110 @@ void BM_Conv1d(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * T * C * 4);
 }
 BENCHMARK(BM_Conv1d)->ArgNames({"T", "C"})->Args({1, 6144})->Args({512, 6144})->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// ---- one varlen call vs a per-sequence loop, 16 decode sequences (one token each) ----------------
+// The shapes of Qwen3.5-0.8B's Gated DeltaNet (16 heads of 128 × 128), Nemotron-3-Nano's Mamba-2 (64
+// heads × 64 × 128 state, 8 groups) and Qwen3.5's attention (8/2 heads of 256, 1024 past keys per
+// sequence). range(0) = 1: one *_varlen call for all sequences; 0: one single-sequence call each.
+// Both go through ops.h (argument checks included) on the cpu backend.
+constexpr int64_t kSeqs = 16;
+
+std::vector<int64_t> decode_offsets() {
+  std::vector<int64_t> o(kSeqs + 1);
+  std::iota(o.begin(), o.end(), 0);
+  return o;
+}
+std::vector<int32_t> identity_slots() {
+  std::vector<int32_t> s(kSeqs);
+  std::iota(s.begin(), s.end(), 0);
+  return s;
+}
+
+void BM_GdnDecode16(benchmark::State& state) {
+  const int64_t Hk = 16, Hv = 16, D = 128;
+  Buffer q = random_buffer(DType::f32, {kSeqs, Hk, D}, 1), k = random_buffer(DType::f32, {kSeqs, Hk, D}, 2);
+  Buffer v = random_buffer(DType::f32, {kSeqs, Hv, D}, 3), g = random_buffer(DType::f32, {kSeqs, Hv}, 4);
+  Buffer beta = random_buffer(DType::f32, {kSeqs, Hv}, 5), o = Buffer::allocate(DType::f32, {kSeqs, Hv, D});
+  for (int64_t i = 0; i < kSeqs * Hv; ++i) g.f32()[i] = -0.1f, beta.f32()[i] = 0.5f;
+  Buffer states = random_buffer(DType::f32, {kSeqs, Hv, D, D}, 6);
+  const std::vector<int64_t> offsets = decode_offsets();
+  const std::vector<int32_t> slots = identity_slots();
+  const ops::SeqBatch batch{offsets, slots};
+  ops::ScopedBackend cpu(ops::find_backend("cpu"));
+  default_thread_pool();
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      ops::gated_delta_rule_varlen(q, k, v, g, beta, states, batch, o);
+    } else {
+      for (int64_t i = 0; i < kSeqs; ++i)
+        ops::gated_delta_rule_recurrent(q.tensor().rows(i, i + 1), k.tensor().rows(i, i + 1), v.tensor().rows(i, i + 1),
+                                        g.tensor().rows(i, i + 1), beta.tensor().rows(i, i + 1),
+                                        states.tensor().index(i), o.tensor().rows(i, i + 1));
+    }
+    benchmark::DoNotOptimize(o.f32()[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(states.tensor().nbytes()));
+}
+BENCHMARK(BM_GdnDecode16)->ArgNames({"varlen"})->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void BM_SsdDecode16(benchmark::State& state) {
+  const int64_t H = 64, P = 64, G = 8, N = 128;
+  Buffer x = random_buffer(DType::f32, {kSeqs, H, P}, 1), dt = random_buffer(DType::f32, {kSeqs, H}, 2);
+  Buffer B = random_buffer(DType::f32, {kSeqs, G, N}, 3), C = random_buffer(DType::f32, {kSeqs, G, N}, 4);
+  Buffer A_log = random_buffer(DType::f32, {H}, 5), D = random_buffer(DType::f32, {H}, 6);
+  Buffer dt_bias = random_buffer(DType::f32, {H}, 7), y = Buffer::allocate(DType::f32, {kSeqs, H, P});
+  Buffer states = random_buffer(DType::f32, {kSeqs, H, P, N}, 8);
+  const std::vector<int64_t> offsets = decode_offsets();
+  const std::vector<int32_t> slots = identity_slots();
+  const ops::SeqBatch batch{offsets, slots};
+  const float inf = std::numeric_limits<float>::infinity();
+  ops::ScopedBackend cpu(ops::find_backend("cpu"));
+  default_thread_pool();
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      ops::ssd_scan_varlen(x, dt, B, C, A_log, D, dt_bias, 0.0f, inf, 256, states, batch, y);
+    } else {
+      for (int64_t i = 0; i < kSeqs; ++i)
+        ops::ssd_scan_recurrent(x.tensor().rows(i, i + 1), dt.tensor().rows(i, i + 1), B.tensor().rows(i, i + 1),
+                                C.tensor().rows(i, i + 1), A_log, D, dt_bias, 0.0f, inf, states.tensor().index(i),
+                                y.tensor().rows(i, i + 1));
+    }
+    benchmark::DoNotOptimize(y.f32()[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(states.tensor().nbytes()));
+}
+BENCHMARK(BM_SsdDecode16)->ArgNames({"varlen"})->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void BM_AttentionDecode16(benchmark::State& state) {
+  const int64_t Hq = 8, Hkv = 2, D = 256, P = 16, past = 1024, pages_per_seq = (past + 1 + P - 1) / P;
+  Buffer q = random_buffer(DType::f32, {kSeqs, Hq, D}, 1), o = Buffer::allocate(DType::f32, {kSeqs, Hq, D});
+  Buffer k = random_buffer(DType::f32, {kSeqs * pages_per_seq, P, Hkv, D}, 2);
+  Buffer v = random_buffer(DType::f32, {kSeqs * pages_per_seq, P, Hkv, D}, 3);
+  std::vector<int32_t> tables(static_cast<size_t>(kSeqs * pages_per_seq)), block_offsets;
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(1));
+  for (int64_t i = 0; i <= kSeqs; ++i) block_offsets.push_back(static_cast<int32_t>(i * pages_per_seq));
+  const std::vector<int64_t> offsets = decode_offsets(), positions(kSeqs, past);
+  ops::SeqBatch batch{offsets};
+  batch.positions0 = positions;
+  batch.block_offsets = block_offsets;
+  batch.block_tables = tables;
+  const float scale = 1.0f / std::sqrt(float(D));
+  ops::ScopedBackend cpu(ops::find_backend("cpu"));
+  default_thread_pool();
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      ops::attention_paged_varlen(q, k, v, batch, scale, o);
+    } else {
+      for (int64_t i = 0; i < kSeqs; ++i)
+        ops::attention_paged(q.tensor().rows(i, i + 1), k, v, batch.block_table(i), past + 1, past, scale,
+                             o.tensor().rows(i, i + 1));
+    }
+    benchmark::DoNotOptimize(o.f32()[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kSeqs * (past + 1) * Hkv * D * 4);
+}
+BENCHMARK(BM_AttentionDecode16)->ArgNames({"varlen"})->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The roofline for GEMV: read bandwidth of this machine, all threads summing a 512 MiB buffer
 // (the same access pattern as the weights of a decode step, split the same way).

@@ -1,38 +1,37 @@
 // Tests of the causal depthwise conv1d with a carried window: ref pinned by hand, chaining token by
 // token (and in uneven pieces) equals one call, and cpu against ref.
 #include "op_test_helpers.h"
-#include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 namespace kapitsa::ops {
 namespace {
 using kapitsa::testing::relative_error;
 using test::Rng;
-using ConvFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, const Tensor&);
+using ConvFn = std::function<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, const Tensor&)>;
 
 TEST(Conv1d, RefHandValues) {
   // C = 1, K = 3, w = [1, 10, 100], window = [a, b] = [2, 3], x = [4, 5]
   float w[3] = {1, 10, 100}, win[2] = {2, 3}, x[2] = {4, 5}, y[2], bias[1] = {0.5f};
-  ref::conv1d_causal(Tensor(DType::f32, {2, 1}, x), Tensor(DType::f32, {1, 3}, w), Tensor(DType::f32, {1}, bias),
-                     Tensor(DType::f32, {2, 1}, win), false, Tensor(DType::f32, {2, 1}, y));
+  test::run(test::ref(), conv1d_causal, Tensor(DType::f32, {2, 1}, x), Tensor(DType::f32, {1, 3}, w),
+            Tensor(DType::f32, {1}, bias), Tensor(DType::f32, {2, 1}, win), false, Tensor(DType::f32, {2, 1}, y));
   EXPECT_FLOAT_EQ(y[0], 0.5f + 2 + 30 + 400);
   EXPECT_FLOAT_EQ(y[1], 0.5f + 3 + 40 + 500);
   EXPECT_EQ(win[0], 4.0f);
   EXPECT_EQ(win[1], 5.0f);
   // With SiLU and no bias, one token.
   float x1[1] = {-1};
-  ref::conv1d_causal(Tensor(DType::f32, {1, 1}, x1), Tensor(DType::f32, {1, 3}, w), Tensor(),
-                     Tensor(DType::f32, {2, 1}, win), true, Tensor(DType::f32, {1, 1}, y));
+  test::run(test::ref(), conv1d_causal, Tensor(DType::f32, {1, 1}, x1), Tensor(DType::f32, {1, 3}, w), Tensor(),
+            Tensor(DType::f32, {2, 1}, win), true, Tensor(DType::f32, {1, 1}, y));
   const double pre = 4 + 50 - 100;
   EXPECT_NEAR(y[0], pre / (1 + std::exp(-pre)), 1e-5);
   EXPECT_EQ(win[0], 5.0f);
   EXPECT_EQ(win[1], -1.0f);
 }
 
-void check_chaining(ConvFn fn, const char* name, Rng& r) {
+void check_chaining(const ConvFn& fn, std::string_view name, Rng& r) {
   for (int64_t K : {1, 2, 4})
     for (int64_t C : {1, 17, 64}) {
       SCOPED_TRACE(fmt::format("{} K={} C={}", name, K, C));
@@ -54,14 +53,14 @@ void check_chaining(ConvFn fn, const char* name, Rng& r) {
     }
 }
 
-TEST(Conv1d, ChainingEqualsOneCall) {
+TEST_P(OnBackend, Conv1dChainingEqualsOneCall) {
   Rng r;
   SCOPED_TRACE(r.trace());
-  check_chaining(ref::conv1d_causal, "ref", r);
-  check_chaining(cpu::conv1d_causal, "cpu", r);
+  check_chaining(test::bound(test::ref(), conv1d_causal), "ref", r);
+  check_chaining(test::bound(backend(), conv1d_causal), backend().name, r);
 }
 
-TEST(Conv1d, CpuMatchesRef) {
+TEST_P(OnBackend, Conv1dMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   for (int64_t T : {1, 2, 7, 65})
@@ -75,8 +74,8 @@ TEST(Conv1d, CpuMatchesRef) {
             Buffer win_r = test::clone(win), win_c = test::clone(win);
             Buffer yr = Buffer::zeros(DType::f32, {T, C}), yc = Buffer::zeros(DType::f32, {T, C});
             const Tensor bias = with_bias ? Tensor(b.tensor()) : Tensor();
-            ref::conv1d_causal(x, w, bias, win_r, silu, yr);
-            cpu::conv1d_causal(x, w, bias, win_c, silu, yc);
+            test::run(test::ref(), conv1d_causal, x, w, bias, win_r, silu, yr);
+            test::run(backend(), conv1d_causal, x, w, bias, win_c, silu, yc);
             // Outputs can cancel to near zero, so bound the absolute error by the size of the terms
             // (|bias| + Σ|w·x| ≤ 1 + 2K), and the relative error only over many outputs.
             EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr), 1e-6 * (1 + 2 * K));

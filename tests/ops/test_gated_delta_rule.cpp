@@ -2,8 +2,7 @@
 // backend against ref, chaining calls with a carried state, and the gates (softplus threshold included).
 // Inputs are realistic: q, k L2-normalised rows (q scaled by Dk^-0.5), g in [-2, 0) with some near 0,
 // beta in (0, 1), a non-zero initial state. Every test draws a fresh seed and prints it on failure.
-#include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
+#include "op_test_helpers.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -19,8 +18,9 @@ namespace {
 using kapitsa::testing::fresh_seed;
 using kapitsa::testing::relative_error;
 
-using GdnFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                       const Tensor&);
+// A gated delta rule op bound to a backend (test::bound).
+using GdnFn = std::function<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&)>;
 
 struct GdnInputs {
   int64_t T, Hk, Hv, Dk, Dv;
@@ -96,8 +96,8 @@ TEST(GatedDeltaRule, RefChunkedMatchesRefRecurrent) {
     for (int64_t T : {1, 7, 63, 64, 65, 130, 200}) {
       SCOPED_TRACE(::testing::Message() << "T=" << T << " Hv/Hk=" << ratio);
       const GdnInputs in = make_inputs(rng, T, 2, 2 * ratio, 32, 20);
-      const GdnResult rec = run(ref::gated_delta_rule_recurrent, in);
-      const GdnResult chk = run(ref::gated_delta_rule_chunked, in);
+      const GdnResult rec = run(test::bound(test::ref(), gated_delta_rule_recurrent), in);
+      const GdnResult chk = run(test::bound(test::ref(), gated_delta_rule_chunked), in);
       expect_close(chk, rec, 1e-5);
       // The initial state must matter (so a chunked form that ignored it would fail above).
       EXPECT_GT(relative_error(rec.state, in.state), 1e-3);
@@ -109,11 +109,12 @@ TEST(GatedDeltaRule, RefChunkedMatchesRefRecurrentAtModelHeadSize) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const GdnInputs in = make_inputs(rng, 130, 1, 2, 128, 128);
-  expect_close(run(ref::gated_delta_rule_chunked, in), run(ref::gated_delta_rule_recurrent, in), 1e-5);
+  expect_close(run(test::bound(test::ref(), gated_delta_rule_chunked), in),
+               run(test::bound(test::ref(), gated_delta_rule_recurrent), in), 1e-5);
 }
 
 // Two tokens, one head, Dk = Dv = 2, worked by hand from S ← αS; δ = (v − Sᵀk)β; S ← S + kδᵀ; o = Sᵀq.
-TEST(GatedDeltaRule, RefRecurrentHandComputed) {
+TEST_P(OnBackend, GatedDeltaRuleRefRecurrentHandComputed) {
   float q[] = {1, 0, 0, 1}, k[] = {1, 0, 0.6f, 0.8f}, v[] = {1, 2, 3, 4};
   float g[] = {std::log(0.5f), 0.0f}, beta[] = {0.5f, 1.0f};
   float s0[] = {2, 0, 0, 2};
@@ -121,8 +122,10 @@ TEST(GatedDeltaRule, RefRecurrentHandComputed) {
   // t=1: S unchanged by α=1; u = Sᵀ(0.6,0.8) = (0.6, 1.4); δ = (3−0.6, 4−1.4) = (2.4, 2.6);
   //      S = [[1+1.44, 1+1.56], [1.92, 1+2.08]] = [[2.44, 2.56], [1.92, 3.08]]; o = Sᵀ(0,1) = (1.92, 3.08)
   const float want_o[] = {1, 1, 1.92f, 3.08f}, want_s[] = {2.44f, 2.56f, 1.92f, 3.08f};
-  for (GdnFn fn : {GdnFn(ref::gated_delta_rule_recurrent), GdnFn(ref::gated_delta_rule_chunked),
-                   GdnFn(cpu::gated_delta_rule_recurrent), GdnFn(cpu::gated_delta_rule_chunked)}) {
+  for (GdnFn fn : {GdnFn(test::bound(test::ref(), gated_delta_rule_recurrent)),
+                   GdnFn(test::bound(test::ref(), gated_delta_rule_chunked)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_recurrent)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_chunked))}) {
     float s[4], o[4];
     std::copy_n(s0, 4, s);
     fn(Tensor(DType::f32, {2, 1, 2}, q), Tensor(DType::f32, {2, 1, 2}, k), Tensor(DType::f32, {2, 1, 2}, v),
@@ -137,7 +140,7 @@ TEST(GatedDeltaRule, RefRecurrentHandComputed) {
 
 // ---- cpu backend against ref ---------------------------------------------------------------------
 
-TEST(GatedDeltaRule, CpuMatchesRef) {
+TEST_P(OnBackend, GatedDeltaRuleMatchesRef) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
@@ -149,29 +152,31 @@ TEST(GatedDeltaRule, CpuMatchesRef) {
     SCOPED_TRACE(::testing::Message() << "T=" << c.T << " Hk=" << c.Hk << " Hv=" << c.Hv << " Dk=" << c.Dk
                                     << " Dv=" << c.Dv);
     const GdnInputs in = make_inputs(rng, c.T, c.Hk, c.Hv, c.Dk, c.Dv);
-    const GdnResult want = run(ref::gated_delta_rule_recurrent, in);
+    const GdnResult want = run(test::bound(test::ref(), gated_delta_rule_recurrent), in);
     {
       SCOPED_TRACE("cpu recurrent");
-      expect_close(run(cpu::gated_delta_rule_recurrent, in), want, 1e-5);
+      expect_close(run(test::bound(backend(), gated_delta_rule_recurrent), in), want, 1e-5);
     }
     {
       SCOPED_TRACE("cpu chunked");
-      expect_close(run(cpu::gated_delta_rule_chunked, in), want, 1e-5);
+      expect_close(run(test::bound(backend(), gated_delta_rule_chunked), in), want, 1e-5);
     }
   }
 }
 
 // ---- chaining calls with a carried state ---------------------------------------------------------
 
-TEST(GatedDeltaRule, PiecesCarryState) {
+TEST_P(OnBackend, GatedDeltaRulePiecesCarryState) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   const GdnInputs in = make_inputs(rng, 200, 2, 4, 32, 20);
-  const GdnResult whole = run(ref::gated_delta_rule_recurrent, in);
+  const GdnResult whole = run(test::bound(test::ref(), gated_delta_rule_recurrent), in);
   const std::vector<std::vector<int64_t>> splits = {{7, 64}, {1, 7, 63, 64, 65}, {64, 64, 64}};
-  for (GdnFn fn : {GdnFn(ref::gated_delta_rule_chunked), GdnFn(ref::gated_delta_rule_recurrent),
-                   GdnFn(cpu::gated_delta_rule_chunked), GdnFn(cpu::gated_delta_rule_recurrent)})
+  for (GdnFn fn : {GdnFn(test::bound(test::ref(), gated_delta_rule_chunked)),
+                   GdnFn(test::bound(test::ref(), gated_delta_rule_recurrent)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_chunked)),
+                   GdnFn(test::bound(backend(), gated_delta_rule_recurrent))})
     for (const auto& pieces : splits) {
       SCOPED_TRACE(::testing::Message() << "pieces starting " << pieces[0] << ", " << pieces[1]);
       expect_close(run_pieces(fn, in, pieces), whole, 1e-5);
@@ -181,7 +186,8 @@ TEST(GatedDeltaRule, PiecesCarryState) {
   std::copy_n(in.state.f32(), in.state.tensor().numel(), mixed.state.f32());
   for (int64_t t0 = 0; t0 < in.T;) {
     const int64_t t1 = t0 == 0 ? 150 : t0 + 1;
-    GdnFn fn = t0 == 0 ? GdnFn(cpu::gated_delta_rule_chunked) : GdnFn(cpu::gated_delta_rule_recurrent);
+    GdnFn fn = t0 == 0 ? GdnFn(test::bound(backend(), gated_delta_rule_chunked))
+                       : GdnFn(test::bound(backend(), gated_delta_rule_recurrent));
     fn(in.q.tensor().rows(t0, t1), in.k.tensor().rows(t0, t1), in.v.tensor().rows(t0, t1), in.g.tensor().rows(t0, t1),
        in.beta.tensor().rows(t0, t1), mixed.state, mixed.o.tensor().rows(t0, t1));
     t0 = t1;
@@ -191,7 +197,7 @@ TEST(GatedDeltaRule, PiecesCarryState) {
 
 // ---- gates ---------------------------------------------------------------------------------------
 
-TEST(GdnGates, HandComputedAndThreshold) {
+TEST_P(OnBackend, GdnGatesHandComputedAndThreshold) {
   // h0: A_log = ln 2, x = a + dt_bias = 1 → g = −2·ln(1 + e);  b = 0 → β = 0.5
   // h1: A_log = 0, x = 100 (beyond the threshold: softplus(x) = x, where exp(x) would overflow f32) → g = −100
   // h2: A_log = ln 0.5, x = −30 → softplus ≈ e^−30 → g ≈ −0.5·e^−30;  b = 40 → β = 1
@@ -199,8 +205,9 @@ TEST(GdnGates, HandComputedAndThreshold) {
   float A_log[] = {std::log(2.0f), 0.0f, std::log(0.5f)}, dt_bias[] = {0.5f, 1.0f, 0.5f};
   const double want_g[] = {-2.0 * std::log1p(std::exp(1.0)), -100.0, -0.5 * std::exp(-30.0)};
   const double want_beta[] = {0.5, 1.0 / (1.0 + std::exp(3.0)), 1.0};
-  using GatesFn = void (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&);
-  for (GatesFn fn : {GatesFn(ref::gdn_gates), GatesFn(cpu::gdn_gates)}) {
+  using GatesFn =
+      std::function<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&)>;
+  for (GatesFn fn : {GatesFn(test::bound(test::ref(), gdn_gates)), GatesFn(test::bound(backend(), gdn_gates))}) {
     float g[3], beta[3];
     fn(Tensor(DType::f32, {1, 3}, a), Tensor(DType::f32, {1, 3}, b), Tensor(DType::f32, {3}, A_log),
        Tensor(DType::f32, {3}, dt_bias), Tensor(DType::f32, {1, 3}, g), Tensor(DType::f32, {1, 3}, beta));
@@ -211,7 +218,7 @@ TEST(GdnGates, HandComputedAndThreshold) {
   }
 }
 
-TEST(GdnGates, CpuMatchesRef) {
+TEST_P(OnBackend, GdnGatesMatchesRef) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
@@ -222,8 +229,8 @@ TEST(GdnGates, CpuMatchesRef) {
   Buffer dt_bias = kapitsa::testing::random_buffer(rng, DType::f32, {Hv}, -2.0f, 2.0f);
   Buffer g_ref = Buffer::allocate(DType::f32, {T, Hv}), beta_ref = Buffer::allocate(DType::f32, {T, Hv});
   Buffer g_cpu = Buffer::allocate(DType::f32, {T, Hv}), beta_cpu = Buffer::allocate(DType::f32, {T, Hv});
-  ref::gdn_gates(a, b, A_log, dt_bias, g_ref, beta_ref);
-  cpu::gdn_gates(a, b, A_log, dt_bias, g_cpu, beta_cpu);
+  test::run(test::ref(), gdn_gates, a, b, A_log, dt_bias, g_ref, beta_ref);
+  test::run(backend(), gdn_gates, a, b, A_log, dt_bias, g_cpu, beta_cpu);
   EXPECT_LE(relative_error(g_cpu, g_ref), 1e-6);
   EXPECT_LE(relative_error(beta_cpu, beta_ref), 1e-6);
   for (int64_t i = 0; i < T * Hv; ++i) {

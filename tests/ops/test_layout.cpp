@@ -1,8 +1,6 @@
 // Tests of the data-movement ops (embedding, copy, split/concat columns): cpu must equal ref bit for
 // bit (no arithmetic), plus ref pinned against hand-built tables.
 #include "op_test_helpers.h"
-#include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
 
 #include <vector>
 
@@ -16,12 +14,12 @@ TEST(Embedding, RefPicksRowsAndWidens) {
   Tensor t(DType::bf16, {3, 2}, table.data());
   Buffer out = Buffer::allocate(DType::f32, {3, 2});
   std::vector<int32_t> ids = {2, 0, 2};
-  ref::embedding(t, ids, out);
+  test::run(test::ref(), embedding, t, ids, out);
   const std::vector<float> want = {2, 1, 1, 2, 2, 1};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(out.f32()[i], want[static_cast<size_t>(i)]) << i;
 }
 
-TEST(Embedding, CpuEqualsRef) {
+TEST_P(OnBackend, EmbeddingEqualsRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
@@ -33,8 +31,8 @@ TEST(Embedding, CpuEqualsRef) {
       std::uniform_int_distribution<int32_t> pick(0, V - 1);
       for (int i = 0; i < 13; ++i) ids.push_back(pick(r.gen));
       Buffer a = Buffer::zeros(DType::f32, {13, H}), b = Buffer::zeros(DType::f32, {13, H});
-      ref::embedding(table, ids, a);
-      cpu::embedding(table, ids, b);
+      test::run(test::ref(), embedding, table, ids, a);
+      test::run(backend(), embedding, table, ids, b);
       EXPECT_TRUE(test::bit_equal(a, b));
       // ref widens exactly: re-read the table
       for (int64_t h = 0; h < H; ++h)
@@ -42,24 +40,24 @@ TEST(Embedding, CpuEqualsRef) {
     }
 }
 
-TEST(Copy, SameAndConvertingDtypes) {
+TEST_P(OnBackend, CopySameAndConvertingDtypes) {
   Rng r;
   SCOPED_TRACE(r.trace());
   Buffer src = test::random_f32(r, {5, 33});
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     Buffer a = Buffer::zeros(dt, {33, 5}), b = Buffer::zeros(dt, {165});
-    ref::copy(src, a);
-    cpu::copy(src, b);
+    test::run(test::ref(), copy, src, a);
+    test::run(backend(), copy, src, b);
     EXPECT_TRUE(test::bit_equal(a, b)) << dtype_name(dt);
     EXPECT_LT(kapitsa::testing::relative_error(a, src), dt == DType::f32 ? 0.0 + 1e-30 : 4e-3) << dtype_name(dt);
     Buffer back_ref = Buffer::zeros(DType::f32, {165}), back_cpu = Buffer::zeros(DType::f32, {165});
-    ref::copy(a, back_ref);
-    cpu::copy(a, back_cpu);
+    test::run(test::ref(), copy, a, back_ref);
+    test::run(backend(), copy, a, back_cpu);
     EXPECT_TRUE(test::bit_equal(back_ref, back_cpu)) << dtype_name(dt);
   }
 }
 
-TEST(SplitConcat, CpuEqualsRefAndRoundTrips) {
+TEST_P(OnBackend, SplitConcatEqualsRefAndRoundTrips) {
   Rng r;
   SCOPED_TRACE(r.trace());
   for (int64_t R : {1, 7, 65}) {
@@ -73,14 +71,14 @@ TEST(SplitConcat, CpuEqualsRefAndRoundTrips) {
       rv.push_back(ra.back());
       cv.push_back(ca.back());
     }
-    ref::split_columns(x, rv);
-    cpu::split_columns(x, cv);
+    test::run(test::ref(), split_columns, x, rv);
+    test::run(backend(), split_columns, x, cv);
     for (size_t i = 0; i < widths.size(); ++i) EXPECT_TRUE(test::bit_equal(ra[i], ca[i])) << i;
     // column 3 of x is column 0 of the second block
     EXPECT_EQ(ra[1].f32()[0], x.f32()[3]);
     Buffer y_ref = Buffer::zeros(DType::f32, {R, 49}), y_cpu = Buffer::zeros(DType::f32, {R, 49});
-    ref::concat_columns(rv, y_ref);
-    cpu::concat_columns(cv, y_cpu);
+    test::run(test::ref(), concat_columns, rv, y_ref);
+    test::run(backend(), concat_columns, cv, y_cpu);
     EXPECT_TRUE(test::bit_equal(y_ref, x));
     EXPECT_TRUE(test::bit_equal(y_cpu, x));
   }

@@ -2,8 +2,6 @@
 // routing with k up to 32, and hand checks that the bias only selects, groups limit the choice and the
 // weights are normalised then scaled.
 #include "op_test_helpers.h"
-#include "ops/cpu/cpu.h"
-#include "ops/ref/ref.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +13,7 @@ namespace {
 using kapitsa::testing::max_abs_diff;
 using test::Rng;
 
-TEST(MoeRouteSigmoid, CpuMatchesRef) {
+TEST_P(OnBackend, MoeRouteSigmoidMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   struct Case {
@@ -32,8 +30,10 @@ TEST(MoeRouteSigmoid, CpuMatchesRef) {
     const Buffer bias = test::random_f32(r, {c.E}, -0.3f, 0.3f);
     Buffer ids_ref = Buffer::allocate(DType::i32, {c.T, c.k}), ids_cpu = Buffer::allocate(DType::i32, {c.T, c.k});
     Buffer w_ref = Buffer::allocate(DType::f32, {c.T, c.k}), w_cpu = Buffer::allocate(DType::f32, {c.T, c.k});
-    ref::moe_route_sigmoid(logits, bias, c.k, c.n_group, c.topk_group, c.renorm, c.scale, ids_ref, w_ref);
-    cpu::moe_route_sigmoid(logits, bias, c.k, c.n_group, c.topk_group, c.renorm, c.scale, ids_cpu, w_cpu);
+    test::run(test::ref(), moe_route_sigmoid, logits, bias, c.k, c.n_group, c.topk_group, c.renorm, c.scale, ids_ref,
+              w_ref);
+    test::run(backend(), moe_route_sigmoid, logits, bias, c.k, c.n_group, c.topk_group, c.renorm, c.scale, ids_cpu,
+              w_cpu);
     EXPECT_TRUE(test::bit_equal(ids_cpu, ids_ref));
     EXPECT_LE(max_abs_diff(w_cpu, w_ref), 1e-6 * c.scale);
     if (c.renorm)  // weights sum to the scaling factor
@@ -47,17 +47,17 @@ TEST(MoeRouteSigmoid, CpuMatchesRef) {
 
 // 4 experts in 2 groups. Scores s = sigmoid(l). The bias lifts expert 3 into the top 2 but its
 // weight is its unbiased score; with 1 group of 2 kept, only the group with the larger top-2 sum counts.
-TEST(MoeRouteSigmoid, BiasSelectsOnlyAndGroupsLimit) {
+TEST_P(OnBackend, MoeRouteSigmoidBiasSelectsOnlyAndGroupsLimit) {
   Buffer logits = Buffer::allocate(DType::f32, {1, 4}), bias = Buffer::zeros(DType::f32, {4});
   const float l[] = {2.0f, 1.0f, 0.0f, -1.0f};
   for (int i = 0; i < 4; ++i) logits.f32()[i] = l[i];
   bias.f32()[3] = 2.0f;  // biased scores: 0.881, 0.731, 0.5, 2.269
   auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
-  for (int backend = 0; backend < 2; ++backend) {
+  for (const BackendTable* b : {&test::ref(), &backend()}) {
+    SCOPED_TRACE(std::string(b->name));
     Buffer ids = Buffer::allocate(DType::i32, {1, 2}), w = Buffer::allocate(DType::f32, {1, 2});
     auto route = [&](int n_group, int topk_group, bool renorm, float scale) {
-      if (backend == 0) ref::moe_route_sigmoid(logits, bias, 2, n_group, topk_group, renorm, scale, ids, w);
-      else cpu::moe_route_sigmoid(logits, bias, 2, n_group, topk_group, renorm, scale, ids, w);
+      test::run(*b, moe_route_sigmoid, logits, bias, 2, n_group, topk_group, renorm, scale, ids, w);
     };
     route(1, 1, false, 1.0f);
     EXPECT_EQ(ids.tensor().data_as<int32_t>()[0], 3);

@@ -4,13 +4,18 @@
 // a range of keys; scores in 64-key blocks with an online softmax, so memory stays O(tile), never
 // O(T·S). Decode (few query tiles) splits the keys across tasks and merges the partial softmaxes.
 // attention_paged runs the same kernel with keys addressed through a block table; key tiles and P·V
-// runs stop at page boundaries, so each page is read as contiguous rows.
+// runs stop at page boundaries, so each page is read as contiguous rows; bf16/f16 pages are widened in
+// registers as they are loaded (the kernel is templated on the loader). write_paged_rows stores new
+// K/V rows into pages, narrowing to the pages' dtype.
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/dot_tile.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace kapitsa::ops::cpu {
@@ -18,13 +23,7 @@ namespace kapitsa::ops::cpu {
 // x: [T, n_heads, D];  positions: [T].
 void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
   const int rotary_dim = static_cast<int>(2 * inv_freq.size());
-  KAPITSA_CHECK(x.dtype() == DType::f32 && x.rank() == 3, "rope_neox: x must be [T, n_heads, D] F32, got {} {}",
-                x.shape().str(), dtype_name(x.dtype()));
   const int64_t T = x.dim(0), n_heads = x.dim(1), D = x.dim(2);
-  KAPITSA_CHECK(static_cast<int64_t>(positions.size()) == T, "rope_neox: {} positions for {} tokens",
-                positions.size(), T);
-  KAPITSA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= D,
-                "rope_neox: rotary_dim {} must be even and within head_dim {}", rotary_dim, D);
   const int half = rotary_dim / 2;
   float* px = x.f32();
   parallel_for(static_cast<size_t>(T), 1, [&](size_t begin, size_t end) {
@@ -56,7 +55,8 @@ constexpr int64_t kKeyBlock = 64;
 struct AttnShape {
   int64_t T, Hq, Hkv, D, r, q_pos0;
   float scale;
-  const float *q, *k, *v;
+  const float* q;
+  const void *k, *v;  // f32, bf16 or f16 (the loader WL of the kernel says which)
   // Paged history (attention_paged): key s is row s % page of page table[s / page]; rows inside a
   // page are laid out as in the contiguous op. table == nullptr: one contiguous run.
   const int32_t* table = nullptr;
@@ -65,6 +65,7 @@ struct AttnShape {
   int64_t row_offset(int64_t s) const {
     return (table == nullptr ? s : static_cast<int64_t>(table[s / page]) * page + s % page) * Hkv * D;
   }
+  float* o = nullptr;  // [T, Hq, D]
   // How many keys from s on are contiguous in memory.
   int64_t run(int64_t s) const { return table == nullptr ? INT64_MAX : page - s % page; }
 };
@@ -81,9 +82,9 @@ struct Partial {
 
 // For RG rows g: acc[g, :] = acc[g, :]·corr[g] + Σ_{j<nk} p[g, j] · v[j, :].  p rows at stride ldp,
 // v rows at stride ldv. Each v vector loaded once serves all RG rows.
-template <int RG>
-void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, int64_t nk, const float* v, int64_t ldv,
-                   int64_t D) {
+template <class WL, int RG>
+void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, int64_t nk, const typename WL::T* v,
+                   int64_t ldv, int64_t D) {
   using namespace simd;
 #if defined(__AVX512F__)
   constexpr int kU = 4;  // RG·kU ≤ 16 accumulators
@@ -97,7 +98,7 @@ void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, i
       for (int u = 0; u < kU; ++u) a[g][u] = mul(load(acc + g * D + d + u * kW), set1(corr[g]));
     for (int64_t j = 0; j < nk; ++j) {
       vf vv[kU];
-      for (int u = 0; u < kU; ++u) vv[u] = load(v + j * ldv + d + u * kW);
+      for (int u = 0; u < kU; ++u) vv[u] = WL::load(v + j * ldv + d + u * kW);
       for (int g = 0; g < RG; ++g) {
         const vf pj = set1(p[g * ldp + j]);
         for (int u = 0; u < kU; ++u) a[g][u] = simd::fma(pj, vv[u], a[g][u]);
@@ -109,12 +110,13 @@ void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, i
   for (; d < D; ++d)
     for (int g = 0; g < RG; ++g) {
       float s = acc[g * D + d] * corr[g];
-      for (int64_t j = 0; j < nk; ++j) s += p[g * ldp + j] * v[j * ldv + d];
+      for (int64_t j = 0; j < nk; ++j) s += p[g * ldp + j] * WL::scalar(v + j * ldv + d);
       acc[g * D + d] = s;
     }
 }
 
 // One task: kv head g, query tokens [t0, t1), keys [s0, s1) → the partial softmax of its M rows.
+template <class WL>
 void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t s0, int64_t s1, Partial& out) {
   const int64_t D = a.D, r = a.r, M = (t1 - t0) * r, ldk = a.Hkv * D;
   thread_local std::vector<float> qt, scores, corr, ones;
@@ -130,8 +132,8 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
       for (int64_t d = 0; d < D; ++d) dst[d] = src[d] * a.scale;
     }
   out.reset(M, D);
-  const float* kg = a.k + g * D;
-  const float* vg = a.v + g * D;
+  const auto* kg = static_cast<const typename WL::T*>(a.k) + g * D;
+  const auto* vg = static_cast<const typename WL::T*>(a.v) + g * D;
   const int64_t last_key = std::min(s1, a.q_pos0 + t1);  // exclusive
   for (int64_t kb = s0; kb < last_key; kb += kKeyBlock) {
     const int64_t nk = std::min(kKeyBlock, last_key - kb);
@@ -140,8 +142,8 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
       const int tb = static_cast<int>(std::min<int64_t>(kTileT, M - i0));
       for (int64_t j0 = 0; j0 < nk;) {
         const int rb = static_cast<int>(std::min<int64_t>({kTileR, nk - j0, a.run(kb + j0)}));
-        dot_tile_any<simd::LoadF32>(tb, rb, qt.data() + i0 * D, D, kg + a.row_offset(kb + j0), ldk, D,
-                                    scores.data() + i0 * kKeyBlock + j0, kKeyBlock);
+        dot_tile_any<WL>(tb, rb, qt.data() + i0 * D, D, kg + a.row_offset(kb + j0), ldk, D,
+                         scores.data() + i0 * kKeyBlock + j0, kKeyBlock);
         j0 += rb;
       }
     }
@@ -175,138 +177,195 @@ void attend_tile(const AttnShape& a, int64_t g, int64_t t0, int64_t t1, int64_t 
     // P·V per contiguous run of keys (one run unless paged); acc is rescaled by corr once, first.
     for (int64_t j0 = 0; j0 < nk_used;) {
       const int64_t n = std::min(nk_used - j0, a.run(kb + j0));
-      const float* vb = vg + a.row_offset(kb + j0);
+      const auto* vb = vg + a.row_offset(kb + j0);
       const float* c = j0 == 0 ? corr.data() : ones.data();
       const float* p = scores.data() + j0;
       int64_t i = 0;
       for (; i + 4 <= M; i += 4)
-        accumulate_pv<4>(out.acc.data() + i * D, c + i, p + i * kKeyBlock, kKeyBlock, n, vb, ldk, D);
-      for (; i < M; ++i) accumulate_pv<1>(out.acc.data() + i * D, c + i, p + i * kKeyBlock, kKeyBlock, n, vb, ldk, D);
+        accumulate_pv<WL, 4>(out.acc.data() + i * D, c + i, p + i * kKeyBlock, kKeyBlock, n, vb, ldk, D);
+      for (; i < M; ++i)
+        accumulate_pv<WL, 1>(out.acc.data() + i * D, c + i, p + i * kKeyBlock, kKeyBlock, n, vb, ldk, D);
       j0 += n;
     }
   }
 }
 
-void run_attention(const AttnShape& a, float* po);  // the flash kernel for both entry points (below)
+template <class WL>
+void run_attention(std::span<const AttnShape> seqs);  // the flash kernel for every entry point (below)
+void run_attention_as(DType kv, std::span<const AttnShape> seqs);
 
 }  // namespace
 
 // q: [T, Hq, D];  k, v: [S, Hkv, D];  o: [T, Hq, D].
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
-  for (const Tensor* t : {&q, &k, &v, &o})
-    KAPITSA_CHECK(t->dtype() == DType::f32 && t->rank() == 3, "attention: tensors must be rank-3 F32, got {} {}",
-                  t->shape().str(), dtype_name(t->dtype()));
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1);
-  KAPITSA_CHECK(k.shape() == v.shape() && k.dim(2) == D && o.shape() == q.shape(),
-                "attention: q {}, k {}, v {}, o {}", q.shape().str(), k.shape().str(), v.shape().str(),
-                o.shape().str());
-  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: {} query heads not a multiple of {} kv heads", Hq, Hkv);
-  KAPITSA_CHECK(q_pos0 >= 0 && S >= q_pos0 + T, "attention: {} keys for queries at {}..{}", S, q_pos0, q_pos0 + T);
-  KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention: o must not alias q");
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
   if (T == 0) return;
-  run_attention(AttnShape{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k.f32(), v.f32()}, o.f32());
+  AttnShape a{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k.f32(), v.f32()};
+  a.o = o.f32();
+  run_attention<simd::LoadF32>({&a, 1});
 }
 
-// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D];  o: [T, Hq, D].
+// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D] f32|bf16|f16;  o: [T, Hq, D].
 void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
                      int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
-  for (const Tensor* t : {&q, &o})
-    KAPITSA_CHECK(t->dtype() == DType::f32 && t->rank() == 3, "attention_paged: q, o must be rank-3 F32, got {} {}",
-                  t->shape().str(), dtype_name(t->dtype()));
-  KAPITSA_CHECK(k_pages.dtype() == DType::f32 && k_pages.rank() == 4 && k_pages.shape() == v_pages.shape() &&
-                    v_pages.dtype() == DType::f32,
-                "attention_paged: k_pages {} and v_pages {} must be the same [n_pages, P, Hkv, D] F32",
-                k_pages.shape().str(), v_pages.shape().str());
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2);
-  const int64_t n_pages = k_pages.dim(0), P = k_pages.dim(1), Hkv = k_pages.dim(2);
-  KAPITSA_CHECK(k_pages.dim(3) == D && o.shape() == q.shape(), "attention_paged: q {}, k_pages {}, o {}",
-                q.shape().str(), k_pages.shape().str(), o.shape().str());
-  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention_paged: {} query heads not a multiple of {} kv heads", Hq, Hkv);
-  KAPITSA_CHECK(q_pos0 >= 0 && n_kv >= q_pos0 + T, "attention_paged: {} keys for queries at {}..{}", n_kv, q_pos0,
-                q_pos0 + T);
-  KAPITSA_CHECK(P > 0 && static_cast<int64_t>(block_table.size()) * P >= n_kv,
-                "attention_paged: {} pages of {} tokens do not hold {} keys", block_table.size(), P, n_kv);
-  const int64_t used_pages = (q_pos0 + T + P - 1) / P;
-  for (int64_t i = 0; i < used_pages; ++i)
-    KAPITSA_CHECK(block_table[static_cast<size_t>(i)] >= 0 && block_table[static_cast<size_t>(i)] < n_pages,
-                  "attention_paged: page id {} outside [0, {})", block_table[static_cast<size_t>(i)], n_pages);
-  KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention_paged: o must not alias q");
+  const int64_t P = k_pages.dim(1), Hkv = k_pages.dim(2);
   if (T == 0) return;
-  AttnShape a{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k_pages.f32(), v_pages.f32()};
+  AttnShape a{T, Hq, Hkv, D, Hq / Hkv, q_pos0, scale, q.f32(), k_pages.data(), v_pages.data()};
   a.table = block_table.data();
   a.page = P;
-  run_attention(a, o.f32());
+  a.o = o.f32();
+  run_attention_as(k_pages.dtype(), {&a, 1});
+}
+
+// rows: [T, Hkv, D] f32;  pages: [n_pages, P, Hkv, D] f32|bf16|f16.
+void write_paged_rows(const Tensor& rows, const Tensor& pages, std::span<const int32_t> block_table, int64_t pos0) {
+  const int64_t T = rows.dim(0), P = pages.dim(1), row = rows.dim(1) * rows.dim(2);
+  const size_t es = dtype_size(pages.dtype());
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = pos0 + t;
+    const int64_t at = (static_cast<int64_t>(block_table[static_cast<size_t>(pos / P)]) * P + pos % P) * row;
+    const float* src = rows.f32() + t * row;
+    void* dst = static_cast<uint8_t*>(pages.data()) + static_cast<size_t>(at) * es;
+    switch (pages.dtype()) {
+      case DType::bf16:
+        for (int64_t i = 0; i < row; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+        break;
+      case DType::f16:
+        for (int64_t i = 0; i < row; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+        break;
+      default:
+        std::memcpy(dst, src, static_cast<size_t>(row) * sizeof(float));
+    }
+  }
+}
+
+// q, o: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D] f32|bf16|f16.
+void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,
+                            float scale, const Tensor& o) {
+  const int64_t Hq = q.dim(1), D = q.dim(2), P = k_pages.dim(1), Hkv = k_pages.dim(2);
+  std::vector<AttnShape> seqs;
+  seqs.reserve(size_t(batch.n_seqs()));
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)];
+    AttnShape a{
+        batch.rows(i), Hq, Hkv, D, Hq / Hkv, batch.positions0[size_t(i)], scale, q.f32() + r0 * Hq * D, k_pages.data(),
+        v_pages.data()};
+    a.table = batch.block_table(i).data();
+    a.page = P;
+    a.o = o.f32() + r0 * Hq * D;
+    seqs.push_back(a);
+  }
+  run_attention_as(k_pages.dtype(), seqs);
+}
+
+// rows: [T, Hkv, D] f32;  pages: [n_pages, P, Hkv, D] f32|bf16|f16.
+void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqBatch& batch) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i)
+    write_paged_rows(rows.rows(batch.row_offsets[size_t(i)], batch.row_offsets[size_t(i + 1)]), pages,
+                     batch.block_table(i), batch.positions0[size_t(i)]);
 }
 
 namespace {
 
-void run_attention(const AttnShape& a, float* po) {
-  const int64_t T = a.T, Hq = a.Hq, Hkv = a.Hkv, D = a.D, q_pos0 = a.q_pos0;
-  // Query tile: about 32 rows (tokens × heads of the group) per task.
-  const int64_t tq = std::max<int64_t>(1, 32 / a.r);
-  const int64_t n_qt = (T + tq - 1) / tq;
-  const int64_t n_keys = q_pos0 + T;
+// The flash kernel for every entry point: all sequences' (kv head, query tile[, key split]) tasks in one
+// parallel loop. Decode (few query tiles in all) splits long histories across tasks and merges the
+// partial softmaxes.
+template <class WL>
+void run_attention(std::span<const AttnShape> seqs) {
+  struct Unit {
+    size_t seq;
+    int64_t g, t0, t1, n_split, split_len;
+    size_t first_part;  // where its partials go when split
+  };
   const int64_t threads = static_cast<int64_t>(default_thread_pool().size());
-  int64_t n_split = 1;
-  if (Hkv * n_qt < 2 * threads && n_keys > 4 * kKeyBlock)
-    n_split = std::min((2 * threads + Hkv * n_qt - 1) / (Hkv * n_qt), (n_keys + 4 * kKeyBlock - 1) / (4 * kKeyBlock));
-  const int64_t split_len = ((n_keys + n_split - 1) / n_split + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
-  n_split = (n_keys + split_len - 1) / split_len;
+  int64_t total = 0;  // (kv head, query tile) units before splitting
+  for (const AttnShape& a : seqs)
+    total += a.Hkv * ((a.T + std::max<int64_t>(1, 32 / a.r) - 1) / std::max<int64_t>(1, 32 / a.r));
+  std::vector<Unit> units;
+  std::vector<std::pair<size_t, int64_t>> tasks;  // (unit, split)
+  size_t n_parts = 0;
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const AttnShape& a = seqs[si];
+    if (a.T == 0) continue;
+    // Query tile: about 32 rows (tokens × heads of the group) per task.
+    const int64_t tq = std::max<int64_t>(1, 32 / a.r), n_qt = (a.T + tq - 1) / tq, n_keys = a.q_pos0 + a.T;
+    int64_t n_split = 1;
+    if (total < 2 * threads && n_keys > 4 * kKeyBlock)
+      n_split = std::min((2 * threads + total - 1) / total, (n_keys + 4 * kKeyBlock - 1) / (4 * kKeyBlock));
+    const int64_t split_len = ((n_keys + n_split - 1) / n_split + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+    n_split = (n_keys + split_len - 1) / split_len;
+    // Later query tiles see more keys: hand them out first for balance.
+    for (int64_t qt = n_qt - 1; qt >= 0; --qt)
+      for (int64_t g = 0; g < a.Hkv; ++g) {
+        units.push_back({si, g, qt * tq, std::min(a.T, (qt + 1) * tq), n_split, split_len, n_parts});
+        for (int64_t sp = 0; sp < n_split; ++sp) tasks.emplace_back(units.size() - 1, sp);
+        if (n_split > 1) n_parts += static_cast<size_t>(n_split);
+      }
+  }
 
-  auto write_rows = [&](int64_t g, int64_t t0, int64_t t1, const float* acc, const float* l) {
-    for (int64_t t = t0; t < t1; ++t)
+  auto write_rows = [&](const Unit& u, const float* acc, const float* l) {
+    const AttnShape& a = seqs[u.seq];
+    for (int64_t t = u.t0; t < u.t1; ++t)
       for (int64_t j = 0; j < a.r; ++j) {
-        const int64_t i = (t - t0) * a.r + j;
+        const int64_t i = (t - u.t0) * a.r + j;
         const float inv = 1.0f / l[i];
-        float* dst = po + (t * Hq + g * a.r + j) * D;
-        for (int64_t d = 0; d < D; ++d) dst[d] = acc[i * D + d] * inv;
+        float* dst = a.o + (t * a.Hq + u.g * a.r + j) * a.D;
+        for (int64_t d = 0; d < a.D; ++d) dst[d] = acc[i * a.D + d] * inv;
       }
   };
 
-  if (n_split == 1) {
-    parallel_for(static_cast<size_t>(Hkv * n_qt), 1, [&](size_t begin, size_t end) {
-      Partial part;
-      for (size_t task = begin; task < end; ++task) {
-        // Later query tiles see more keys: hand them out first for balance.
-        const int64_t qt = n_qt - 1 - static_cast<int64_t>(task) / Hkv, g = static_cast<int64_t>(task) % Hkv;
-        const int64_t t0 = qt * tq, t1 = std::min(T, t0 + tq);
-        attend_tile(a, g, t0, t1, 0, n_keys, part);
-        write_rows(g, t0, t1, part.acc.data(), part.l.data());
-      }
-    });
-    return;
-  }
-  // Split keys: partial softmax per (g, query tile, split), then merge.
-  const int64_t n_units = Hkv * n_qt;
-  std::vector<Partial> parts(static_cast<size_t>(n_units * n_split));
-  parallel_for(static_cast<size_t>(n_units * n_split), 1, [&](size_t begin, size_t end) {
+  std::vector<Partial> parts(n_parts);
+  parallel_for(tasks.size(), 1, [&](size_t begin, size_t end) {
+    Partial whole;
     for (size_t task = begin; task < end; ++task) {
-      const int64_t unit = static_cast<int64_t>(task) / n_split, sp = static_cast<int64_t>(task) % n_split;
-      const int64_t g = unit % Hkv, t0 = (unit / Hkv) * tq, t1 = std::min(T, t0 + tq);
-      attend_tile(a, g, t0, t1, sp * split_len, std::min(n_keys, (sp + 1) * split_len), parts[task]);
+      const Unit& u = units[tasks[task].first];
+      const AttnShape& a = seqs[u.seq];
+      const int64_t sp = tasks[task].second, n_keys = a.q_pos0 + a.T;
+      if (u.n_split == 1) {
+        attend_tile<WL>(a, u.g, u.t0, u.t1, 0, n_keys, whole);
+        write_rows(u, whole.acc.data(), whole.l.data());
+      } else {
+        attend_tile<WL>(a, u.g, u.t0, u.t1, sp * u.split_len, std::min(n_keys, (sp + 1) * u.split_len),
+                        parts[u.first_part + static_cast<size_t>(sp)]);
+      }
     }
   });
-  parallel_for(static_cast<size_t>(n_units), 1, [&](size_t begin, size_t end) {
+  if (n_parts == 0) return;
+  // Merge the splits of each split unit.
+  parallel_for(units.size(), 1, [&](size_t begin, size_t end) {
     std::vector<float> acc, l;
-    for (size_t unit = begin; unit < end; ++unit) {
-      const int64_t g = static_cast<int64_t>(unit) % Hkv, t0 = (static_cast<int64_t>(unit) / Hkv) * tq;
-      const int64_t t1 = std::min(T, t0 + tq), M = (t1 - t0) * a.r;
+    for (size_t ui = begin; ui < end; ++ui) {
+      const Unit& u = units[ui];
+      if (u.n_split == 1) continue;
+      const int64_t D = seqs[u.seq].D, M = (u.t1 - u.t0) * seqs[u.seq].r;
       acc.assign(static_cast<size_t>(M * D), 0.0f);
       l.assign(static_cast<size_t>(M), 0.0f);
       for (int64_t i = 0; i < M; ++i) {
         float m = -INFINITY;
-        for (int64_t sp = 0; sp < n_split; ++sp) m = std::max(m, parts[unit * n_split + sp].m[i]);
-        for (int64_t sp = 0; sp < n_split; ++sp) {
-          const Partial& p = parts[unit * n_split + sp];
-          if (p.l[i] == 0.0f) continue;  // no visible key in this split
-          const float f = std::exp(p.m[i] - m);
-          l[i] += p.l[i] * f;
-          for (int64_t d = 0; d < D; ++d) acc[i * D + d] += p.acc[i * D + d] * f;
+        for (int64_t sp = 0; sp < u.n_split; ++sp) m = std::max(m, parts[u.first_part + size_t(sp)].m[size_t(i)]);
+        for (int64_t sp = 0; sp < u.n_split; ++sp) {
+          const Partial& p = parts[u.first_part + size_t(sp)];
+          if (p.l[size_t(i)] == 0.0f) continue;  // no visible key in this split
+          const float f = std::exp(p.m[size_t(i)] - m);
+          l[size_t(i)] += p.l[size_t(i)] * f;
+          for (int64_t d = 0; d < D; ++d) acc[size_t(i * D + d)] += p.acc[size_t(i * D + d)] * f;
         }
       }
-      write_rows(g, t0, t1, acc.data(), l.data());
+      write_rows(u, acc.data(), l.data());
     }
   });
+}
+
+void run_attention_as(DType kv, std::span<const AttnShape> seqs) {
+  switch (kv) {
+    case DType::bf16:
+      return run_attention<simd::LoadBF16>(seqs);
+    case DType::f16:
+      return run_attention<simd::LoadF16>(seqs);
+    default:
+      return run_attention<simd::LoadF32>(seqs);
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 namespace kapitsa::ops::cpu {
@@ -27,31 +28,21 @@ struct GdnDims {
   int64_t T, Hk, Hv, Dk, Dv, group;  // group = Hv / Hk value heads per key head
 };
 
-// Validates the shapes of one gated_delta_rule call (see op_list.inc) and returns its dimensions.
-GdnDims check_gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                  const Tensor& state, const Tensor& o) {
-  for (const Tensor* t : {&q, &k, &v, &g, &beta, &state, &o})
-    KAPITSA_CHECK(t->dtype() == DType::f32 && t->device() == Device::cpu, "gated_delta_rule: tensors must be F32 on cpu");
-  KAPITSA_CHECK(q.rank() == 3 && k.shape() == q.shape(), "gated_delta_rule: q {} k {}", q.shape().str(),
-                k.shape().str());
-  KAPITSA_CHECK(v.rank() == 3 && o.shape() == v.shape() && v.dim(0) == q.dim(0), "gated_delta_rule: v {} o {} q {}",
-                v.shape().str(), o.shape().str(), q.shape().str());
-  GdnDims d{q.dim(0), q.dim(1), v.dim(1), q.dim(2), v.dim(2), 0};
-  KAPITSA_CHECK(d.Hk > 0 && d.Hv % d.Hk == 0, "gated_delta_rule: Hv {} not a multiple of Hk {}", d.Hv, d.Hk);
-  KAPITSA_CHECK(g.numel() == d.T * d.Hv && beta.numel() == d.T * d.Hv, "gated_delta_rule: g {} beta {} for T={} Hv={}",
-                g.shape().str(), beta.shape().str(), d.T, d.Hv);
-  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == d.Hv && state.dim(1) == d.Dk && state.dim(2) == d.Dv,
-                "gated_delta_rule: state {} for Hv={} Dk={} Dv={}", state.shape().str(), d.Hv, d.Dk, d.Dv);
-  d.group = d.Hv / d.Hk;
-  return d;
+// The dimensions of one (checked) gated_delta_rule call.
+GdnDims gdn_dims(const Tensor& q, const Tensor& v) {
+  return {q.dim(0), q.dim(1), v.dim(1), q.dim(2), v.dim(2), v.dim(1) / q.dim(1)};
 }
 
 // ---- recurrent -----------------------------------------------------------------------------------
 
+// One sequence of a call: its rows (T = d.T) and its state. Checkpoints: after token t ≥ ckpt_from the
+// state is also copied into ckpt[t - ckpt_from] (each [Hv, Dk, Dv]).
 struct RecurrentArgs {
   GdnDims d;
   const float *q, *k, *v, *g, *beta;
   float *state, *o;
+  int64_t ckpt_from = INT64_MAX;
+  float* const* ckpt = nullptr;
 };
 
 // k·q for one token (shared by every column block of a head).
@@ -110,6 +101,10 @@ void recurrent_block(const RecurrentArgs& a, int64_t h, int64_t j0, float* scrat
       float* row = S + i * lds;
       for (int n = 0; n < NV; ++n) store8(row + 8 * n, alpha * load8(row + 8 * n) + kt[i] * delta[n]);
     }
+    if (t >= a.ckpt_from) {
+      float* dst = a.ckpt[t - a.ckpt_from] + h * d.Dk * d.Dv + j0;
+      for (int64_t i = 0; i < d.Dk; ++i) std::memcpy(dst + i * d.Dv, S + i * lds, sizeof(float) * W);
+    }
   }
   if (packed)
     for (int64_t i = 0; i < d.Dk; ++i) std::memcpy(S_home + i * d.Dv, scratch + i * W, sizeof(float) * W);
@@ -133,19 +128,26 @@ void recurrent_column(const RecurrentArgs& a, int64_t h, int64_t j) {
     const float delta = (a.v[(t * d.Hv + h) * d.Dv + j] - alpha * u) * a.beta[t * d.Hv + h];
     a.o[(t * d.Hv + h) * d.Dv + j] = alpha * sq + kq * delta;
     for (int64_t i = 0; i < d.Dk; ++i) S[i * d.Dv] = alpha * S[i * d.Dv] + kt[i] * delta;
+    if (t >= a.ckpt_from) {
+      float* dst = a.ckpt[t - a.ckpt_from] + h * d.Dk * d.Dv + j;
+      for (int64_t i = 0; i < d.Dk; ++i) dst[i * d.Dv] = S[i * d.Dv];
+    }
   }
 }
 
-// Runs every (value head, block of 32 state columns) task of a call; the last block of a head also takes
-// the < 32 leftover columns.
-void run_column_blocks(const RecurrentArgs& a) {
-  if (a.d.T == 0) return;
+// Runs every (sequence, value head, block of 32 state columns) task of a call; the last block of a head
+// also takes the < 32 leftover columns. Every sequence has the same head shape.
+void run_column_blocks(std::span<const RecurrentArgs> seqs) {
+  if (seqs.empty()) return;
+  const GdnDims& d0 = seqs[0].d;
   constexpr int64_t kBlock = 32;
-  const int64_t blocks = std::max<int64_t>(1, a.d.Dv / kBlock);
-  parallel_for(size_t(a.d.Hv * blocks), 1, [&](size_t begin, size_t end) {
-    std::vector<float> scratch(size_t(a.d.Dk * kBlock));
+  const int64_t blocks = std::max<int64_t>(1, d0.Dv / kBlock), per_seq = d0.Hv * blocks;
+  parallel_for(size_t(per_seq) * seqs.size(), 1, [&](size_t begin, size_t end) {
+    std::vector<float> scratch(size_t(d0.Dk * kBlock));
     for (size_t task = begin; task < end; ++task) {
-      const int64_t h = int64_t(task) / blocks, blk = int64_t(task) % blocks;
+      const RecurrentArgs& a = seqs[task / size_t(per_seq)];
+      if (a.d.T == 0) continue;
+      const int64_t h = int64_t(task % size_t(per_seq)) / blocks, blk = int64_t(task % size_t(per_seq)) % blocks;
       int64_t j = blk * kBlock;
       const int64_t j_end = blk + 1 == blocks ? a.d.Dv : j + kBlock;
       for (; j + 32 <= j_end; j += 32) recurrent_block<4>(a, h, j, scratch.data());
@@ -161,10 +163,6 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tens
                const Tensor& beta) {
   // a, b, g, beta: [T, Hv];  A_log, dt_bias: [Hv]
   const int64_t Hv = A_log.numel();
-  KAPITSA_CHECK(Hv > 0 && dt_bias.numel() == Hv && a.numel() % Hv == 0 && b.numel() == a.numel() &&
-                    g.numel() == a.numel() && beta.numel() == a.numel(),
-                "gdn_gates: a {} b {} A_log {} dt_bias {} g {} beta {}", a.shape().str(), b.shape().str(),
-                A_log.shape().str(), dt_bias.shape().str(), g.shape().str(), beta.shape().str());
   const float *pa = a.f32(), *pb = b.f32(), *pA = A_log.f32(), *pdt = dt_bias.f32();
   float *pg = g.f32(), *pbeta = beta.f32();
   std::vector<float> neg_decay(static_cast<size_t>(Hv));
@@ -184,8 +182,8 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tens
 void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, const Tensor& state, const Tensor& o) {
   // q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv]
-  run_column_blocks({check_gdn(q, k, v, g, beta, state, o), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(),
-                     state.f32(), o.f32()});
+  const RecurrentArgs a{gdn_dims(q, v), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), o.f32()};
+  run_column_blocks({&a, 1});
 }
 
 // On the CPU the chunked (WY) form buys nothing: at Dk = Dv = 128 and chunks of 64 it does as many
@@ -198,6 +196,36 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& beta, const Tensor& state, const Tensor& o) {
   // q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv]
   gated_delta_rule_recurrent(q, k, v, g, beta, state, o);
+}
+
+// states: [n_slots, Hv, Dk, Dv].  Both forms are the recurrence here (above), so every sequence, any
+// length, is one set of column-block tasks, all sequences in one parallel loop.
+void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& states, const SeqBatch& batch, const Tensor& o) {
+  const GdnDims d = gdn_dims(q, v);
+  const int64_t n = batch.n_seqs(), state_size = d.Hv * d.Dk * d.Dv;
+  std::vector<float*> ckpt(batch.ckpt_slots.size());
+  for (size_t c = 0; c < ckpt.size(); ++c) ckpt[c] = states.f32() + batch.ckpt_slots[c] * state_size;
+  std::vector<RecurrentArgs> seqs;
+  seqs.reserve(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)];
+    RecurrentArgs a{d,
+                    q.f32() + r0 * d.Hk * d.Dk,
+                    k.f32() + r0 * d.Hk * d.Dk,
+                    v.f32() + r0 * d.Hv * d.Dv,
+                    g.f32() + r0 * d.Hv,
+                    beta.f32() + r0 * d.Hv,
+                    states.f32() + batch.state_slots[size_t(i)] * state_size,
+                    o.f32() + r0 * d.Hv * d.Dv};
+    a.d.T = batch.rows(i);
+    if (batch.n_ckpts(i) > 0) {
+      a.ckpt_from = a.d.T - batch.n_ckpts(i);
+      a.ckpt = ckpt.data() + batch.ckpt_offsets[size_t(i)];
+    }
+    seqs.push_back(a);
+  }
+  run_column_blocks(seqs);
 }
 
 }  // namespace kapitsa::ops::cpu

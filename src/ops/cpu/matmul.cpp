@@ -238,15 +238,10 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
 }  // namespace
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
-  KAPITSA_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32, "matmul: x and y must be F32");
-  KAPITSA_CHECK(w.rank() == 2, "matmul: w must be [N, K], got {}", w.shape().str());
+void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  const Tensor& w = linear.dense("matmul");
   const int64_t N = w.dim(0), K = w.dim(1);
-  KAPITSA_CHECK(x.dim(-1) == K, "matmul: x {} does not match w {}", x.shape().str(), w.shape().str());
-  KAPITSA_CHECK(y.dim(-1) == N, "matmul: y {} does not match w {}", y.shape().str(), w.shape().str());
   const int64_t T = K == 0 ? 0 : x.numel() / K;
-  KAPITSA_CHECK(y.numel() == T * N, "matmul: y {} has not the {} rows of x {}", y.shape().str(), T, x.shape().str());
-  KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
   if (T == 0 || N == 0) return;
   switch (w.dtype()) {
     case DType::f32: return run<simd::LoadF32>(x.f32(), w.data(), y.f32(), T, K, N);

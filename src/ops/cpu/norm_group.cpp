@@ -14,14 +14,7 @@ namespace kapitsa::ops::cpu {
 // x, z, y: [R, D];  w: [D] f32.
 void rms_norm_group_gated(const Tensor& x, const Tensor& z, const Tensor& w, int64_t group_size, float eps,
                           const Tensor& y) {
-  for (const Tensor* t : {&x, &z, &w, &y})
-    KAPITSA_CHECK(t->dtype() == DType::f32, "rms_norm_group_gated: tensors must be F32");
   const int64_t D = x.dim(-1), R = D == 0 ? 0 : x.numel() / D;
-  KAPITSA_CHECK(group_size >= 1 && D % group_size == 0, "rms_norm_group_gated: group size {} for rows of {}",
-                group_size, D);
-  KAPITSA_CHECK(w.numel() == D, "rms_norm_group_gated: w {} for rows of {}", w.shape().str(), D);
-  KAPITSA_CHECK(y.numel() == x.numel() && z.numel() == x.numel(), "rms_norm_group_gated: x {}, z {}, y {}",
-                x.shape().str(), z.shape().str(), y.shape().str());
   const float *px = x.f32(), *pz = z.f32(), *pw = w.f32();
   float* py = y.f32();
   const size_t grain = static_cast<size_t>(std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)));

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <span>
 #include <vector>
 
 namespace kapitsa::ops::cpu {
@@ -21,29 +23,27 @@ struct SsdDims {
   int64_t T, H, P, G, N, heads_per_group;
 };
 
-SsdDims check_ssd(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-                  const Tensor& D, const Tensor& dt_bias, const Tensor& state, const Tensor& y) {
-  for (const Tensor* t : {&x, &dt, &B, &C, &A_log, &D, &dt_bias, &state, &y})
-    KAPITSA_CHECK(t->dtype() == DType::f32 && t->device() == Device::cpu, "ssd_scan: tensors must be F32 on cpu");
-  KAPITSA_CHECK(x.rank() == 3 && y.shape() == x.shape(), "ssd_scan: x {} y {}", x.shape().str(), y.shape().str());
-  KAPITSA_CHECK(B.rank() == 3 && C.shape() == B.shape() && B.dim(0) == x.dim(0), "ssd_scan: B {} C {} for T={}",
-                B.shape().str(), C.shape().str(), x.dim(0));
-  SsdDims d{x.dim(0), x.dim(1), x.dim(2), B.dim(1), B.dim(2), 0};
-  KAPITSA_CHECK(d.G > 0 && d.H % d.G == 0, "ssd_scan: {} heads not a multiple of {} groups", d.H, d.G);
-  KAPITSA_CHECK(dt.numel() == d.T * d.H, "ssd_scan: dt {} for T={} H={}", dt.shape().str(), d.T, d.H);
-  KAPITSA_CHECK(A_log.numel() == d.H && D.numel() == d.H && dt_bias.numel() == d.H,
-                "ssd_scan: A_log {}, D {}, dt_bias {} for {} heads", A_log.shape().str(), D.shape().str(),
-                dt_bias.shape().str(), d.H);
-  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == d.H && state.dim(1) == d.P && state.dim(2) == d.N,
-                "ssd_scan: state {} for H={} P={} N={}", state.shape().str(), d.H, d.P, d.N);
-  d.heads_per_group = d.H / d.G;
-  return d;
+// The dimensions of one (checked) ssd_scan call.
+SsdDims ssd_dims(const Tensor& x, const Tensor& B) {
+  return {x.dim(0), x.dim(1), x.dim(2), B.dim(1), B.dim(2), x.dim(1) / B.dim(1)};
 }
 
-void scan(const SsdDims& d, const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-          const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state, const Tensor& y) {
+// One sequence of a call: rows [row0, row0 + T) and its state [H, P, N]. Checkpoints: after token
+// t ≥ ckpt_from the state is also copied into ckpt[t - ckpt_from].
+struct SsdSeq {
+  int64_t row0, T;
+  float* state;
+  int64_t ckpt_from = INT64_MAX;
+  float* const* ckpt = nullptr;
+};
+
+// Every (sequence, head, block of state rows) task in one parallel loop; rows of the activations are
+// indexed across the whole call (Δ and the decay are computed once per row and head).
+void scan(const SsdDims& d, std::span<const SsdSeq> seqs, const Tensor& x, const Tensor& dt, const Tensor& B,
+          const Tensor& C, const Tensor& A_log, const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max,
+          const Tensor& y) {
   const int64_t P = d.P, N = d.N, H = d.H;
-  // Δ and the per-token decay exp(Δ·A) for every (token, head), computed once.
+  // Δ and the per-token decay exp(Δ·A) for every (row, head), computed once.
   std::vector<float> delta(static_cast<size_t>(d.T * H)), decay(static_cast<size_t>(d.T * H));
   for (int64_t t = 0; t < d.T; ++t)
     for (int64_t h = 0; h < H; ++h) {
@@ -53,16 +53,20 @@ void scan(const SsdDims& d, const Tensor& x, const Tensor& dt, const Tensor& B, 
       delta[static_cast<size_t>(t * H + h)] = dl;
       decay[static_cast<size_t>(t * H + h)] = std::exp(dl * -std::exp(A_log.f32()[h]));
     }
-  const int64_t blocks = (P + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t blocks = (P + kRowsPerTask - 1) / kRowsPerTask, per_seq = H * blocks;
   const float *px = x.f32(), *pB = B.f32(), *pC = C.f32();
-  float *S = state.f32(), *py = y.f32();
-  parallel_for(static_cast<size_t>(H * blocks), 1, [&](size_t begin, size_t end) {
+  float* py = y.f32();
+  parallel_for(static_cast<size_t>(per_seq) * seqs.size(), 1, [&](size_t begin, size_t end) {
     using namespace simd;
     for (size_t task = begin; task < end; ++task) {
-      const int64_t h = static_cast<int64_t>(task) / blocks, p0 = (static_cast<int64_t>(task) % blocks) * kRowsPerTask;
+      const SsdSeq& sq = seqs[task / static_cast<size_t>(per_seq)];
+      const int64_t local = static_cast<int64_t>(task % static_cast<size_t>(per_seq));
+      const int64_t h = local / blocks, p0 = (local % blocks) * kRowsPerTask;
       const int64_t p1 = std::min(P, p0 + kRowsPerTask), g = h / d.heads_per_group;
       const float Dh = D.f32()[h];
-      for (int64_t t = 0; t < d.T; ++t) {
+      float* S = sq.state;
+      for (int64_t tl = 0; tl < sq.T; ++tl) {
+        const int64_t t = sq.row0 + tl;
         const float dl = delta[static_cast<size_t>(t * H + h)], a = decay[static_cast<size_t>(t * H + h)];
         const float* b = pB + (t * d.G + g) * N;
         const float* c = pC + (t * d.G + g) * N;
@@ -85,6 +89,9 @@ void scan(const SsdDims& d, const Tensor& x, const Tensor& dt, const Tensor& B, 
           }
           py[(t * H + h) * P + p] = sum + Dh * xp;
         }
+        if (tl >= sq.ckpt_from)
+          std::memcpy(sq.ckpt[tl - sq.ckpt_from] + (h * P + p0) * N, S + (h * P + p0) * N,
+                      static_cast<size_t>((p1 - p0) * N) * sizeof(float));
       }
     }
   });
@@ -96,16 +103,35 @@ void scan(const SsdDims& d, const Tensor& x, const Tensor& dt, const Tensor& B, 
 void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
                         const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
                         const Tensor& y) {
-  const SsdDims d = check_ssd(x, dt, B, C, A_log, D, dt_bias, state, y);
-  scan(d, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y);
+  const SsdSeq seq{0, x.dim(0), state.f32()};
+  scan(ssd_dims(x, B), {&seq, 1}, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
 }
 
 void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
                       const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
                       const Tensor& state, const Tensor& y) {
-  const SsdDims d = check_ssd(x, dt, B, C, A_log, D, dt_bias, state, y);
-  KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_chunked: chunk_size {}", chunk_size);
-  scan(d, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y);
+  const SsdSeq seq{0, x.dim(0), state.f32()};
+  scan(ssd_dims(x, B), {&seq, 1}, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
+}
+
+// states: [n_slots, H, P, N].  Both forms are the recurrence here, so all sequences run as one scan.
+void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+  const SsdDims d = ssd_dims(x, B);
+  const int64_t state_size = d.H * d.P * d.N;
+  std::vector<float*> ckpt(batch.ckpt_slots.size());
+  for (size_t c = 0; c < ckpt.size(); ++c) ckpt[c] = states.f32() + batch.ckpt_slots[c] * state_size;
+  std::vector<SsdSeq> seqs;
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    SsdSeq sq{batch.row_offsets[size_t(i)], batch.rows(i), states.f32() + batch.state_slots[size_t(i)] * state_size};
+    if (batch.n_ckpts(i) > 0) {
+      sq.ckpt_from = sq.T - batch.n_ckpts(i);
+      sq.ckpt = ckpt.data() + batch.ckpt_offsets[size_t(i)];
+    }
+    seqs.push_back(sq);
+  }
+  scan(d, seqs, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
 }
 
 }  // namespace kapitsa::ops::cpu

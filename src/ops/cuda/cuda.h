@@ -5,6 +5,8 @@
 // ordering; reading results back (DeviceBuffer::download, synchronize) waits for it.
 #pragma once
 
+#include "ops/seq_batch.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 
 #include <cstdint>

@@ -15,7 +15,8 @@ using detail::rows_of;
 using detail::stream;
 
 // table: [V, H] f32|f16|bf16;  out: [T, H] f32.
-void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
+void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
+  const Tensor& table = linear.dense("embedding");
   KAPITSA_CHECK(table.rank() == 2 && is_weight_dtype(table.dtype()), "embedding: table {} {} must be [V, H] f32|f16|bf16",
                 dtype_name(table.dtype()), table.shape().str());
   check_on_device(table, "embedding", "table");

@@ -13,7 +13,8 @@ using detail::check_launch;
 using detail::stream;
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened).
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  const Tensor& w = linear.dense("matmul");
   check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");
   KAPITSA_CHECK(w.rank() == 2 && detail::is_weight_dtype(w.dtype()), "matmul: w {} {} must be [N, K] f32|f16|bf16",
                 dtype_name(w.dtype()), w.shape().str());

@@ -10,18 +10,11 @@
 #include <vector>
 
 namespace kapitsa::ops::ref {
-using detail::check_f32;
 
 // x: [T, n_heads, D];  positions: [T].
 void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
   const int rotary_dim = static_cast<int>(2 * inv_freq.size());
-  check_f32(x, "rope_neox", "x");
-  KAPITSA_CHECK(x.rank() == 3, "rope_neox: x must be [T, n_heads, D], got {}", x.shape().str());
   const int64_t T = x.dim(0), n_heads = x.dim(1), D = x.dim(2);
-  KAPITSA_CHECK(static_cast<int64_t>(positions.size()) == T, "rope_neox: {} positions for {} tokens",
-                positions.size(), T);
-  KAPITSA_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= D,
-                "rope_neox: rotary_dim {} must be even and within head_dim {}", rotary_dim, D);
   const int half = rotary_dim / 2;
   float* px = x.f32();
   for (int64_t t = 0; t < T; ++t) {
@@ -42,19 +35,7 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<co
 
 // q: [T, Hq, D];  k, v: [S, Hkv, D];  o: [T, Hq, D].
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
-  check_f32(q, "attention", "q"), check_f32(k, "attention", "k"), check_f32(v, "attention", "v");
-  check_f32(o, "attention", "o");
-  KAPITSA_CHECK(q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && o.rank() == 3,
-                "attention: q {}, k {}, v {}, o {} must be rank 3", q.shape().str(), k.shape().str(),
-                v.shape().str(), o.shape().str());
   const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1);
-  KAPITSA_CHECK(k.shape() == v.shape(), "attention: k {} vs v {}", k.shape().str(), v.shape().str());
-  KAPITSA_CHECK(k.dim(2) == D, "attention: k head_dim {} vs q {}", k.dim(2), D);
-  KAPITSA_CHECK(o.shape() == q.shape(), "attention: o {} vs q {}", o.shape().str(), q.shape().str());
-  KAPITSA_CHECK(Hkv > 0 && Hq % Hkv == 0, "attention: {} query heads not a multiple of {} kv heads", Hq, Hkv);
-  KAPITSA_CHECK(q_pos0 >= 0 && S >= q_pos0 + T, "attention: {} keys for queries at {}..{}", S, q_pos0,
-                q_pos0 + T);
-  KAPITSA_CHECK(o.data() != q.data() || T == 0, "attention: o must not alias q");
   const int64_t group = Hq / Hkv;
   const float *pq = q.f32(), *pk = k.f32(), *pv = v.f32();
   float* po = o.f32();
@@ -86,31 +67,51 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
   }
 }
 
-// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D];  o: [T, Hq, D].
-// Gathers the history into contiguous K/V and runs the contiguous reference: the two ops are the same
-// function by construction, and the gather is the only paged logic to check.
+// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D] f32|bf16|f16;  o: [T, Hq, D].
+// Gathers the history into contiguous f32 K/V (widening exactly) and runs the contiguous reference:
+// the two ops are the same function by construction, and the gather is the only paged logic to check.
 void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
                      int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
-  check_f32(k_pages, "attention_paged", "k_pages"), check_f32(v_pages, "attention_paged", "v_pages");
-  KAPITSA_CHECK(k_pages.rank() == 4 && k_pages.shape() == v_pages.shape(),
-                "attention_paged: k_pages {} and v_pages {} must be the same [n_pages, P, Hkv, D]", k_pages.shape().str(),
-                v_pages.shape().str());
-  const int64_t n_pages = k_pages.dim(0), P = k_pages.dim(1), Hkv = k_pages.dim(2), D = k_pages.dim(3);
-  KAPITSA_CHECK(P > 0 && n_kv >= 0 && static_cast<int64_t>(block_table.size()) * P >= n_kv,
-                "attention_paged: {} pages of {} tokens do not hold {} keys", block_table.size(), P, n_kv);
+  const int64_t P = k_pages.dim(1), Hkv = k_pages.dim(2), D = k_pages.dim(3);
   Buffer k = Buffer::allocate(DType::f32, {std::max<int64_t>(n_kv, 1), Hkv, D});
   Buffer v = Buffer::allocate(DType::f32, {std::max<int64_t>(n_kv, 1), Hkv, D});
   const int64_t row = Hkv * D;
   for (int64_t s = 0; s < n_kv; ++s) {
-    const int32_t page = block_table[static_cast<size_t>(s / P)];
-    KAPITSA_CHECK(page >= 0 && page < n_pages, "attention_paged: page id {} outside [0, {})", page, n_pages);
-    const int64_t at = (static_cast<int64_t>(page) * P + s % P) * row;
+    const int64_t at = (static_cast<int64_t>(block_table[static_cast<size_t>(s / P)]) * P + s % P) * row;
     for (int64_t i = 0; i < row; ++i) {
-      k.f32()[s * row + i] = k_pages.f32()[at + i];
-      v.f32()[s * row + i] = v_pages.f32()[at + i];
+      k.f32()[s * row + i] = detail::load(k_pages, at + i);
+      v.f32()[s * row + i] = detail::load(v_pages, at + i);
     }
   }
   attention(q, k.tensor().rows(0, n_kv), v.tensor().rows(0, n_kv), q_pos0, scale, o);
+}
+
+// rows: [T, Hkv, D] f32;  pages: [n_pages, P, Hkv, D] f32|bf16|f16.
+void write_paged_rows(const Tensor& rows, const Tensor& pages, std::span<const int32_t> block_table, int64_t pos0) {
+  const int64_t T = rows.dim(0), P = pages.dim(1), row = rows.dim(1) * rows.dim(2);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = pos0 + t;
+    const int64_t at = (static_cast<int64_t>(block_table[static_cast<size_t>(pos / P)]) * P + pos % P) * row;
+    for (int64_t i = 0; i < row; ++i) detail::store(pages, at + i, rows.f32()[t * row + i]);
+  }
+}
+
+// q, o: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D].  attention_paged per sequence.
+void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,
+                            float scale, const Tensor& o) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
+    const int64_t pos0 = batch.positions0[size_t(i)];
+    attention_paged(q.rows(r0, r1), k_pages, v_pages, batch.block_table(i), pos0 + r1 - r0, pos0, scale,
+                    o.rows(r0, r1));
+  }
+}
+
+// rows: [T, Hkv, D];  pages: [n_pages, P, Hkv, D].  write_paged_rows per sequence.
+void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqBatch& batch) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i)
+    write_paged_rows(rows.rows(batch.row_offsets[size_t(i)], batch.row_offsets[size_t(i + 1)]), pages,
+                     batch.block_table(i), batch.positions0[size_t(i)]);
 }
 
 }  // namespace kapitsa::ops::ref

@@ -9,26 +9,13 @@
 #include <vector>
 
 namespace kapitsa::ops::ref {
-using detail::check_f32;
 
 // x, y: [T, C];  w: [C, K] f32;  bias: [C] f32 or empty;  window: [K-1, C] f32, in/out.
 void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& window, bool silu,
                    const Tensor& y) {
-  check_f32(x, "conv1d_causal", "x"), check_f32(w, "conv1d_causal", "w"), check_f32(y, "conv1d_causal", "y");
-  KAPITSA_CHECK(w.rank() == 2, "conv1d_causal: w must be [C, K], got {}", w.shape().str());
   const int64_t C = w.dim(0), K = w.dim(1);
-  KAPITSA_CHECK(K >= 1, "conv1d_causal: kernel width {}", K);
-  KAPITSA_CHECK(x.dim(-1) == C && y.shape() == x.shape(), "conv1d_causal: x {}, y {} for {} channels",
-                x.shape().str(), y.shape().str(), C);
   const int64_t T = detail::rows_of(x);
-  KAPITSA_CHECK(window.dtype() == DType::f32 && window.numel() == (K - 1) * C,
-                "conv1d_causal: window {} ({}) must be [{}, {}] F32", window.shape().str(),
-                dtype_name(window.dtype()), K - 1, C);
   const bool has_bias = !bias.empty();
-  if (has_bias) {
-    check_f32(bias, "conv1d_causal", "bias");
-    KAPITSA_CHECK(bias.numel() == C, "conv1d_causal: bias {} for {} channels", bias.shape().str(), C);
-  }
   const int64_t L = K - 1 + T;
   std::vector<float> xt(static_cast<size_t>(L * C));
   if (K > 1) std::memcpy(xt.data(), window.data(), static_cast<size_t>((K - 1) * C) * sizeof(float));
@@ -44,6 +31,21 @@ void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const T
     }
   if (K > 1)
     std::memcpy(window.data(), xt.data() + (L - (K - 1)) * C, static_cast<size_t>((K - 1) * C) * sizeof(float));
+}
+
+// x, y: [T, C];  windows: [n_slots, K-1, C].  Each sequence: one call up to its checkpoints, then one
+// call per checkpointed token, copying the window after it.
+void conv1d_causal_varlen(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& windows, bool silu,
+                          const SeqBatch& batch, const Tensor& y) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
+    const Tensor window = windows.index(batch.state_slots[size_t(i)]);
+    conv1d_causal(x.rows(r0, r1), w, bias, window, silu, y.rows(r0, r1));
+    for (int64_t j = 0; j < n; ++j) {
+      conv1d_causal(x.rows(r1 + j, r1 + j + 1), w, bias, window, silu, y.rows(r1 + j, r1 + j + 1));
+      detail::copy_bytes(window, windows.index(batch.ckpt_slot(i, j)));
+    }
+  }
 }
 
 }  // namespace kapitsa::ops::ref

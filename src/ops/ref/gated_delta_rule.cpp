@@ -4,6 +4,7 @@
 // h / (Hv / Hk); the chunked form follows transformers' torch_chunk_gated_delta_rule (chunk 64) except
 // that q arrives already scaled and a last partial chunk is processed at its own length (no padding).
 #include "ops/ref/ref.h"
+#include "ops/ref/ref_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,24 +19,9 @@ struct GdnDims {
   int64_t T, Hk, Hv, Dk, Dv, group;  // group = Hv / Hk value heads per key head
 };
 
-// Validates the shapes of one gated_delta_rule call (see op_list.inc) and returns its dimensions.
-GdnDims check_gdn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                  const Tensor& state, const Tensor& o) {
-  for (const Tensor* t : {&q, &k, &v, &g, &beta, &state, &o})
-    KAPITSA_CHECK(t->dtype() == DType::f32 && t->device() == Device::cpu, "gated_delta_rule: tensors must be F32 on cpu");
-  KAPITSA_CHECK(q.rank() == 3 && k.shape() == q.shape(), "gated_delta_rule: q {} k {}", q.shape().str(),
-                k.shape().str());
-  KAPITSA_CHECK(v.rank() == 3 && o.shape() == v.shape() && v.dim(0) == q.dim(0), "gated_delta_rule: v {} o {} q {}",
-                v.shape().str(), o.shape().str(), q.shape().str());
-  const GdnDims d{q.dim(0), q.dim(1), v.dim(1), q.dim(2), v.dim(2), 0};
-  KAPITSA_CHECK(d.Hk > 0 && d.Hv % d.Hk == 0, "gated_delta_rule: Hv {} not a multiple of Hk {}", d.Hv, d.Hk);
-  KAPITSA_CHECK(g.numel() == d.T * d.Hv && beta.numel() == d.T * d.Hv, "gated_delta_rule: g {} beta {} for T={} Hv={}",
-                g.shape().str(), beta.shape().str(), d.T, d.Hv);
-  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == d.Hv && state.dim(1) == d.Dk && state.dim(2) == d.Dv,
-                "gated_delta_rule: state {} for Hv={} Dk={} Dv={}", state.shape().str(), d.Hv, d.Dk, d.Dv);
-  GdnDims r = d;
-  r.group = d.Hv / d.Hk;
-  return r;
+// The dimensions of one (checked) gated_delta_rule call.
+GdnDims gdn_dims(const Tensor& q, const Tensor& v) {
+  return {q.dim(0), q.dim(1), v.dim(1), q.dim(2), v.dim(2), v.dim(1) / q.dim(1)};
 }
 
 }  // namespace
@@ -44,10 +30,6 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tens
                const Tensor& beta) {
   // a, b, g, beta: [T, Hv];  A_log, dt_bias: [Hv]
   const int64_t Hv = A_log.numel();
-  KAPITSA_CHECK(Hv > 0 && dt_bias.numel() == Hv && a.numel() % Hv == 0 && b.numel() == a.numel() &&
-                    g.numel() == a.numel() && beta.numel() == a.numel(),
-                "gdn_gates: a {} b {} A_log {} dt_bias {} g {} beta {}", a.shape().str(), b.shape().str(),
-                A_log.shape().str(), dt_bias.shape().str(), g.shape().str(), beta.shape().str());
   const float* pa = a.f32();
   const float* pb = b.f32();
   const float* pA = A_log.f32();
@@ -67,7 +49,7 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tens
 void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, const Tensor& state, const Tensor& o) {
   // q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv]
-  const GdnDims d = check_gdn(q, k, v, g, beta, state, o);
+  const GdnDims d = gdn_dims(q, v);
   const float *pq = q.f32(), *pk = k.f32(), *pv = v.f32(), *pg = g.f32(), *pbeta = beta.f32();
   float *ps = state.f32(), *po = o.f32();
   std::vector<double> S(static_cast<size_t>(d.Dk * d.Dv)), u(static_cast<size_t>(d.Dv));
@@ -108,7 +90,7 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
 void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, const Tensor& state, const Tensor& o) {
   // q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv]
-  const GdnDims d = check_gdn(q, k, v, g, beta, state, o);
+  const GdnDims d = gdn_dims(q, v);
   const float *pq = q.f32(), *pk = k.f32(), *pv = v.f32(), *pg = g.f32(), *pbeta = beta.f32();
   float *ps = state.f32(), *po = o.f32();
   const int64_t C = kChunk, Dk = d.Dk, Dv = d.Dv;
@@ -205,6 +187,25 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
       S.swap(S_next);
     }
     for (int64_t i = 0; i < Dk * Dv; ++i) sh[i] = static_cast<float>(S[static_cast<size_t>(i)]);
+  }
+}
+
+// states: [n_slots, Hv, Dk, Dv].  Each sequence: the recurrent form for one token, the chunked form for
+// more, up to its checkpoints; then token by token (recurrent), copying the state after each.
+void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& states, const SeqBatch& batch, const Tensor& o) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
+    const Tensor state = states.index(batch.state_slots[size_t(i)]);
+    auto run = [&](int64_t a, int64_t b) {
+      auto form = b - a == 1 ? gated_delta_rule_recurrent : gated_delta_rule_chunked;
+      form(q.rows(a, b), k.rows(a, b), v.rows(a, b), g.rows(a, b), beta.rows(a, b), state, o.rows(a, b));
+    };
+    if (r1 > r0) run(r0, r1);
+    for (int64_t j = 0; j < n; ++j) {
+      run(r1 + j, r1 + j + 1);
+      detail::copy_bytes(state, states.index(batch.ckpt_slot(i, j)));
+    }
   }
 }
 

@@ -8,18 +8,10 @@
 namespace kapitsa::ops::ref {
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
-void matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
-  detail::check_f32(x, "matmul", "x");
-  detail::check_f32(y, "matmul", "y");
-  KAPITSA_CHECK(w.rank() == 2, "matmul: w must be [N, K], got {}", w.shape().str());
-  KAPITSA_CHECK(detail::is_weight_dtype(w.dtype()), "matmul: w dtype {}", dtype_name(w.dtype()));
+void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  const Tensor& w = linear.dense("matmul");
   const int64_t N = w.dim(0), K = w.dim(1);
-  KAPITSA_CHECK(x.dim(-1) == K, "matmul: x {} does not match w {}", x.shape().str(), w.shape().str());
-  KAPITSA_CHECK(y.dim(-1) == N, "matmul: y {} does not match w {}", y.shape().str(), w.shape().str());
   const int64_t T = detail::rows_of(x);
-  KAPITSA_CHECK(detail::rows_of(y) == T, "matmul: y {} has not the {} rows of x {}", y.shape().str(), T,
-                x.shape().str());
-  KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
   const float* px = x.f32();
   float* py = y.f32();
   std::vector<float> row(static_cast<size_t>(K));

@@ -5,6 +5,7 @@
 #include "tensor/tensor.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace kapitsa::ops::ref::detail {
 
@@ -29,6 +30,11 @@ inline void store(const Tensor& t, int64_t i, float v) {
   }
 }
 
+// dst = src, same size (a state slot into a checkpoint slot).
+inline void copy_bytes(const Tensor& src, const Tensor& dst) {
+  if (src.nbytes() > 0) std::memcpy(dst.data(), src.data(), src.nbytes());
+}
+
 inline bool is_weight_dtype(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
 
 // Number of rows when the tensor is taken as 2-D [rows, last dim].
@@ -36,11 +42,6 @@ inline int64_t rows_of(const Tensor& t) {
   KAPITSA_CHECK(t.rank() >= 1, "tensor of rank 0");
   const int64_t cols = t.dim(-1);
   return cols == 0 ? 0 : t.numel() / cols;
-}
-
-inline void check_f32(const Tensor& t, const char* op, const char* name) {
-  KAPITSA_CHECK(t.dtype() == DType::f32, "{}: {} must be F32, got {}", op, name, dtype_name(t.dtype()));
-  KAPITSA_CHECK(t.numel() == 0 || t.data() != nullptr, "{}: {} has no data", op, name);
 }
 
 }  // namespace kapitsa::ops::ref::detail

@@ -16,24 +16,9 @@ struct SsdDims {
   int64_t T, H, P, G, N, heads_per_group;
 };
 
-// Validates one ssd_scan call (see op_list.inc) and returns its dimensions.
-SsdDims check_ssd(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-                  const Tensor& D, const Tensor& dt_bias, const Tensor& state, const Tensor& y) {
-  using detail::check_f32;
-  for (const Tensor* t : {&x, &dt, &B, &C, &A_log, &D, &dt_bias, &state, &y}) check_f32(*t, "ssd_scan", "input");
-  KAPITSA_CHECK(x.rank() == 3 && y.shape() == x.shape(), "ssd_scan: x {} y {}", x.shape().str(), y.shape().str());
-  SsdDims d{x.dim(0), x.dim(1), x.dim(2), B.rank() == 3 ? B.dim(1) : 0, B.rank() == 3 ? B.dim(2) : 0, 0};
-  KAPITSA_CHECK(B.rank() == 3 && C.shape() == B.shape() && B.dim(0) == d.T, "ssd_scan: B {} C {} for T={}",
-                B.shape().str(), C.shape().str(), d.T);
-  KAPITSA_CHECK(d.G > 0 && d.H % d.G == 0, "ssd_scan: {} heads not a multiple of {} groups", d.H, d.G);
-  KAPITSA_CHECK(dt.numel() == d.T * d.H, "ssd_scan: dt {} for T={} H={}", dt.shape().str(), d.T, d.H);
-  KAPITSA_CHECK(A_log.numel() == d.H && D.numel() == d.H && dt_bias.numel() == d.H,
-                "ssd_scan: A_log {}, D {}, dt_bias {} for {} heads", A_log.shape().str(), D.shape().str(),
-                dt_bias.shape().str(), d.H);
-  KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == d.H && state.dim(1) == d.P && state.dim(2) == d.N,
-                "ssd_scan: state {} for H={} P={} N={}", state.shape().str(), d.H, d.P, d.N);
-  d.heads_per_group = d.H / d.G;
-  return d;
+// The dimensions of one (checked) ssd_scan call.
+SsdDims ssd_dims(const Tensor& x, const Tensor& B) {
+  return {x.dim(0), x.dim(1), x.dim(2), B.dim(1), B.dim(2), x.dim(1) / B.dim(1)};
 }
 
 // Δ for token t, head h.
@@ -49,7 +34,7 @@ double delta(const Tensor& dt, const Tensor& dt_bias, int64_t t, int64_t h, int6
 void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
                         const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
                         const Tensor& y) {
-  const SsdDims d = check_ssd(x, dt, B, C, A_log, D, dt_bias, state, y);
+  const SsdDims d = ssd_dims(x, B);
   const float *px = x.f32(), *pB = B.f32(), *pC = C.f32();
   float *S = state.f32(), *py = y.f32();
   for (int64_t t = 0; t < d.T; ++t)
@@ -76,8 +61,7 @@ void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, cons
 void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
                       const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
                       const Tensor& state, const Tensor& y) {
-  const SsdDims d = check_ssd(x, dt, B, C, A_log, D, dt_bias, state, y);
-  KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_chunked: chunk_size {}", chunk_size);
+  const SsdDims d = ssd_dims(x, B);
   const float *px = x.f32(), *pB = B.f32(), *pC = C.f32();
   float *S = state.f32(), *py = y.f32();
   const int64_t P = d.P, N = d.N;
@@ -134,6 +118,30 @@ void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const 
       std::swap(s_prev, s_new);
     }
     for (int64_t i = 0; i < P * N; ++i) S[h * P * N + i] = static_cast<float>(s_prev[static_cast<size_t>(i)]);
+  }
+}
+
+// states: [n_slots, H, P, N].  As gated_delta_rule_varlen: recurrent for one token, chunked for more, up
+// to the checkpoints, then token by token copying the state after each.
+void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
+    const Tensor state = states.index(batch.state_slots[size_t(i)]);
+    auto run = [&](int64_t a, int64_t b) {
+      if (b - a == 1)
+        ssd_scan_recurrent(x.rows(a, b), dt.rows(a, b), B.rows(a, b), C.rows(a, b), A_log, D, dt_bias, dt_min, dt_max,
+                           state, y.rows(a, b));
+      else
+        ssd_scan_chunked(x.rows(a, b), dt.rows(a, b), B.rows(a, b), C.rows(a, b), A_log, D, dt_bias, dt_min, dt_max,
+                         chunk_size, state, y.rows(a, b));
+    };
+    if (r1 > r0) run(r0, r1);
+    for (int64_t j = 0; j < n; ++j) {
+      run(r1 + j, r1 + j + 1);
+      detail::copy_bytes(state, states.index(batch.ckpt_slot(i, j)));
+    }
   }
 }
 

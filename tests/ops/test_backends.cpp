@@ -1,0 +1,91 @@
+// Tests of the backend table (ops/backend.h, ops/backends.cpp): the registry, process-wide and
+// per-thread selection, the argument checks in front of the table (one place for every backend), and
+// the instantiation of every TEST_P(OnBackend, ...) over the registered backends other than ref.
+#include "op_test_helpers.h"
+
+#include <thread>
+
+namespace kapitsa::ops {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Backends, OnBackend, ::testing::ValuesIn(test::backends_under_test()),
+                         [](const ::testing::TestParamInfo<const BackendTable*>& info) {
+                           return std::string(info.param->name);
+                         });
+
+TEST(Backends, RegistryListsRefFirstAndCpu) {
+  ASSERT_GE(backends().size(), 2u);
+  EXPECT_EQ(backends()[0]->name, "ref");
+  ASSERT_NE(find_backend("cpu"), nullptr);
+  EXPECT_EQ(find_backend("cpu")->name, "cpu");
+  EXPECT_EQ(find_backend("no-such-backend"), nullptr);
+  for (const BackendTable* b : backends()) {
+    EXPECT_EQ(b, find_backend(b->name));
+    // Every host backend fills every entry.
+    if (b->device == Device::cpu) {
+#define KAPITSA_OP(op) EXPECT_NE(b->op, nullptr) << b->name << " lacks " #op;
+#include "ops/op_names.inc"
+#undef KAPITSA_OP
+    }
+  }
+}
+
+TEST(Backends, ScopedSelectionNestsAndIsPerThread) {
+  const BackendTable& outer = current_backend();
+  {
+    ScopedBackend a(find_backend("ref"));
+    EXPECT_EQ(current_backend().name, "ref");
+    {
+      ScopedBackend b(*find_backend("cpu"));
+      EXPECT_EQ(current_backend().name, "cpu");
+      std::string seen;
+      std::thread([&] { seen = current_backend().name; }).join();
+      EXPECT_EQ(seen, outer.name);  // another thread keeps the process default
+    }
+    EXPECT_EQ(current_backend().name, "ref");
+  }
+  EXPECT_EQ(&current_backend(), &outer);
+}
+
+TEST(Backends, SetBackendChangesTheDefault) {
+  const BackendTable& before = current_backend();
+  set_backend(Backend::ref);
+  EXPECT_EQ(current_backend().name, "ref");
+  set_backend(before);
+  EXPECT_EQ(&current_backend(), &before);
+}
+
+// A table with one entry: the others fail with a message naming the op and the backend.
+TEST(Backends, MissingEntryIsAClearError) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  BackendTable partial{"partial", Device::cpu};
+  partial.add = find_backend("ref")->add;
+  float a[2] = {1, 2}, y[2] = {};
+  const Tensor ta(DType::f32, {2}, a), ty(DType::f32, {2}, y);
+  ScopedBackend on(partial);
+  add(ta, ta, ty);
+  EXPECT_EQ(y[1], 4.0f);
+  EXPECT_DEATH(relu_squared(ta, ty), "op relu_squared is not implemented by backend partial");
+}
+
+// Checks run in front of the table, whatever the backend: a device mismatch, a wrong dtype, a wrong shape.
+TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  BackendTable device_only{"gpu-like", Device::cuda};
+  float a[4] = {}, y[4] = {};
+  const Tensor ta(DType::f32, {2, 2}, a), ty(DType::f32, {2, 2}, y);
+  {
+    ScopedBackend on(device_only);
+    EXPECT_DEATH(add(ta, ta, ty), "add: a is on cpu, backend gpu-like runs on cuda");
+  }
+  for (const BackendTable* b : backends()) {
+    ScopedBackend on(b);
+    EXPECT_DEATH(add(ta, Tensor(DType::f16, {2, 2}, a), ty), "add: b must be F32");
+    EXPECT_DEATH(matmul(ta, Tensor(DType::f32, {3, 3}, a), ty), "matmul: x \\[2, 2\\] does not match w \\[3, 3\\]");
+    const std::vector<int32_t> ids = {0, 2};
+    EXPECT_DEATH(embedding(ta, ids, ty), "embedding: id 2 at 1 outside \\[0, 2\\)");
+  }
+}
+
+}  // namespace
+}  // namespace kapitsa::ops

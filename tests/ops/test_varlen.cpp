@@ -1,0 +1,301 @@
+// Tests of the batched, variable-length ops (SeqBatch): on random ragged batches (lengths 1, 2, 63, 64,
+// 65, 130 and mixes), with states in shuffled slots of a larger slot array, every backend (ref included)
+// must give what the single-sequence ref op gives on each sequence alone: outputs and final states,
+// checkpoint j equal to the state after the sequence's first len - n + j + 1 tokens (n = min(k, len)
+// for k in {1, 2, 5, 16}; windows that cross chunk boundaries included), and slots the batch does not
+// name untouched bit for bit. Tolerance 1e-5 relative (the op tests' cpu-vs-ref bound).
+#include "op_test_helpers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace kapitsa::ops {
+namespace {
+using kapitsa::testing::relative_error;
+using test::Rng;
+
+// Batch metadata plus the vectors it views.
+struct Ragged {
+  std::vector<int64_t> lens, offsets;
+  std::vector<int32_t> slots, ckpt_offsets, ckpt_slots;
+  std::vector<int64_t> positions0;
+  std::vector<int32_t> block_offsets, block_tables;
+  int64_t n_slots = 0;
+  int64_t rows() const { return offsets.back(); }
+  int64_t n_ckpts(size_t i) const { return ckpt_offsets.empty() ? 0 : ckpt_offsets[i + 1] - ckpt_offsets[i]; }
+  SeqBatch batch() const { return {offsets, slots, ckpt_offsets, ckpt_slots, positions0, block_offsets, block_tables}; }
+};
+
+// Sequences of the given lengths with min(k, len) checkpoints each (none when k = 0), every slot drawn
+// without repetition from a shuffled array with 3 slots to spare.
+Ragged make_ragged(Rng& r, const std::vector<int64_t>& lens, int64_t k) {
+  Ragged g;
+  g.lens = lens;
+  g.offsets = {0};
+  for (int64_t n : lens) g.offsets.push_back(g.offsets.back() + n);
+  int64_t total_ckpts = 0;
+  for (int64_t n : lens) total_ckpts += std::min(k, n);
+  g.n_slots = static_cast<int64_t>(lens.size()) + total_ckpts + 3;
+  std::vector<int32_t> ids(static_cast<size_t>(g.n_slots));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), r.gen);
+  size_t next = 0;
+  for (size_t i = 0; i < lens.size(); ++i) g.slots.push_back(ids[next++]);
+  if (k > 0) {
+    g.ckpt_offsets = {0};
+    for (int64_t n : lens) {
+      for (int64_t j = 0; j < std::min(k, n); ++j) g.ckpt_slots.push_back(ids[next++]);
+      g.ckpt_offsets.push_back(static_cast<int32_t>(g.ckpt_slots.size()));
+    }
+  }
+  return g;
+}
+
+const std::vector<std::vector<int64_t>> kLengths = {{1, 2, 63, 64, 65, 130}, {1, 1, 1, 1, 1}, {130}, {5, 1, 64, 2, 1}};
+const std::vector<int64_t> kCheckpoints = {0, 1, 2, 5, 16};
+
+// Runs one case: `single(state, a, b)` runs the single-sequence ref op on rows [a, b) of sequence
+// rows with that state (writing outputs into `want`); `varlen(states, batch, out)` is the op under test.
+// states0: [n_slots, state...]; outputs compared over all rows.
+struct VarlenCase {
+  const Ragged& g;
+  const Buffer& states0;
+  Shape out_shape;
+  std::function<void(const Tensor& state, int64_t a, int64_t b, const Tensor& out)> single;
+  std::function<void(const Tensor& states, const SeqBatch& batch, const Tensor& out)> varlen;
+};
+
+void check_varlen(const VarlenCase& c, const BackendTable& b) {
+  SCOPED_TRACE(std::string(b.name));
+  const Ragged& g = c.g;
+  // Expected: each sequence alone from its initial state (the final state and outputs in one call;
+  // checkpoint j from a fresh run over its first len - n + j + 1 tokens).
+  Buffer want_out = Buffer::zeros(DType::f32, c.out_shape), want_states = test::clone(c.states0);
+  Buffer scratch_out = Buffer::zeros(DType::f32, c.out_shape);
+  for (size_t i = 0; i < g.lens.size(); ++i) {
+    const int64_t r0 = g.offsets[i], len = g.lens[i], n = g.n_ckpts(i);
+    Buffer state = test::clone(c.states0.tensor().index(g.slots[i]));
+    c.single(state, r0, r0 + len, want_out);
+    std::memcpy(want_states.tensor().index(g.slots[i]).data(), state.tensor().data(), state.tensor().nbytes());
+    for (int64_t j = 0; j < n; ++j) {
+      Buffer s = test::clone(c.states0.tensor().index(g.slots[i]));
+      c.single(s, r0, r0 + len - n + j + 1, scratch_out);
+      const int32_t slot = g.ckpt_slots[static_cast<size_t>(g.ckpt_offsets[i] + j)];
+      std::memcpy(want_states.tensor().index(slot).data(), s.tensor().data(), s.tensor().nbytes());
+    }
+  }
+  Buffer states = test::clone(c.states0), out = Buffer::zeros(DType::f32, c.out_shape);
+  {
+    ScopedBackend on(b);
+    c.varlen(states, g.batch(), out);
+  }
+  EXPECT_LE(relative_error(out, want_out), 1e-5) << "outputs";
+  std::vector<bool> named(static_cast<size_t>(g.n_slots), false);
+  for (int32_t s : g.slots) named[static_cast<size_t>(s)] = true;
+  for (int32_t s : g.ckpt_slots) named[static_cast<size_t>(s)] = true;
+  for (int64_t s = 0; s < g.n_slots; ++s) {
+    const Tensor got = states.tensor().index(s), want = want_states.tensor().index(s);
+    if (named[static_cast<size_t>(s)])
+      EXPECT_LE(relative_error(got, want), 1e-5) << "slot " << s;
+    else
+      EXPECT_TRUE(test::bit_equal(got, c.states0.tensor().index(s))) << "unused slot " << s << " was written";
+  }
+}
+
+// Every backend, ref included (the ref varlen op composes the single ones; it is checked too).
+std::vector<const BackendTable*> with_ref(const BackendTable& b) { return {&test::ref(), &b}; }
+
+std::string label(const std::vector<int64_t>& lens, int64_t k) {
+  std::string s = "lens";
+  for (int64_t n : lens) s += " " + std::to_string(n);
+  return s + " k=" + std::to_string(k);
+}
+
+// Rows of N(0,1)-ish values scaled to unit L2 norm times `scale` (q, k of Gated DeltaNet).
+Buffer unit_rows(Rng& r, Shape shape, float scale) {
+  Buffer b = test::random_f32(r, shape);
+  const int64_t D = shape[shape.rank - 1];
+  for (int64_t row = 0; row < shape.numel() / D; ++row) {
+    double ss = 0;
+    for (int64_t i = 0; i < D; ++i) ss += double(b.f32()[row * D + i]) * b.f32()[row * D + i];
+    for (int64_t i = 0; i < D; ++i) b.f32()[row * D + i] *= static_cast<float>(scale / std::sqrt(ss + 1e-6));
+  }
+  return b;
+}
+
+TEST_P(OnBackend, GatedDeltaRuleVarlenMatchesEachSequenceAlone) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const int64_t Hk = 1, Hv = 2, Dk = 32, Dv = 40;
+  for (const auto& lens : kLengths)
+    for (int64_t k : kCheckpoints) {
+      SCOPED_TRACE(label(lens, k));
+      const Ragged g = make_ragged(r, lens, k);
+      const int64_t T = g.rows();
+      Buffer q = unit_rows(r, {T, Hk, Dk}, 1.0f / std::sqrt(float(Dk))), kk = unit_rows(r, {T, Hk, Dk}, 1.0f);
+      Buffer v = test::random_f32(r, {T, Hv, Dv}), gate = test::random_f32(r, {T, Hv}, -2.0f, -1e-3f);
+      Buffer beta = test::random_f32(r, {T, Hv}, 0.01f, 0.99f);
+      Buffer states0 = test::random_f32(r, {g.n_slots, Hv, Dk, Dv}, -0.5f, 0.5f);
+      VarlenCase c{g,
+                   states0,
+                   {T, Hv, Dv},
+                   [&](const Tensor& state, int64_t a, int64_t b, const Tensor& out) {
+                     auto form = b - a == 1 ? gated_delta_rule_recurrent : gated_delta_rule_chunked;
+                     test::run(test::ref(), form, q.tensor().rows(a, b), kk.tensor().rows(a, b), v.tensor().rows(a, b),
+                               gate.tensor().rows(a, b), beta.tensor().rows(a, b), state, out.rows(a, b));
+                   },
+                   [&](const Tensor& states, const SeqBatch& batch, const Tensor& out) {
+                     gated_delta_rule_varlen(q, kk, v, gate, beta, states, batch, out);
+                   }};
+      for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);
+    }
+}
+
+TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const int64_t H = 4, P = 8, G = 2, N = 16, chunk = 32;
+  for (const auto& lens : kLengths)
+    for (int64_t k : kCheckpoints) {
+      SCOPED_TRACE(label(lens, k));
+      const Ragged g = make_ragged(r, lens, k);
+      const int64_t T = g.rows();
+      Buffer x = test::random_f32(r, {T, H, P}), dt = test::random_f32(r, {T, H}, -4.0f, 2.0f);
+      Buffer B = test::random_f32(r, {T, G, N}), C = test::random_f32(r, {T, G, N});
+      Buffer A_log = test::random_f32(r, {H}, -1.0f, 2.0f), D = test::random_f32(r, {H}, 0.5f, 1.5f);
+      Buffer dt_bias = test::random_f32(r, {H}, -2.0f, 0.5f);
+      Buffer states0 = test::random_f32(r, {g.n_slots, H, P, N}, -0.5f, 0.5f);
+      const float inf = std::numeric_limits<float>::infinity();
+      VarlenCase c{g,
+                   states0,
+                   {T, H, P},
+                   [&](const Tensor& state, int64_t a, int64_t b, const Tensor& out) {
+                     const Tensor xa = x.tensor().rows(a, b), dta = dt.tensor().rows(a, b);
+                     const Tensor Ba = B.tensor().rows(a, b), Ca = C.tensor().rows(a, b);
+                     if (b - a == 1)
+                       test::run(test::ref(), ssd_scan_recurrent, xa, dta, Ba, Ca, A_log, D, dt_bias, 0.0f, inf, state,
+                                 out.rows(a, b));
+                     else
+                       test::run(test::ref(), ssd_scan_chunked, xa, dta, Ba, Ca, A_log, D, dt_bias, 0.0f, inf, chunk,
+                                 state, out.rows(a, b));
+                   },
+                   [&](const Tensor& states, const SeqBatch& batch, const Tensor& out) {
+                     ssd_scan_varlen(x, dt, B, C, A_log, D, dt_bias, 0.0f, inf, chunk, states, batch, out);
+                   }};
+      for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);
+    }
+}
+
+TEST_P(OnBackend, Conv1dVarlenMatchesEachSequenceAlone) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (int64_t K : {4, 3})
+    for (const auto& lens : kLengths)
+      for (int64_t k : kCheckpoints) {
+        SCOPED_TRACE(label(lens, k) + " K=" + std::to_string(K));
+        const int64_t C = 37;  // a SIMD body and a scalar tail
+        const Ragged g = make_ragged(r, lens, k);
+        const int64_t T = g.rows();
+        Buffer x = test::random_f32(r, {T, C}, -2, 2), w = test::random_f32(r, {C, K}), bias = test::random_f32(r, {C});
+        Buffer windows0 = test::random_f32(r, {g.n_slots, K - 1, C}, -2, 2);
+        VarlenCase c{g,
+                     windows0,
+                     {T, C},
+                     [&](const Tensor& window, int64_t a, int64_t b, const Tensor& out) {
+                       test::run(test::ref(), conv1d_causal, x.tensor().rows(a, b), w, bias, window, true,
+                                 out.rows(a, b));
+                     },
+                     [&](const Tensor& windows, const SeqBatch& batch, const Tensor& out) {
+                       conv1d_causal_varlen(x, w, bias, windows, true, batch, out);
+                     }};
+        for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);
+      }
+}
+
+// Attention over every sequence's pages in one call against attention_paged per sequence (ref), and
+// write_paged_rows_varlen against write_paged_rows per sequence (bit for bit), for each KV dtype.
+TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const int64_t Hq = 4, Hkv = 2, D = 32, P = 16;
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const auto& lens : kLengths) {
+      SCOPED_TRACE(label(lens, 0) + " " + std::string(dtype_name(dt)));
+      Ragged g = make_ragged(r, lens, 0);
+      std::uniform_int_distribution<int64_t> past(0, 300);
+      int64_t pages_needed = 0;
+      for (int64_t len : lens) {
+        g.positions0.push_back(past(r.gen));
+        pages_needed += (g.positions0.back() + len + P - 1) / P;
+      }
+      const int64_t n_pages = pages_needed + 5;
+      std::vector<int32_t> ids(static_cast<size_t>(n_pages));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), r.gen);
+      g.block_offsets = {0};
+      size_t next = 0;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        for (int64_t p = 0; p < (g.positions0[i] + lens[i] + P - 1) / P; ++p) g.block_tables.push_back(ids[next++]);
+        g.block_offsets.push_back(static_cast<int32_t>(g.block_tables.size()));
+      }
+      const int64_t T = g.rows();
+      Buffer q = test::random_f32(r, {T, Hq, D}, -2, 2);
+      Buffer k_new = test::random_f32(r, {T, Hkv, D}, -2, 2), v_new = test::random_f32(r, {T, Hkv, D});
+      // Pages: random history (in the pages' dtype) everywhere, then the new rows written per sequence by ref.
+      Buffer k_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D}, -2, 2);
+      Buffer v_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D});
+      Buffer k_want = test::clone(k_pages), v_want = test::clone(v_pages);
+      const SeqBatch batch = g.batch();
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const Tensor kr = k_new.tensor().rows(g.offsets[i], g.offsets[i + 1]);
+        const Tensor vr = v_new.tensor().rows(g.offsets[i], g.offsets[i + 1]);
+        test::run(test::ref(), write_paged_rows, kr, k_want, batch.block_table(int64_t(i)), g.positions0[i]);
+        test::run(test::ref(), write_paged_rows, vr, v_want, batch.block_table(int64_t(i)), g.positions0[i]);
+      }
+      Buffer o_want = Buffer::zeros(DType::f32, {T, Hq, D});
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const int64_t r0 = g.offsets[i], r1 = g.offsets[i + 1];
+        test::run(test::ref(), attention_paged, q.tensor().rows(r0, r1), k_want, v_want, batch.block_table(int64_t(i)),
+                  g.positions0[i] + r1 - r0, g.positions0[i], scale, o_want.tensor().rows(r0, r1));
+      }
+      for (const BackendTable* b : with_ref(backend())) {
+        SCOPED_TRACE(std::string(b->name));
+        Buffer kp = test::clone(k_pages), vp = test::clone(v_pages), o = Buffer::zeros(DType::f32, {T, Hq, D});
+        ScopedBackend on(*b);
+        write_paged_rows_varlen(k_new, kp, batch);
+        write_paged_rows_varlen(v_new, vp, batch);
+        EXPECT_TRUE(test::bit_equal(kp, k_want) && test::bit_equal(vp, v_want)) << "pages written";
+        attention_paged_varlen(q, kp, vp, batch, scale, o);
+        EXPECT_LE(relative_error(o, o_want), 1e-5);
+      }
+    }
+}
+
+// Metadata errors are caught in front of the table: a slot named twice, a checkpoint count above the
+// sequence's length, row offsets that do not cover the activations.
+TEST(Varlen, BadBatchesAreClearErrors) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  Rng r;
+  const int64_t C = 8, K = 4;
+  Buffer x = test::random_f32(r, {3, C}), w = test::random_f32(r, {C, K}), y = Buffer::zeros(DType::f32, {3, C});
+  Buffer windows = test::random_f32(r, {4, K - 1, C});
+  const std::vector<int64_t> offsets = {0, 1, 3}, short_offsets = {0, 1, 2};
+  const std::vector<int32_t> slots = {1, 1}, good_slots = {1, 2}, ckpt_offsets = {0, 2, 2}, ckpt_slots = {0, 3};
+  EXPECT_DEATH(conv1d_causal_varlen(x, w, Tensor(), windows, true, SeqBatch{offsets, slots}, y),
+               "slot 1 written twice");
+  EXPECT_DEATH(conv1d_causal_varlen(x, w, Tensor(), windows, true, SeqBatch{short_offsets, good_slots}, y),
+               "row offsets must run from 0 to the 3 rows");
+  EXPECT_DEATH(
+      conv1d_causal_varlen(x, w, Tensor(), windows, true, SeqBatch{offsets, good_slots, ckpt_offsets, ckpt_slots}, y),
+      "2 checkpoints for the 1 tokens of sequence 0");
+}
+
+}  // namespace
+}  // namespace kapitsa::ops
