@@ -63,7 +63,7 @@ std::optional<ApiError> Service::check_model(const OJson& body) const {
 namespace {
 
 ApiError too_long(size_t n, int64_t context) {
-  return ApiError{ErrorKind::context_length,
+  return ApiError{ErrorKind::context_too_long,
                   fmt::format("prompt is too long: {} tokens > {} maximum (the request exceeds the available "
                               "context size of {} tokens)",
                               n, context - 1, context),
@@ -75,7 +75,7 @@ ApiError too_long(size_t n, int64_t context) {
 ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const { return prepare(input, true); }
 
 ApiResult<PreparedPrompt> Service::prepare(const ChatInput& input, bool fit_context) const {
-  if (!template_) return ApiError{ErrorKind::invalid_request, "this model has no chat template; use /v1/completions"};
+  if (!template_) return ApiError{ErrorKind::invalid_argument, "this model has no chat template; use /v1/completions"};
   if (input.messages.empty()) return invalid_request("messages must not be empty", "messages");
   text::ChatRequest request;
   request.messages = input.messages;
@@ -84,7 +84,7 @@ ApiResult<PreparedPrompt> Service::prepare(const ChatInput& input, bool fit_cont
   request.kwargs = options_.template_kwargs;
   for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) request.kwargs[it.key()] = it.value();
   auto chat = text::render_chat_prompt(*template_, engine_->tokenizer(), std::move(request));
-  if (!chat.ok()) return invalid_request("the chat template rejected the conversation: " + chat.error().message);
+  if (!chat.ok()) return api_error(chat.error(), "the chat template rejected the conversation: ");
 
   PreparedPrompt p;
   static_cast<text::ChatPrompt&>(p) = std::move(*chat);
@@ -125,11 +125,7 @@ int Service::max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) 
 ApiResult<std::unique_ptr<runtime::Generation>> Service::submit(runtime::GenerateRequest request) {
   if (shutting_down()) return ApiError{ErrorKind::unavailable, "the server is shutting down"};
   auto g = engine_->submit(std::move(request));
-  if (!g.ok()) {
-    const std::string& m = g.error().message;
-    const bool context = m.find("context") != std::string::npos || m.find("too long") != std::string::npos;
-    return ApiError{context ? ErrorKind::context_length : ErrorKind::invalid_request, m};
-  }
+  if (!g.ok()) return api_error(g.error());
   auto tracked = std::make_unique<Tracked>(this, std::move(*g));
   std::lock_guard lock(mutex_);
   running_.insert(tracked.get());
