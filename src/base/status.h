@@ -1,6 +1,8 @@
 // Error and Expected<T>: results at module boundaries (files, network, user input).
-// An Error carries a message written for a person: what was wrong and where. Internal invariants
-// use KAPITSA_CHECK (check.h) instead. Expected<T> is a minimal stand-in for C++23 std::expected.
+// An Error carries a message written for a person (what was wrong and where) and a kind, set where the
+// error is made, that callers branch on (the server picks the HTTP status from it; never from the text).
+// Internal invariants use KAPITSA_CHECK (check.h) instead. Expected<T> is a minimal stand-in for
+// C++23 std::expected.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,14 +13,33 @@
 
 namespace kapitsa {
 
+// What kind of failure an Error is. Errors at module boundaries are mostly about their input, so that
+// is the default; name another kind where the cause is another.
+enum class ErrorKind {
+  invalid_argument,  // the input is wrong: a request field, a flag, a file's contents (the default)
+  context_too_long,  // a prompt that does not fit the context
+  not_found,         // a named thing does not exist: a model, an endpoint
+  unauthenticated,   // missing or wrong credentials
+  too_large,         // an input over a size limit (a request body)
+  unavailable,       // not now: the model is still loading, the server is shutting down
+  internal,          // a failure that is not the caller's fault
+};
+
 struct Error {
   std::string message;
+  ErrorKind kind = ErrorKind::invalid_argument;
 };
 
 // Builds an Error from a fmt format string: `return error("{}: tensor '{}' missing", path, name);`
 template <typename... Args>
 Error error(fmt::format_string<Args...> format, Args&&... args) {
   return Error{fmt::format(format, std::forward<Args>(args)...)};
+}
+
+// The same with a kind: `return error(ErrorKind::not_found, "model '{}' does not exist", id);`
+template <typename... Args>
+Error error(ErrorKind kind, fmt::format_string<Args...> format, Args&&... args) {
+  return Error{fmt::format(format, std::forward<Args>(args)...), kind};
 }
 
 template <typename T>

@@ -1,8 +1,9 @@
 // `kapitsa chat [--model M]`: an interactive multi-turn conversation through the model's chat template.
-// Each turn renders the whole conversation and marks where the history ends (before the generation
-// prompt) as a turn boundary, so the engine snapshots there and the next turn prefills only what is
-// new; each request also names the ids the template puts after a reply (end_of_turn_ids), which the
-// engine folds while the user types. Reasoning is shown dim; a line of numbers (tokens/s, cached
+// Each turn renders the whole conversation with text::render_chat_prompt (as the server does), which
+// marks where the history ends (before the generation prompt) as a turn boundary, so the engine
+// snapshots there and the next turn prefills only what is new; each request also names the ids the
+// template puts after a reply (end_of_turn_ids), which the engine folds while the user types. Replies
+// are parsed in the template's own reasoning and tool-call formats. Reasoning is shown dim; a line of numbers (tokens/s, cached
 // prompt tokens) follows each reply.
 // Commands: /reset (forget the conversation), /exit or end of input.
 #include "cli/commands.h"
@@ -28,21 +29,6 @@ std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r\n");
   if (a == std::string::npos) return {};
   return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
-}
-
-// The ids the template writes after an assistant reply's content (e.g. "<|im_end|>\n"): render the
-// conversation with a marker reply and take what follows the marker. Empty when it cannot tell.
-std::vector<int32_t> end_of_turn_ids(const LoadedModel& loaded, const text::OrderedJson& history) {
-  static const std::string marker = "KAPITSA_REPLY_END_MARKER";
-  text::ChatRequest r;
-  r.messages = history;
-  r.messages.push_back({{"role", "assistant"}, {"content", marker}});
-  r.add_generation_prompt = false;
-  Expected<std::string> rendered = loaded.chat_template->render(r);
-  if (!rendered.ok()) return {};
-  const size_t at = rendered->rfind(marker);
-  if (at == std::string::npos) return {};
-  return loaded.tokenizer->encode(rendered->substr(at + marker.size()));
 }
 
 Status chat(const ChatOptions& o) {
@@ -75,22 +61,18 @@ Status chat(const ChatOptions& o) {
     text::ChatRequest request;
     request.messages = history;
     if (o.no_think) request.kwargs["enable_thinking"] = false;
-    KAPITSA_TRY(std::string prompt, loaded.chat_template->render(request));
-    request.add_generation_prompt = false;
-    KAPITSA_TRY(std::string before, loaded.chat_template->render(request));
+    KAPITSA_TRY(text::ChatPrompt prompt, text::render_chat_prompt(*loaded.chat_template, *loaded.tokenizer, request));
 
     runtime::GenerateRequest g;
-    g.prompt_ids = loaded.tokenizer->encode(prompt);
-    const std::vector<int32_t> boundary = loaded.tokenizer->encode(before);
-    if (boundary.size() < g.prompt_ids.size() && std::equal(boundary.begin(), boundary.end(), g.prompt_ids.begin()))
-      g.turn_boundary = boundary.size();
+    g.prompt_ids = prompt.ids;
+    g.turn_boundary = prompt.turn_boundary;
+    g.end_of_turn_ids = prompt.end_of_turn_ids;
     g.max_tokens = o.max_tokens;
     g.sampling = o.sampling.apply(loaded.default_sampling);
     g.cache_key = "chat";
-    g.end_of_turn_ids = end_of_turn_ids(loaded, history);
     KAPITSA_TRY(auto generation, loaded.engine->submit(std::move(g)));
 
-    ReplyPrinter printer(true, text::prompt_opens_reasoning(prompt), colour);
+    ReplyPrinter printer(terminal_parser(prompt), colour);
     runtime::FinishEvent finish;
     runtime::Event event;
     while (generation->next(event)) {

@@ -98,8 +98,13 @@ runtime::SamplingParams SamplingFlags::apply(runtime::SamplingParams s) const {
   return s;
 }
 
-ReplyPrinter::ReplyPrinter(bool reasoning, bool starts_in_reasoning, bool colour)
-    : parser_(text::ParserOptions{reasoning, starts_in_reasoning, text::ToolFormat::qwen_xml, {}}), colour_(colour) {}
+ReplyPrinter::ReplyPrinter(text::ParserOptions parser, bool colour) : parser_(std::move(parser)), colour_(colour) {}
+
+text::ParserOptions terminal_parser(const text::ChatPrompt& prompt) {
+  text::ParserOptions parser = prompt.parser;
+  parser.tools = prompt.format.tools;
+  return parser;
+}
 
 void ReplyPrinter::print(const text::ParseEvents& events) {
   for (const text::ParseEvent& e : events) {

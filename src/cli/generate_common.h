@@ -6,7 +6,7 @@
 
 #include "base/status.h"
 #include "runtime/engine.h"
-#include "text/chat/chat_template.h"
+#include "text/chat/chat_prompt.h"
 #include "text/parse/output_parser.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -45,10 +45,11 @@ struct SamplingFlags {
 };
 
 // Prints reply text as it streams: content plain, reasoning dim (when the terminal shows colour),
-// tool calls as one line each.
+// tool calls as one line each. `parser` says which reasoning and tool-call markup to look for (from the
+// model's template: text::ChatPrompt); ParserOptions{} shows the text as it comes.
 class ReplyPrinter {
  public:
-  ReplyPrinter(bool reasoning, bool starts_in_reasoning, bool colour);
+  ReplyPrinter(text::ParserOptions parser, bool colour);
   void feed(const std::string& text);
   void finish();
   const std::string& content() const { return content_; }
@@ -61,6 +62,10 @@ class ReplyPrinter {
   bool in_reasoning_ = false;
   std::string content_, reasoning_;
 };
+
+// The reply parser for the terminal: the template's reasoning and tool-call formats. No tools are
+// offered by run/chat, but a tool call the model writes anyway is shown as one, in its template's syntax.
+text::ParserOptions terminal_parser(const text::ChatPrompt& prompt);
 
 // One line of numbers after a reply, on stderr.
 void print_stats(const runtime::FinishEvent& finish, bool colour);

@@ -53,7 +53,7 @@ Status run(const RunOptions& o) {
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
 
   runtime::GenerateRequest request;
-  bool starts_in_reasoning = false, reasoning = false;
+  text::ParserOptions parser;  // no template: the text as it comes
   if (!o.prompt_ids.empty()) {
     KAPITSA_TRY(request.prompt_ids, read_ids(o.prompt_ids));
   } else if (o.no_template || !loaded.chat_template) {
@@ -63,10 +63,9 @@ Status run(const RunOptions& o) {
     if (!o.system.empty()) chat.messages.push_back({{"role", "system"}, {"content", o.system}});
     chat.messages.push_back({{"role", "user"}, {"content", o.prompt}});
     if (o.no_think) chat.kwargs["enable_thinking"] = false;
-    KAPITSA_TRY(std::string rendered, loaded.chat_template->render(chat));
-    request.prompt_ids = loaded.tokenizer->encode(rendered);
-    reasoning = true;
-    starts_in_reasoning = text::prompt_opens_reasoning(rendered);
+    KAPITSA_TRY(text::ChatPrompt prompt, text::render_chat_prompt(*loaded.chat_template, *loaded.tokenizer, chat));
+    request.prompt_ids = std::move(prompt.ids);  // one reply: no turn boundary, nothing to fold after it
+    parser = terminal_parser(prompt);
   }
   request.max_tokens = o.max_tokens;
   request.sampling = o.sampling.apply(loaded.default_sampling);
@@ -75,7 +74,7 @@ Status run(const RunOptions& o) {
   KAPITSA_TRY(auto generation, loaded.engine->submit(std::move(request)));
 
   const bool json = o.output == "json", colour = stdout_is_terminal();
-  ReplyPrinter printer(reasoning, starts_in_reasoning, colour);
+  ReplyPrinter printer(std::move(parser), colour);
   std::vector<int32_t> ids;
   runtime::FinishEvent finish;
   runtime::Event event;

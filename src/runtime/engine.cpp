@@ -134,7 +134,7 @@ class EngineImpl final : public Engine {
     const int64_t V = model_->info().vocab_size, n = static_cast<int64_t>(r.prompt_ids.size());
     if (n == 0) return error("the prompt is empty");
     if (n >= options_.context_tokens)
-      return error("prompt is too long: {} tokens > {} maximum (the context holds {} tokens, one is needed for the reply)",
+      return error(ErrorKind::context_too_long, "prompt is too long: {} tokens > {} maximum (the context holds {} tokens, one is needed for the reply)",
                    n, options_.context_tokens - 1, options_.context_tokens);
     for (int64_t i = 0; i < n; ++i)
       if (r.prompt_ids[static_cast<size_t>(i)] < 0 || r.prompt_ids[static_cast<size_t>(i)] >= V)

@@ -7,9 +7,9 @@ namespace kapitsa::server {
 
 int ApiError::status() const {
   switch (kind) {
-    case ErrorKind::invalid_request: return 400;
-    case ErrorKind::context_length: return 400;
-    case ErrorKind::authentication: return 401;
+    case ErrorKind::invalid_argument: return 400;
+    case ErrorKind::context_too_long: return 400;
+    case ErrorKind::unauthenticated: return 401;
     case ErrorKind::not_found: return 404;
     case ErrorKind::too_large: return 413;
     case ErrorKind::unavailable: return 503;
@@ -22,9 +22,9 @@ std::string openai_error_json(const ApiError& e) {
   const char* type = "invalid_request_error";
   nlohmann::json code = nullptr;
   switch (e.kind) {
-    case ErrorKind::invalid_request: break;
-    case ErrorKind::context_length: code = "context_length_exceeded"; break;
-    case ErrorKind::authentication: type = "authentication_error"; code = "invalid_api_key"; break;
+    case ErrorKind::invalid_argument: break;
+    case ErrorKind::context_too_long: code = "context_length_exceeded"; break;
+    case ErrorKind::unauthenticated: type = "authentication_error"; code = "invalid_api_key"; break;
     case ErrorKind::not_found:
       type = "not_found_error";
       code = e.param == "model" ? "model_not_found" : "not_found";
@@ -44,9 +44,9 @@ std::string openai_error_json(const ApiError& e) {
 std::string anthropic_error_json(const ApiError& e) {
   const char* type = "invalid_request_error";
   switch (e.kind) {
-    case ErrorKind::invalid_request:
-    case ErrorKind::context_length: break;
-    case ErrorKind::authentication: type = "authentication_error"; break;
+    case ErrorKind::invalid_argument:
+    case ErrorKind::context_too_long: break;
+    case ErrorKind::unauthenticated: type = "authentication_error"; break;
     case ErrorKind::not_found: type = "not_found_error"; break;
     case ErrorKind::too_large: type = "request_too_large"; break;
     case ErrorKind::unavailable: type = "overloaded_error"; break;

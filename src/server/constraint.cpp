@@ -136,7 +136,7 @@ ApiResult<std::shared_ptr<const text::Grammar>> constraint_grammar(const OutputC
                                                                    const text::GrammarStart& start) {
   using Result = ApiResult<std::shared_ptr<const text::Grammar>>;
   auto built = [](Expected<std::shared_ptr<const text::Grammar>> g, const std::string& where) -> Result {
-    if (!g.ok()) return invalid_request(where + ": " + g.error().message, where);
+    if (!g.ok()) return api_error(g.error(), where + ": ", where);
     return *g;
   };
   switch (c.kind) {

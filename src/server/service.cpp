@@ -14,13 +14,6 @@ void Metrics::count_request(const std::string& endpoint, int status) {
   ++requests[fmt::format("{} {}", endpoint, status)];
 }
 
-text::ToolFormat detect_tool_format(const std::string& source) {
-  if (source.find("<function=") != std::string::npos) return text::ToolFormat::qwen_xml;
-  if (source.find("<TOOLCALL>") != std::string::npos) return text::ToolFormat::nemotron;
-  if (source.find("<tool_call>") != std::string::npos) return text::ToolFormat::hermes_json;
-  return text::ToolFormat::none;
-}
-
 // Forwards to the engine's Generation and stays registered with the Service while alive.
 class Service::Tracked : public runtime::Generation {
  public:
@@ -46,8 +39,6 @@ void Service::set_model(std::shared_ptr<runtime::Engine> engine, std::shared_ptr
   engine_ = std::move(engine);
   default_sampling_ = std::move(sampling);
   template_ = std::move(t);
-  tool_format_ = template_ ? detect_tool_format(template_->source()) : text::ToolFormat::none;
-  template_reasons_ = template_ && template_->source().find("<think>") != std::string::npos;
   ready_.store(engine_ != nullptr);
 }
 
@@ -72,25 +63,19 @@ std::optional<ApiError> Service::check_model(const OJson& body) const {
 namespace {
 
 ApiError too_long(size_t n, int64_t context) {
-  return ApiError{ErrorKind::context_length,
+  return ApiError{ErrorKind::context_too_long,
                   fmt::format("prompt is too long: {} tokens > {} maximum (the request exceeds the available "
                               "context size of {} tokens)",
                               n, context - 1, context),
                   "messages"};
 }
 
-// The prompt ends with an already closed, empty reasoning block (thinking turned off, as Qwen3.5's
-// "<think>\n\n</think>\n\n"): the model must not open another one, so a constrained output may not either.
-bool closes_reasoning(std::string_view prompt) {
-  const size_t close = prompt.rfind("</think>");
-  return close != std::string_view::npos &&
-         prompt.find_first_not_of(" \t\r\n", close + std::string_view("</think>").size()) == std::string_view::npos;
-}
-
 }  // namespace
 
-ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
-  if (!template_) return ApiError{ErrorKind::invalid_request, "this model has no chat template; use /v1/completions"};
+ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const { return prepare(input, true); }
+
+ApiResult<PreparedPrompt> Service::prepare(const ChatInput& input, bool fit_context) const {
+  if (!template_) return ApiError{ErrorKind::invalid_argument, "this model has no chat template; use /v1/completions"};
   if (input.messages.empty()) return invalid_request("messages must not be empty", "messages");
   text::ChatRequest request;
   request.messages = input.messages;
@@ -98,42 +83,16 @@ ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const {
   request.tools = with_tools ? input.tools.tools : OJson(nullptr);
   request.kwargs = options_.template_kwargs;
   for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) request.kwargs[it.key()] = it.value();
-  request.add_generation_prompt = true;
-  auto rendered = template_->render(request);
-  if (!rendered.ok()) return invalid_request("the chat template rejected the conversation: " + rendered.error().message);
+  auto chat = text::render_chat_prompt(*template_, engine_->tokenizer(), std::move(request));
+  if (!chat.ok()) return api_error(chat.error(), "the chat template rejected the conversation: ");
 
   PreparedPrompt p;
-  p.text = std::move(*rendered);
-  const auto& tok = engine_->tokenizer();
-  p.ids = tok.encode(p.text);
+  static_cast<text::ChatPrompt&>(p) = std::move(*chat);
   if (p.ids.empty()) return invalid_request("the prompt is empty", "messages");
-  if (static_cast<int64_t>(p.ids.size()) >= context_tokens()) return too_long(p.ids.size(), context_tokens());
-
-  // The conversation without the generation prompt: where the prefix cache should keep a snapshot.
-  request.add_generation_prompt = false;
-  if (auto prefix = template_->render(request); prefix.ok() && p.text.starts_with(*prefix)) {
-    std::vector<int32_t> pre = tok.encode(*prefix);
-    if (pre.size() <= p.ids.size() && std::equal(pre.begin(), pre.end(), p.ids.begin())) p.turn_boundary = pre.size();
-  }
-  // What the template writes after the reply's content (e.g. "<|im_end|>\n"): the engine folds it
-  // after the reply, so the client's next request resumes past it.
-  static const std::string marker = "KAPITSA_REPLY_END_MARKER";
-  request.messages.push_back({{"role", "assistant"}, {"content", marker}});
-  if (auto closed = template_->render(request); closed.ok())
-    if (const size_t at = closed->rfind(marker); at != std::string::npos)
-      p.end_of_turn_ids = tok.encode(closed->substr(at + marker.size()));
-
-  p.parser.reasoning = template_reasons_;
-  p.parser.starts_in_reasoning = template_reasons_ && text::prompt_opens_reasoning(p.text);
-  if (with_tools) {
-    p.parser.tools = tool_format_;
-    p.parser.tool_schemas = Json(input.tools.tools);
-    p.custom_tools = input.tools.custom_names;
-  }
-  text::GrammarStart start;
-  start.in_reasoning = p.parser.starts_in_reasoning;
-  start.may_open_reasoning = p.parser.reasoning && !p.parser.starts_in_reasoning && !closes_reasoning(p.text);
-  auto grammar = constraint_grammar(input.constraint, with_tools ? input.tools.tools : OJson(nullptr), tool_format_, start);
+  if (fit_context && static_cast<int64_t>(p.ids.size()) >= context_tokens()) return too_long(p.ids.size(), context_tokens());
+  if (with_tools) p.custom_tools = input.tools.custom_names;
+  auto grammar = constraint_grammar(input.constraint, with_tools ? input.tools.tools : OJson(nullptr), p.format.tools,
+                                    p.grammar_start());
   if (auto* e = std::get_if<ApiError>(&grammar)) return *e;
   p.grammar = std::get<std::shared_ptr<const text::Grammar>>(grammar);
   if (!p.grammar) p.grammar = options_.default_grammar;
@@ -151,18 +110,9 @@ ApiResult<PreparedPrompt> Service::prepare_text(const std::string& prompt) const
 }
 
 ApiResult<size_t> Service::count_chat_tokens(const ChatInput& input) const {
-  auto p = prepare_chat(input);
-  if (auto* e = std::get_if<ApiError>(&p)) {
-    if (e->kind != ErrorKind::context_length) return *e;
-    // Counting a prompt that does not fit is still an answer (clients use it to decide to compact).
-    text::ChatRequest request;
-    request.messages = input.messages;
-    request.tools = input.offer_tools ? input.tools.tools : OJson(nullptr);
-    request.kwargs = options_.template_kwargs;
-    for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) request.kwargs[it.key()] = it.value();
-    auto rendered = template_->render(request);
-    return rendered.ok() ? engine_->tokenizer().encode(*rendered).size() : size_t{0};
-  }
+  // Counting a prompt that does not fit is still an answer (clients use it to decide to compact).
+  auto p = prepare(input, /*fit_context=*/false);
+  if (auto* e = std::get_if<ApiError>(&p)) return *e;
   return std::get<PreparedPrompt>(p).ids.size();
 }
 
@@ -175,11 +125,7 @@ int Service::max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) 
 ApiResult<std::unique_ptr<runtime::Generation>> Service::submit(runtime::GenerateRequest request) {
   if (shutting_down()) return ApiError{ErrorKind::unavailable, "the server is shutting down"};
   auto g = engine_->submit(std::move(request));
-  if (!g.ok()) {
-    const std::string& m = g.error().message;
-    const bool context = m.find("context") != std::string::npos || m.find("too long") != std::string::npos;
-    return ApiError{context ? ErrorKind::context_length : ErrorKind::invalid_request, m};
-  }
+  if (!g.ok()) return api_error(g.error());
   auto tracked = std::make_unique<Tracked>(this, std::move(*g));
   std::lock_guard lock(mutex_);
   running_.insert(tracked.get());

@@ -10,7 +10,7 @@
 #include "server/constraint.h"
 #include "server/conversation.h"
 #include "server/turn.h"
-#include "text/chat/chat_template.h"
+#include "text/chat/chat_prompt.h"
 #include "text/parse/output_parser.h"
 
 #include <atomic>
@@ -43,12 +43,9 @@ struct ChatInput {
   OJson kwargs = OJson::object();
 };
 
-struct PreparedPrompt {
-  std::string text;
-  std::vector<int32_t> ids;
-  std::optional<size_t> turn_boundary;  // tokens before the generation prompt
-  std::vector<int32_t> end_of_turn_ids;  // what the template writes after the reply (GenerateRequest)
-  text::ParserOptions parser;
+// The shared chat prompt (text, ids, turn boundary, end-of-turn ids, reply parser; text/chat) plus what
+// only the server adds. A raw completion fills text and ids only.
+struct PreparedPrompt : text::ChatPrompt {
   std::set<std::string> custom_tools;
   std::shared_ptr<const text::Grammar> grammar;  // the output constraint, in the model's own formats; or null
 };
@@ -106,6 +103,8 @@ class Service {
 
  private:
   class Tracked;
+  // prepare_chat; `fit_context` false: a prompt longer than the context is returned, not refused.
+  ApiResult<PreparedPrompt> prepare(const ChatInput& input, bool fit_context) const;
   void untrack(Tracked* g);
 
   ServiceOptions options_;
@@ -114,14 +113,9 @@ class Service {
   runtime::SamplingParams default_sampling_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
-  text::ToolFormat tool_format_ = text::ToolFormat::none;
-  bool template_reasons_ = false;
   std::mutex mutex_;
   std::set<Tracked*> running_;
   Metrics metrics_;
 };
-
-// Which tool-call syntax a chat template teaches the model (from its source text).
-text::ToolFormat detect_tool_format(const std::string& template_source);
 
 }  // namespace kapitsa::server

@@ -66,7 +66,7 @@ HttpResponse HttpServer::route(const HttpRequest& req) {
         }))
       key = auth.substr(7);
     if (key != options_.api_key)
-      return error_for(path, ApiError{ErrorKind::authentication, "invalid or missing API key (send Authorization: "
+      return error_for(path, ApiError{ErrorKind::unauthenticated, "invalid or missing API key (send Authorization: "
                                                                  "Bearer KEY or x-api-key: KEY)"});
   }
 
@@ -133,7 +133,7 @@ bool HttpServer::bind(std::string& error) {
   // Errors httplib raises itself (body over the limit, bad request lines) get a JSON body too.
   svr.set_error_handler([this](const httplib::Request& hreq, httplib::Response& hres) {
     if (!hres.body.empty()) return;
-    ApiError e{ErrorKind::invalid_request, "bad request"};
+    ApiError e{ErrorKind::invalid_argument, "bad request"};
     if (hres.status == 413)
       e = ApiError{ErrorKind::too_large, "request body too large (limit " + std::to_string(options_.max_body_bytes) + " bytes)"};
     else if (hres.status == 404)

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace kapitsa::testing {
@@ -74,6 +75,32 @@ TEST(RunCli, ChatReusesTheCacheOnTheSecondTurn) {
   ASSERT_NE(second, std::string::npos) << r.output;
   const size_t open = r.output.rfind('(', second);
   EXPECT_NE(r.output.substr(open, second - open), "(0 ") << r.output;
+}
+
+// The demo model with a Nemotron 3 or Nemotron Nano v2 template instead of its own: `kapitsa chat` renders
+// it through the shared chat-prompt module (turn boundary, end-of-turn ids, the template's reply formats),
+// answers, and reuses the cache on the second turn, thinking on and off.
+TEST(RunCli, ChatWithNemotronTemplates) {
+  namespace fs = std::filesystem;
+  for (const std::string name : {"nemotron3-nano", "nemotron-nano-v2"}) {
+    for (const std::string flags : {"", " --no-think"}) {
+      SCOPED_TRACE(name + flags);
+      ScratchDir dir;
+      const fs::path model = dir.path("model");
+      fs::create_directories(model);
+      for (const auto& entry : fs::directory_iterator(demo_dir())) fs::create_symlink(entry.path(), model / entry.path().filename());
+      fs::copy_file(test_data_path("text/data/templates/" + name + ".jinja"), model / "chat_template.jinja");
+      std::ofstream(dir.path("input.txt")) << "Hello! Who are you?\nTell me more.\n";
+      CommandResult r = run_kapitsa("chat --model " + model.string() + flags + " --max-tokens 12 --seed 2 < " + dir.path("input.txt"));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      const size_t first = r.output.find("cached)");
+      ASSERT_NE(first, std::string::npos) << r.output;
+      const size_t second = r.output.find("cached)", first + 1);
+      ASSERT_NE(second, std::string::npos) << r.output;
+      const size_t open = r.output.rfind('(', second);
+      EXPECT_NE(r.output.substr(open, second - open), "(0 ") << r.output;
+    }
+  }
 }
 
 TEST(RunCli, BadInputFailsClearly) {

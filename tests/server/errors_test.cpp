@@ -1,5 +1,6 @@
 // Negative tests: every error class answers with the right status and the API's own error shape
 // (OpenAI {"error":{message,type,param,code}}, Anthropic {"type":"error","error":{type,message}}).
+#include "server/api/api.h"
 #include "server_fixture.h"
 
 namespace kapitsa::server::testing {
@@ -105,6 +106,77 @@ TEST_F(ServerTest, PromptLongerThanContext) {
   auto c = call("/v1/messages/count_tokens", {{"model", "kapitsa-test"}, {"messages", msgs}});
   EXPECT_EQ(c.status, 200) << c.body;
   EXPECT_GT(json(c)["input_tokens"].get<int>(), 64);
+}
+
+// What each error kind answers on each API: the HTTP status, OpenAI's error.type and error.code, and
+// Anthropic's error.type. The table is the contract with clients (their SDKs branch on these).
+struct KindAnswer {
+  ErrorKind kind;
+  int status;
+  const char* openai_type;
+  const char* openai_code;  // nullptr: JSON null
+  const char* anthropic_type;
+};
+const KindAnswer kKindAnswers[] = {
+    {ErrorKind::invalid_argument, 400, "invalid_request_error", nullptr, "invalid_request_error"},
+    {ErrorKind::context_too_long, 400, "invalid_request_error", "context_length_exceeded", "invalid_request_error"},
+    {ErrorKind::not_found, 404, "not_found_error", "not_found", "not_found_error"},
+    {ErrorKind::unauthenticated, 401, "authentication_error", "invalid_api_key", "authentication_error"},
+    {ErrorKind::too_large, 413, "invalid_request_error", "request_too_large", "request_too_large"},
+    {ErrorKind::unavailable, 503, "unavailable_error", "model_loading", "overloaded_error"},
+    {ErrorKind::internal, 500, "server_error", nullptr, "api_error"},
+};
+
+void expect_kind_answer(const HttpResponse& r, const KindAnswer& k, bool anthropic, const std::string& message) {
+  EXPECT_EQ(r.status, k.status) << r.body;
+  OJson j = OJson::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.body;
+  if (anthropic) {
+    EXPECT_EQ(j["type"], "error") << r.body;
+    EXPECT_EQ(j["error"]["type"], k.anthropic_type) << r.body;
+  } else {
+    EXPECT_EQ(j["error"]["type"], k.openai_type) << r.body;
+    EXPECT_EQ(j["error"]["code"], k.openai_code ? OJson(k.openai_code) : OJson(nullptr)) << r.body;
+    EXPECT_TRUE(j["error"].contains("param")) << r.body;
+  }
+  EXPECT_EQ(j["error"]["message"], message) << r.body;
+}
+
+TEST_F(ServerTest, EveryErrorKindMapsToItsStatusAndBody) {
+  for (const KindAnswer& k : kKindAnswers) {
+    SCOPED_TRACE(k.status);
+    const ApiError e{k.kind, "what went wrong"};
+    EXPECT_EQ(e.status(), k.status);
+    expect_kind_answer(api::openai_error(e), k, false, "what went wrong");
+    expect_kind_answer(api::anthropic_error(e), k, true, "what went wrong");
+  }
+}
+
+// The engine's Error reaches the client with the kind it was made with, on every API surface, whatever
+// its message says (no message text is matched: these messages name no context and no size).
+TEST_F(ServerTest, EngineErrorKindsReachEveryApi) {
+  const OJson chat = {{"model", "kapitsa-test"}, {"messages", kUser}};
+  const OJson chat_stream = {{"model", "kapitsa-test"}, {"messages", kUser}, {"stream", true}};
+  const OJson responses = {{"model", "kapitsa-test"}, {"input", "hi"}};
+  const OJson completions = {{"model", "kapitsa-test"}, {"prompt", "hi"}};
+  const OJson messages = {{"model", "kapitsa-test"}, {"max_tokens", 5}, {"messages", kUser}};
+  const OJson messages_stream = {{"model", "kapitsa-test"}, {"max_tokens", 5}, {"messages", kUser}, {"stream", true}};
+  struct Surface {
+    const char* path;
+    const OJson* body;
+    bool anthropic;
+  };
+  const Surface surfaces[] = {{"/v1/chat/completions", &chat, false},  {"/v1/chat/completions", &chat_stream, false},
+                              {"/v1/responses", &responses, false},    {"/v1/completions", &completions, false},
+                              {"/v1/messages", &messages, true},       {"/v1/messages", &messages_stream, true}};
+  for (const KindAnswer& k : kKindAnswers) {
+    for (const Surface& s : surfaces) {
+      SCOPED_TRACE(std::string(s.path) + " " + s.body->dump() + " status " + std::to_string(k.status));
+      engine->fail_next_submit(error(k.kind, "engine refused request {}", 7));
+      expect_kind_answer(call(s.path, *s.body), k, s.anthropic, "engine refused request 7");
+    }
+  }
+  EXPECT_TRUE(engine->requests().empty());
 }
 
 TEST_F(ServerTest, ApiKey) {

@@ -1,7 +1,8 @@
 // FakeEngine: a runtime::Engine that plays scripted generations (token texts, then a finish reason),
 // so the server's endpoints can be tested without a model. It validates like the real engine
 // (empty prompt, prompt longer than the context), clamps max_tokens, honours cancel(), can delay the
-// first token (a long prefill) and each next token, and records every request and cancellation.
+// first token (a long prefill) and each next token, records every request and cancellation, and can fail
+// the next submit with any Error (kind and message).
 #pragma once
 
 #include "runtime/engine.h"
@@ -12,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -48,6 +50,11 @@ class FakeEngine : public runtime::Engine {
     std::lock_guard lock(mutex_);
     default_ = std::move(s);
   }
+  // The next submit fails with `e` (as the real engine's validation would, with the kind it sets).
+  void fail_next_submit(Error e) {
+    std::lock_guard lock(mutex_);
+    submit_error_ = std::move(e);
+  }
   // Decides the script from the request (the decoded prompt) when no pushed script is waiting.
   void set_responder(std::function<Script(const std::string& prompt)> f) {
     std::lock_guard lock(mutex_);
@@ -66,9 +73,17 @@ class FakeEngine : public runtime::Engine {
   int live() const { return live_->load(); }
 
   Expected<std::unique_ptr<runtime::Generation>> submit(runtime::GenerateRequest request) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (submit_error_) {
+        Error e = std::move(*submit_error_);
+        submit_error_.reset();
+        return e;
+      }
+    }
     if (request.prompt_ids.empty()) return Error{"empty prompt"};
     if (static_cast<int64_t>(request.prompt_ids.size()) >= options_.context_tokens)
-      return Error{"prompt longer than the context"};
+      return error(ErrorKind::context_too_long, "prompt longer than the context");
     Script s;
     {
       std::lock_guard lock(mutex_);
@@ -177,6 +192,7 @@ class FakeEngine : public runtime::Engine {
   std::deque<Script> scripts_;
   Script default_{{"Hello", " from", " the", " fake."}};
   std::function<Script(const std::string&)> responder_;
+  std::optional<Error> submit_error_;
   std::vector<runtime::GenerateRequest> requests_;
   std::shared_ptr<std::atomic<int>> cancelled_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "base/status.h"
+#include "text/chat/chat_format.h"
 #include "text/chat/messages.h"
 #include "text/jinja/template.h"
 
@@ -24,14 +25,18 @@ class ChatTemplate {
   Expected<std::string> render(const ChatRequest& request, const ChatOptions& options = {}) const;
 
   const std::string& source() const { return source_; }
+  // The tool-call and reasoning formats the template teaches (from its source).
+  const ChatFormat& format() const { return format_; }
   // Extra variables given to every render (before the request's kwargs), e.g. bos_token.
   void set_default_variables(OrderedJson variables) { defaults_ = std::move(variables); }
 
  private:
-  ChatTemplate(jinja::Template t, std::string source) : template_(std::move(t)), source_(std::move(source)) {}
+  ChatTemplate(jinja::Template t, std::string source)
+      : template_(std::move(t)), source_(std::move(source)), format_(chat_format_of(source_)) {}
 
   jinja::Template template_;
   std::string source_;
+  ChatFormat format_;
   OrderedJson defaults_ = OrderedJson::object();
 };
 
