@@ -1,8 +1,10 @@
 // CUDA RoPE and causal GQA attention (contiguous and paged): checks, host spans (positions, inv_freq,
-// the block table) copied to the device, then the kernels of attention.cu.
+// the block table) copied to the device, the split-K choice for decode, then the kernels of attention.cu.
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
+
+#include <algorithm>
 
 namespace kapitsa::ops::cuda {
 using detail::check_f32;
@@ -43,6 +45,25 @@ kernels::AttentionArgs check_attention(const Tensor& q, const Tensor& o, int64_t
   KAPITSA_CHECK(o.data() != q.data() || T == 0, "{}: o must not alias q", op);
   return kernels::AttentionArgs{q.f32(), nullptr, nullptr, o.f32(), T, Hq, Hkv, D, q_pos0, scale, nullptr, 0};
 }
+
+// Split-K when (query, head) blocks alone would leave most multiprocessors idle: enough key ranges of
+// at least kMinKeysPerSplit keys for about two blocks per multiprocessor. Partials go to scratch.
+void choose_splits(kernels::AttentionArgs& a) {
+  constexpr int64_t kMinKeysPerSplit = 256;
+  static const int64_t sm_count = [] {
+    int n = 0;
+    detail::check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    return int64_t{n};
+  }();
+  const int64_t blocks = a.T * a.Hq, max_keys = a.q_pos0 + a.T;
+  const int64_t wanted = (2 * sm_count + blocks - 1) / blocks;
+  const int64_t splits = std::min(wanted, (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  if (splits <= 1) return;
+  a.keys_per_split = (max_keys + splits - 1) / splits;
+  a.splits = (max_keys + a.keys_per_split - 1) / a.keys_per_split;
+  a.partials = static_cast<float*>(
+      detail::scratch(detail::Slot::temp0, static_cast<size_t>(blocks * a.splits * (a.D + 2)) * sizeof(float)));
+}
 }  // namespace
 
 // q: [T, Hq, D];  k, v: [S, Hkv, D];  o: [T, Hq, D].
@@ -52,6 +73,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
                 k.shape().str(), v.shape().str());
   kernels::AttentionArgs a = check_attention(q, o, k.dim(1), k.dim(2), k.dim(0), q_pos0, scale, "attention");
   a.k = k.f32(), a.v = v.f32();
+  choose_splits(a);
   kernels::attention(a, stream());
   check_launch("attention");
 }
@@ -76,6 +98,7 @@ void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pag
   a.k = k_pages.f32(), a.v = v_pages.f32();
   a.block_table = upload(block_table.first(static_cast<size_t>(used_pages)), Slot::span0);
   a.page_tokens = P;
+  choose_splits(a);
   kernels::attention(a, stream());
   check_launch("attention_paged");
 }

@@ -1,10 +1,12 @@
 // Kernels of partial NeoX RoPE and causal GQA attention (contiguous or paged KV).
 // RoPE computes angle = float32(pos · inv_freq) and its cos/sin in double rounded to f32, as the
 // reference (logits at long positions are sensitive to the angle's rounding).
-// Attention is a plain, correct kernel, not yet a flash kernel: one block per (query, head); each warp
-// walks every n_warps-th key with an online softmax (a warp-wide dot product per key, each lane holding
-// D/32 output columns), then the warps' partial results merge in shared memory. Keys are re-read for
-// every query (no tiling across queries) and decode is not split across blocks (no split-K yet).
+// Attention is a plain, correct kernel, not yet a flash kernel: one block per (query, head, key range);
+// each warp walks every n_warps-th key of the range with an online softmax (a warp-wide dot product per
+// key, each lane holding D/32 output columns), then the warps' partial results merge in shared memory.
+// With one range the block writes o; with several (split-K, for decode with few queries × heads) each
+// writes its unnormalised partial (m, l, acc) and a second kernel combines them. Keys are re-read for
+// every query (no tiling across queries: prefill is slow).
 #include "ops/cuda/kernel_util.cuh"
 
 #include <cmath>
@@ -41,9 +43,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) q_s[d] = a.q[(t * a.Hq + h) * D + d];
   __syncthreads();
 
-  const int64_t n_keys = a.q_pos0 + t + 1;
+  const int64_t n_keys = a.q_pos0 + t + 1, split = blockIdx.z;
+  const int64_t key_begin = a.splits > 1 ? split * a.keys_per_split : 0;
+  const int64_t key_end = a.splits > 1 ? min(n_keys, key_begin + a.keys_per_split) : n_keys;
   float m = -INFINITY, l = 0.0f, acc[kSlots] = {};
-  for (int64_t s = warp; s < n_keys; s += kAttnWarps) {
+  for (int64_t s = key_begin + warp; s < key_end; s += kAttnWarps) {
     const int64_t row =
         a.block_table == nullptr ? s : int64_t{a.block_table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
     const float* ks = a.k + (row * a.Hkv + g) * D;
@@ -80,9 +84,41 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
     weight[w] = l_s[w] > 0.0f ? expf(m_s[w] - m_all) : 0.0f;
     l_all += l_s[w] * weight[w];
   }
+  if (a.splits == 1) {
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float o = 0.0f;
+      for (int w = 0; w < kAttnWarps; ++w) o += acc_s[w][d] * weight[w];
+      a.o[(t * a.Hq + h) * D + d] = o / l_all;
+    }
+    return;
+  }
+  // Partial of this key range: [m, l, acc[0..D)] (an empty range leaves m = -inf, l = 0).
+  float* part = a.partials + ((t * a.Hq + h) * a.splits + split) * (D + 2);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < kAttnWarps; ++w) o += acc_s[w][d] * weight[w];
+    part[2 + d] = o;
+  }
+  if (threadIdx.x == 0) part[0] = m_all, part[1] = l_all;
+}
+
+// o[t, h, :] from the splits' partials: weights exp(m_s − max m) on each l_s and acc_s.
+__global__ void attention_combine_kernel(AttentionArgs a) {
+  const int64_t h = blockIdx.x, t = blockIdx.y, D = a.D;
+  const float* parts = a.partials + (t * a.Hq + h) * a.splits * (D + 2);
+  float m_all = -INFINITY;
+  for (int64_t s = 0; s < a.splits; ++s) m_all = fmaxf(m_all, parts[s * (D + 2)]);
+  float l_all = 0.0f;
+  for (int64_t s = 0; s < a.splits; ++s) {
+    const float l = parts[s * (D + 2) + 1];
+    if (l > 0.0f) l_all += l * expf(parts[s * (D + 2)] - m_all);
+  }
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int64_t s = 0; s < a.splits; ++s) {
+      const float* p = parts + s * (D + 2);
+      if (p[1] > 0.0f) o += p[2 + d] * expf(p[0] - m_all);
+    }
     a.o[(t * a.Hq + h) * D + d] = o / l_all;
   }
 }
@@ -108,7 +144,11 @@ void attention(const AttentionArgs& a, cudaStream_t s) {
     part.q = a.q + t0 * a.Hq * a.D;
     part.o = a.o + t0 * a.Hq * a.D;
     part.q_pos0 = a.q_pos0 + t0;
-    attention_kernel<<<dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), kAttnWarps * 32, 0, s>>>(part);
+    if (a.splits > 1) part.partials = a.partials + t0 * a.Hq * a.splits * (a.D + 2);
+    const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T), static_cast<unsigned>(a.splits));
+    attention_kernel<<<grid, kAttnWarps * 32, 0, s>>>(part);
+    if (a.splits > 1)
+      attention_combine_kernel<<<dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), 128, 0, s>>>(part);
   }
 }
 

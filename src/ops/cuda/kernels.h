@@ -53,6 +53,10 @@ struct AttentionArgs {
   float scale;
   const int32_t* block_table;
   int64_t page_tokens;
+  // Split-K (decode): splits > 1 divides each query's keys into ranges of keys_per_split, one block
+  // each, whose partial results go to `partials` ([T, Hq, splits, D + 2] floats) and are then combined.
+  int64_t splits = 1, keys_per_split = 0;
+  float* partials = nullptr;
 };
 constexpr int64_t kAttentionMaxHeadDim = 256;
 void attention(const AttentionArgs& a, cudaStream_t s);

@@ -102,7 +102,7 @@ TEST_F(Cuda, MatmulMatchesRef) {
       Buffer yr = Buffer::zeros(DType::f32, {c.T, c.N});
       auto dy = poisoned({c.T, c.N});
       ref::matmul(x, w, yr);
-      cuda::matmul(to_device(x), to_device(w).tensor(), dy);
+      cuda::matmul(to_device(x), to_device(w).tensor(), dy);  // a Tensor: converts to the weight type
       const Buffer y = to_host(dy);
       const bool gemv = c.T <= 8;
       const double tol = gemv || dt == DType::f32 ? 2e-6 : dt == DType::f16 ? 1e-3 : 5e-3;

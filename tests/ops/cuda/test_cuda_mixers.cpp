@@ -48,14 +48,17 @@ struct AttnCase {
 };
 
 // f32 online softmax vs ref's double two-pass: 1e-5 as cpu. Paged: the history scattered over shuffled
-// pages of a larger pool (other pages hold garbage) gives the contiguous result.
+// pages of a larger pool (other pages hold garbage) gives the contiguous result. Decode cases with few
+// query heads and many keys take the split-K path (attention.cpp: choose_splits).
 TEST_F(Cuda, AttentionMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   const std::vector<AttnCase> cases = {{1, 1, 1, 8, 0, 16},    {1, 8, 2, 64, 37, 16},  {1, 16, 4, 256, 700, 16},
                                        {7, 6, 2, 33, 0, 3},    {7, 4, 4, 128, 11, 32}, {65, 4, 1, 64, 0, 16},
                                        {65, 6, 3, 256, 90, 7}, {200, 2, 2, 16, 5, 1},  {3, 3, 1, 1, 2, 1},
-                                       {1, 4, 1, 64, 1000, 16}, {1, 8, 2, 256, 3000, 16}, {40, 16, 2, 80, 15, 16}};
+                                       {1, 4, 1, 64, 1000, 16}, {1, 8, 2, 256, 3000, 16}, {40, 16, 2, 80, 15, 16},
+                                       // split-K: several queries; early queries end before the last range
+                                       {3, 4, 2, 128, 2000, 16}, {200, 1, 1, 64, 100, 16}};
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(fmt::format("T={} Hq={} Hkv={} D={} pos0={} P={}", c.T, c.Hq, c.Hkv, c.D, c.q_pos0, c.page));
     const int64_t n_kv = c.q_pos0 + c.T, P = c.page, used = (n_kv + P - 1) / P, n_pages = 2 * used + 3;
