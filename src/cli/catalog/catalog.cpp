@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 
 namespace kapitsa::cli::catalog {
 namespace fs = std::filesystem;
@@ -104,21 +105,27 @@ fs::path hub_cache_dir() {
   return home_dir() / ".cache" / "huggingface" / "hub";
 }
 
-Expected<Catalog> load_catalog() {
+std::optional<fs::path> find_shipped(const std::string& relative, const std::function<bool(const fs::path&)>& accept) {
   std::vector<fs::path> tried;
-  if (const std::string home = env("KAPITSA_HOME"); !home.empty()) tried.push_back(fs::path(home) / kCatalog);
+  if (const std::string home = env("KAPITSA_HOME"); !home.empty()) tried.push_back(fs::path(home) / relative);
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec)
     for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
-      tried.push_back(dir / kCatalog);
-  tried.push_back(fs::current_path(ec) / kCatalog);
-  Json merged;
+      tried.push_back(dir / relative);
+  tried.push_back(fs::current_path(ec) / relative);
   for (const fs::path& p : tried)
-    if (fs::is_regular_file(p, ec)) {
-      KAPITSA_TRY(merged, read_json_file(p.string()));
-      break;
-    }
+    if (accept(p)) return p;
+  return std::nullopt;
+}
+
+Expected<Catalog> load_catalog() {
+  std::error_code ec;
+  Json merged;
+  const auto is_file = [](const fs::path& p) { std::error_code e; return fs::is_regular_file(p, e); };
+  if (const std::optional<fs::path> shipped = find_shipped(kCatalog, is_file)) {
+    KAPITSA_TRY(merged, read_json_file(shipped->string()));
+  }
   if (merged.is_null()) merged = Json{{"models", Json::object()}};  // no shipped catalog: the user file alone
   const fs::path user = user_catalog_path();
   if (fs::is_regular_file(user, ec)) {

@@ -9,6 +9,7 @@
 #include "base/status.h"
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,12 @@ Expected<Catalog> parse_catalog(const Json& json, const std::string& where);
 // models/catalog.json shipped with kapitsa (under $KAPITSA_HOME, next to the executable's repository or
 // the current directory), with the user file applied on top. A missing user file is not an error.
 Expected<Catalog> load_catalog();
+
+// `relative` (e.g. "models/catalog.json") under $KAPITSA_HOME, under each folder above the executable
+// (the repository it was built in, or an install prefix), or under the current directory: the first
+// candidate `accept` takes.
+std::optional<std::filesystem::path> find_shipped(const std::string& relative,
+                                                  const std::function<bool(const std::filesystem::path&)>& accept);
 
 // $XDG_CONFIG_HOME/kapitsa/models.json, else ~/.config/kapitsa/models.json.
 std::filesystem::path user_catalog_path();
