@@ -2,6 +2,7 @@
 #include "cli/generate_common.h"
 
 #include "base/json.h"
+#include "cli/catalog/catalog.h"
 #include "models/model.h"
 
 #include <cstdio>
@@ -33,19 +34,11 @@ std::string served_model_id(const std::string& model_dir) {
 
 Expected<std::string> resolve_model_dir(const std::string& option) {
   if (!option.empty()) {
-    if (!is_model_dir(option)) return error("--model {}: no config.json there (give a Hugging Face model folder)", option);
-    return option;
+    if (is_model_dir(option)) return option;  // a folder never needs the catalog
+    KAPITSA_TRY(catalog::Catalog models, catalog::load_catalog());
+    return catalog::resolve_model(option, models);  // alias, org/name[:quant], .gguf
   }
-  std::vector<fs::path> tried;
-  if (const char* home = std::getenv("KAPITSA_HOME"); home != nullptr && *home != '\0') tried.push_back(fs::path(home) / kDemo);
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec)
-    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
-      tried.push_back(dir / kDemo);
-  tried.push_back(fs::current_path(ec) / kDemo);
-  for (const fs::path& p : tried)
-    if (is_model_dir(p)) return p.string();
+  if (const std::optional<fs::path> demo = catalog::find_shipped(kDemo, is_model_dir)) return demo->string();
   return error("no --model given and the bundled demo model ({}) was not found next to the kapitsa executable, "
                "under $KAPITSA_HOME or in the current directory; pass --model DIR",
                kDemo);

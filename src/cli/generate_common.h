@@ -18,7 +18,8 @@
 
 namespace kapitsa::cli {
 
-// `option` when given; otherwise models/demo/target under $KAPITSA_HOME, or under the repository the
+// `option` when given: a model folder, a .gguf file, or a catalog alias / Hub id found in the Hugging Face
+// cache (cli/catalog/catalog.h resolve_model); otherwise models/demo/target under $KAPITSA_HOME, or under the repository the
 // executable was built in (…/build/<dir>/kapitsa), or under the current directory.
 Expected<std::string> resolve_model_dir(const std::string& option);
 

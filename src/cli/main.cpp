@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kapitsa::cli::add_run_command(app);
   kapitsa::cli::add_chat_command(app);
   kapitsa::cli::add_agent_commands(app);
+  kapitsa::cli::add_doctor_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

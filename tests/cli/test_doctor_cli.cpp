@@ -1,0 +1,55 @@
+// `kapitsa doctor --json` end to end: it runs, and every section has sane values (a measured bandwidth
+// above zero, at least one core, memory, a row per catalog model × quantization with consistent numbers,
+// the four agents, the port); the text report names its sections.
+#include "base/json.h"
+#include "models/cli_runner.h"
+
+#include <gtest/gtest.h>
+
+namespace kapitsa::testing {
+namespace {
+
+TEST(DoctorCli, JsonHasEverySectionWithSaneValues) {
+  const CommandResult r = run_kapitsa("doctor --json --seconds 0.2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto parsed = parse_json_lenient(r.output, "doctor --json");
+  ASSERT_TRUE(parsed.ok()) << r.output;
+  const Json& j = parsed.value();
+  EXPECT_FALSE(j["cpu"]["model"].get<std::string>().empty());
+  EXPECT_GE(j["cpu"]["logical_cores"].get<int>(), 1);
+  EXPECT_GE(j["cpu"]["usable_cores"].get<int>(), 1);
+  EXPECT_LE(j["cpu"]["usable_cores"].get<int>(), j["cpu"]["logical_cores"].get<int>());
+  EXPECT_TRUE(j["cpu"]["features"].is_array());
+  EXPECT_GT(j["memory"]["total_bytes"].get<double>(), 0);
+  EXPECT_LE(j["memory"]["available_bytes"].get<double>(), j["memory"]["total_bytes"].get<double>());
+  EXPECT_GT(j["bandwidth"]["read_bytes_per_s"].get<double>(), 1e8);  // any machine reads 100 MB/s
+  EXPECT_LT(j["bandwidth"]["read_bytes_per_s"].get<double>(), 1e14);
+  EXPECT_TRUE(j["gpu"]["cuda_backend_built"].is_boolean());
+  EXPECT_GT(j["disk"]["total_bytes"].get<double>(), 0);
+  ASSERT_TRUE(j["models"].is_array());
+  ASSERT_GE(j["models"].size(), 5u);
+  for (const Json& m : j["models"]) {
+    EXPECT_GT(m["weight_bytes"].get<double>(), 1e8) << m.dump();
+    EXPECT_GT(m["decode_tokens_per_s"].get<double>(), 0) << m.dump();
+    EXPECT_GE(m["max_context"].get<long>(), 0) << m.dump();
+    if (m["fits"].get<bool>()) {
+      EXPECT_GE(m["max_context"].get<long>(), 4096) << m.dump();
+    }
+  }
+  ASSERT_EQ(j["agents"].size(), 4u);
+  for (const Json& a : j["agents"])
+    EXPECT_EQ(a["installed"].get<bool>(), !a["path"].get<std::string>().empty()) << a.dump();
+  EXPECT_EQ(j["port"]["port"].get<int>(), 8080);
+  EXPECT_TRUE(j["port"]["free"].is_boolean());
+  EXPECT_TRUE(j["warnings"].is_array());
+}
+
+TEST(DoctorCli, TextReportNamesItsSections) {
+  const CommandResult r = run_kapitsa("doctor --seconds 0.1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"CPU", "Memory", "Bandwidth", "GPU", "Disk", "Models", "27b:4bit", "Agents", "Port 8080"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+}
+
+}  // namespace
+}  // namespace kapitsa::testing
