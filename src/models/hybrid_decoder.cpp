@@ -69,14 +69,18 @@ std::unique_ptr<SequenceState> HybridDecoder::new_state(int64_t max_tokens, std:
   return state;
 }
 
-Status HybridDecoder::load_embedding_and_head(const weights::Checkpoint& ckpt, const std::string& embedding_name,
+Status HybridDecoder::load_embedding_and_head(WeightLoader& loader, const std::string& embedding_name,
                                               const std::string& head_name, bool tied) {
   const int64_t V = info_.vocab_size, H = info_.hidden_size;
-  KAPITSA_TRY(embedding_, ckpt.get(embedding_name, {V, H}));
-  if (tied && !ckpt.contains(head_name)) {
+  {
+    WeightLoader::Share gathered(loader, 0.0);  // a token reads one row of it
+    KAPITSA_TRY(embedding_, loader.matrix(embedding_name, {V, H}));
+  }
+  if (tied && !loader.contains(head_name)) {
     head_ = embedding_;
+    loader.count(head_);
   } else {
-    KAPITSA_TRY(head_, ckpt.get(head_name, {V, H}));
+    KAPITSA_TRY(head_, loader.matrix(head_name, {V, H}));
   }
   return ok_status();
 }

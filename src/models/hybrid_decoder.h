@@ -8,7 +8,7 @@
 #include "models/layers/step.h"
 #include "models/model.h"
 #include "models/state_slots.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <memory>
 #include <mutex>
@@ -32,8 +32,8 @@ class HybridDecoder : public Model {
                              const Tensor& out, ForwardContext& ctx) const = 0;
 
   // Loads the embedding [V, H] and the head: `head_name` when the checkpoint has it, else (tied) the embedding.
-  Status load_embedding_and_head(const weights::Checkpoint& ckpt, const std::string& embedding_name,
-                                 const std::string& head_name, bool tied);
+  Status load_embedding_and_head(WeightLoader& loader, const std::string& embedding_name, const std::string& head_name,
+                                 bool tied);
 
   // Set by the family while loading.
   ModelInfo info_;

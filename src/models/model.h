@@ -29,6 +29,8 @@ struct ModelInfo {
   // Weight bytes one decode step reads (all dense matrices, the active experts' share, the output
   // head; not the embedding table): the denominator of the memory-bandwidth roofline. 0 if unknown.
   int64_t weight_bytes_per_token = 0;
+  // Bytes of every loaded weight matrix (embedding and head once each, all experts): what stays resident.
+  int64_t resident_weight_bytes = 0;
 };
 
 // Per-sequence memory: attention KV for every attention layer (pages of a KvPagePool, addressed by

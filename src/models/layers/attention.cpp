@@ -10,17 +10,17 @@
 
 namespace kapitsa::models {
 
-Expected<AttentionWeights> AttentionWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+Expected<AttentionWeights> AttentionWeights::load(WeightLoader& loader, const std::string& prefix,
                                                   const AttentionConfig& c) {
   AttentionWeights w;
   const int64_t q_rows = c.n_heads * c.head_dim * (c.output_gate ? 2 : 1);
-  KAPITSA_TRY(w.q_proj, ckpt.get(prefix + "q_proj.weight", {q_rows, c.hidden_size}));
-  KAPITSA_TRY(w.k_proj, ckpt.get(prefix + "k_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
-  KAPITSA_TRY(w.v_proj, ckpt.get(prefix + "v_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
-  KAPITSA_TRY(w.o_proj, ckpt.get(prefix + "o_proj.weight", {c.hidden_size, c.n_heads * c.head_dim}));
+  KAPITSA_TRY(w.q_proj, loader.matrix(prefix + "q_proj.weight", {q_rows, c.hidden_size}));
+  KAPITSA_TRY(w.k_proj, loader.matrix(prefix + "k_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
+  KAPITSA_TRY(w.v_proj, loader.matrix(prefix + "v_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
+  KAPITSA_TRY(w.o_proj, loader.matrix(prefix + "o_proj.weight", {c.hidden_size, c.n_heads * c.head_dim}));
   if (c.qk_norm) {
-    KAPITSA_TRY(w.q_norm, ckpt.get_f32(prefix + "q_norm.weight", {c.head_dim}));
-    KAPITSA_TRY(w.k_norm, ckpt.get_f32(prefix + "k_norm.weight", {c.head_dim}));
+    KAPITSA_TRY(w.q_norm, loader.get_f32(prefix + "q_norm.weight", {c.head_dim}));
+    KAPITSA_TRY(w.k_norm, loader.get_f32(prefix + "k_norm.weight", {c.head_dim}));
   }
   if (c.rotary_dim > 0) w.rope_inv_freq = models::rope_inv_freq(c.rotary_dim, c.rope_theta, c.rope_bf16_frequencies);
   return w;

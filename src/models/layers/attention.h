@@ -8,7 +8,7 @@
 #include "models/layers/step.h"
 #include "models/workspace.h"
 #include "tensor/tensor.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <cstdint>
 #include <span>
@@ -41,7 +41,7 @@ struct AttentionWeights {
   std::vector<float> rope_inv_freq;  // [rotary_dim / 2]
 
   // Reads PREFIX{q,k,v,o}_proj.weight (+ q_norm/k_norm) and checks their shapes.
-  static Expected<AttentionWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix,
+  static Expected<AttentionWeights> load(WeightLoader& loader, const std::string& prefix,
                                          const AttentionConfig& c);
 };
 

@@ -8,25 +8,25 @@
 
 namespace kapitsa::models {
 
-Expected<GdnWeights> GdnWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix, const GdnConfig& c) {
+Expected<GdnWeights> GdnWeights::load(WeightLoader& loader, const std::string& prefix, const GdnConfig& c) {
   GdnWeights w;
   const int64_t H = c.hidden_size, Hk = c.n_k_heads, Hv = c.n_v_heads, r = Hv / Hk;
   if (c.packed_projections) {
-    KAPITSA_TRY(w.in_proj_qkvz, ckpt.get(prefix + "in_proj_qkvz.weight", {2 * c.key_dim() + 2 * c.value_dim(), H}));
-    KAPITSA_TRY(w.in_proj_ba, ckpt.get(prefix + "in_proj_ba.weight", {Hk * 2 * r, H}));
+    KAPITSA_TRY(w.in_proj_qkvz, loader.matrix(prefix + "in_proj_qkvz.weight", {2 * c.key_dim() + 2 * c.value_dim(), H}));
+    KAPITSA_TRY(w.in_proj_ba, loader.matrix(prefix + "in_proj_ba.weight", {Hk * 2 * r, H}));
   } else {
-    KAPITSA_TRY(w.in_proj_qkv, ckpt.get(prefix + "in_proj_qkv.weight", {c.conv_dim(), H}));
-    KAPITSA_TRY(w.in_proj_z, ckpt.get(prefix + "in_proj_z.weight", {c.value_dim(), H}));
-    KAPITSA_TRY(w.in_proj_b, ckpt.get(prefix + "in_proj_b.weight", {Hv, H}));
-    KAPITSA_TRY(w.in_proj_a, ckpt.get(prefix + "in_proj_a.weight", {Hv, H}));
+    KAPITSA_TRY(w.in_proj_qkv, loader.matrix(prefix + "in_proj_qkv.weight", {c.conv_dim(), H}));
+    KAPITSA_TRY(w.in_proj_z, loader.matrix(prefix + "in_proj_z.weight", {c.value_dim(), H}));
+    KAPITSA_TRY(w.in_proj_b, loader.matrix(prefix + "in_proj_b.weight", {Hv, H}));
+    KAPITSA_TRY(w.in_proj_a, loader.matrix(prefix + "in_proj_a.weight", {Hv, H}));
   }
-  KAPITSA_TRY(Buffer conv, ckpt.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}));
+  KAPITSA_TRY(Buffer conv, loader.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}));
   w.conv = std::move(conv);
   w.conv.tensor() = w.conv.tensor().reshape({c.conv_dim(), c.conv_kernel});
-  KAPITSA_TRY(w.A_log, ckpt.get_f32(prefix + "A_log", {Hv}));
-  KAPITSA_TRY(w.dt_bias, ckpt.get_f32(prefix + "dt_bias", {Hv}));
-  KAPITSA_TRY(w.norm, ckpt.get_f32(prefix + "norm.weight", {c.v_head_dim}));
-  KAPITSA_TRY(w.out_proj, ckpt.get(prefix + "out_proj.weight", {H, c.value_dim()}));
+  KAPITSA_TRY(w.A_log, loader.get_f32(prefix + "A_log", {Hv}));
+  KAPITSA_TRY(w.dt_bias, loader.get_f32(prefix + "dt_bias", {Hv}));
+  KAPITSA_TRY(w.norm, loader.get_f32(prefix + "norm.weight", {c.v_head_dim}));
+  KAPITSA_TRY(w.out_proj, loader.matrix(prefix + "out_proj.weight", {H, c.value_dim()}));
   return w;
 }
 
@@ -68,16 +68,7 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
   // Causal depthwise conv + SiLU over the concatenated channels, carrying the window.
   Tensor mixed = ws.take(DType::f32, {T, c.conv_dim()});
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
-  for (const StepSequence& s : step.sequences) {
-    const Tensor window = windows.index(s.slot);
-    run_with_checkpoints(
-        s,
-        [&](int64_t first, int64_t n) {
-          const int64_t r = s.begin + first;
-          ops::conv1d_causal(qkv.rows(r, r + n), w.conv, Tensor(), window, /*silu=*/true, mixed.rows(r, r + n));
-        },
-        [&](size_t j) { ops::copy(window, windows.index(s.checkpoint_slots[j])); });
-  }
+  conv_per_sequence(step, windows, qkv, w.conv, Tensor(), mixed);
 
   Tensor q = ws.take(DType::f32, {T, Hk, Dk});
   Tensor k = ws.take(DType::f32, {T, Hk, Dk});

@@ -9,7 +9,7 @@
 #include "models/layers/step.h"
 #include "models/workspace.h"
 #include "tensor/tensor.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <span>
 #include <string>
@@ -48,7 +48,7 @@ struct GdnWeights {
   Buffer norm;          // [Dv] f32
   Tensor out_proj;      // [H, value_dim]
 
-  static Expected<GdnWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, const GdnConfig& c);
+  static Expected<GdnWeights> load(WeightLoader& loader, const std::string& prefix, const GdnConfig& c);
 };
 
 // Several sequences at once: projections and the output over all rows (weights read once per step),

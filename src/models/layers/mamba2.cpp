@@ -15,25 +15,25 @@ void add_bias(const Tensor& y, const Buffer& bias) {
 
 }  // namespace
 
-Expected<Mamba2Weights> Mamba2Weights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+Expected<Mamba2Weights> Mamba2Weights::load(WeightLoader& loader, const std::string& prefix,
                                             const Mamba2Config& c) {
   Mamba2Weights w;
   const int64_t H = c.hidden_size, Hm = c.n_heads;
-  KAPITSA_TRY(w.in_proj, ckpt.get(prefix + "in_proj.weight", {c.in_proj_dim(), H}));
-  KAPITSA_TRY(Buffer conv, ckpt.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.d_conv}));
+  KAPITSA_TRY(w.in_proj, loader.matrix(prefix + "in_proj.weight", {c.in_proj_dim(), H}));
+  KAPITSA_TRY(Buffer conv, loader.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.d_conv}));
   w.conv = std::move(conv);
   w.conv.tensor() = w.conv.tensor().reshape({c.conv_dim(), c.d_conv});
   if (c.conv_bias) {
-    KAPITSA_TRY(w.conv_bias, ckpt.get_f32(prefix + "conv1d.bias", {c.conv_dim()}));
+    KAPITSA_TRY(w.conv_bias, loader.get_f32(prefix + "conv1d.bias", {c.conv_dim()}));
   }
-  KAPITSA_TRY(w.A_log, ckpt.get_f32(prefix + "A_log", {Hm}));
-  KAPITSA_TRY(w.D, ckpt.get_f32(prefix + "D", {Hm}));
-  KAPITSA_TRY(w.dt_bias, ckpt.get_f32(prefix + "dt_bias", {Hm}));
-  KAPITSA_TRY(w.norm, ckpt.get_f32(prefix + "norm.weight", {c.d_inner()}));
-  KAPITSA_TRY(w.out_proj, ckpt.get(prefix + "out_proj.weight", {H, c.d_inner()}));
+  KAPITSA_TRY(w.A_log, loader.get_f32(prefix + "A_log", {Hm}));
+  KAPITSA_TRY(w.D, loader.get_f32(prefix + "D", {Hm}));
+  KAPITSA_TRY(w.dt_bias, loader.get_f32(prefix + "dt_bias", {Hm}));
+  KAPITSA_TRY(w.norm, loader.get_f32(prefix + "norm.weight", {c.d_inner()}));
+  KAPITSA_TRY(w.out_proj, loader.matrix(prefix + "out_proj.weight", {H, c.d_inner()}));
   if (c.proj_bias) {
-    KAPITSA_TRY(w.in_proj_bias, ckpt.get_f32(prefix + "in_proj.bias", {c.in_proj_dim()}));
-    KAPITSA_TRY(w.out_proj_bias, ckpt.get_f32(prefix + "out_proj.bias", {H}));
+    KAPITSA_TRY(w.in_proj_bias, loader.get_f32(prefix + "in_proj.bias", {c.in_proj_dim()}));
+    KAPITSA_TRY(w.out_proj_bias, loader.get_f32(prefix + "out_proj.bias", {H}));
   }
   return w;
 }
@@ -56,17 +56,7 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
 
   Tensor xbc_act = ws.take(DType::f32, {T, conv_dim});
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
-  const Tensor conv_bias = c.conv_bias ? w.conv_bias.tensor() : Tensor();
-  for (const StepSequence& s : step.sequences) {
-    const Tensor window = windows.index(s.slot);
-    run_with_checkpoints(
-        s,
-        [&](int64_t first, int64_t n) {
-          const int64_t r = s.begin + first;
-          ops::conv1d_causal(xbc.rows(r, r + n), w.conv, conv_bias, window, /*silu=*/true, xbc_act.rows(r, r + n));
-        },
-        [&](size_t j) { ops::copy(window, windows.index(s.checkpoint_slots[j])); });
-  }
+  conv_per_sequence(step, windows, xbc, w.conv, c.conv_bias ? w.conv_bias.tensor() : Tensor(), xbc_act);
 
   Tensor xs = ws.take(DType::f32, {T, Hm, P});
   Tensor B = ws.take(DType::f32, {T, G, N});

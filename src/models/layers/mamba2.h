@@ -8,7 +8,7 @@
 #include "models/layers/step.h"
 #include "models/workspace.h"
 #include "tensor/tensor.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <limits>
 #include <span>
@@ -49,7 +49,7 @@ struct Mamba2Weights {
   Tensor out_proj;      // [hidden, d_inner]
   Buffer out_proj_bias; // [hidden] f32 (proj_bias only)
 
-  static Expected<Mamba2Weights> load(const weights::Checkpoint& ckpt, const std::string& prefix,
+  static Expected<Mamba2Weights> load(WeightLoader& loader, const std::string& prefix,
                                       const Mamba2Config& c);
 };
 

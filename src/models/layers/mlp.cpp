@@ -5,12 +5,12 @@
 
 namespace kapitsa::models {
 
-Expected<SwiGluWeights> SwiGluWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix, int64_t hidden,
+Expected<SwiGluWeights> SwiGluWeights::load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
                                             int64_t intermediate) {
   SwiGluWeights w;
-  KAPITSA_TRY(w.gate, ckpt.get(prefix + "gate_proj.weight", {intermediate, hidden}));
-  KAPITSA_TRY(w.up, ckpt.get(prefix + "up_proj.weight", {intermediate, hidden}));
-  KAPITSA_TRY(w.down, ckpt.get(prefix + "down_proj.weight", {hidden, intermediate}));
+  KAPITSA_TRY(w.gate, loader.matrix(prefix + "gate_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.up, loader.matrix(prefix + "up_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.down, loader.matrix(prefix + "down_proj.weight", {hidden, intermediate}));
   return w;
 }
 
@@ -26,11 +26,11 @@ void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, 
   ops::matmul(gate, w.down, out);
 }
 
-Expected<Relu2MlpWeights> Relu2MlpWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+Expected<Relu2MlpWeights> Relu2MlpWeights::load(WeightLoader& loader, const std::string& prefix,
                                                 int64_t hidden, int64_t intermediate) {
   Relu2MlpWeights w;
-  KAPITSA_TRY(w.up, ckpt.get(prefix + "up_proj.weight", {intermediate, hidden}));
-  KAPITSA_TRY(w.down, ckpt.get(prefix + "down_proj.weight", {hidden, intermediate}));
+  KAPITSA_TRY(w.up, loader.matrix(prefix + "up_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.down, loader.matrix(prefix + "down_proj.weight", {hidden, intermediate}));
   return w;
 }
 

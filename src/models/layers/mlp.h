@@ -5,7 +5,7 @@
 #include "base/status.h"
 #include "models/workspace.h"
 #include "tensor/tensor.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <string>
 
@@ -18,7 +18,7 @@ struct SwiGluWeights {
   int64_t intermediate() const { return gate.dim(0); }
 
   // Reads PREFIX{gate,up,down}_proj.weight.
-  static Expected<SwiGluWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, int64_t hidden,
+  static Expected<SwiGluWeights> load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
                                       int64_t intermediate);
 };
 
@@ -32,7 +32,7 @@ struct Relu2MlpWeights {
   int64_t intermediate() const { return up.dim(0); }
 
   // Reads PREFIX{up,down}_proj.weight.
-  static Expected<Relu2MlpWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix, int64_t hidden,
+  static Expected<Relu2MlpWeights> load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
                                         int64_t intermediate);
 };
 

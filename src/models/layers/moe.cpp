@@ -5,29 +5,31 @@
 
 namespace kapitsa::models {
 
-Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const std::string& prefix,
                                                     const SoftmaxMoeConfig& c) {
   SoftmaxMoeWeights w;
   const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim;
-  KAPITSA_TRY(w.router, ckpt.get(prefix + "gate.weight", {E, H}));
+  KAPITSA_TRY(w.router, loader.matrix(prefix + "gate.weight", {E, H}));
+  WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
   const std::string fused = prefix + "experts.gate_up_proj";
-  if (ckpt.contains(fused)) {
-    KAPITSA_TRY(Tensor gate_up, ckpt.get(fused, {E, 2 * I, H}));
-    KAPITSA_TRY(Tensor down, ckpt.get(prefix + "experts.down_proj", {E, H, I}));
+  if (loader.contains(fused)) {
+    KAPITSA_TRY(Tensor gate_up, loader.matrix(fused, {E, 2 * I, H}));
+    KAPITSA_TRY(Tensor down, loader.matrix(prefix + "experts.down_proj", {E, H, I}));
     for (int64_t e = 0; e < E; ++e) {
       const Tensor gu = gate_up.index(e);  // [2I, H]: gate rows then up rows, no transpose
       w.experts.push_back(SwiGluWeights{gu.rows(0, I), gu.rows(I, 2 * I), down.index(e)});
     }
   } else {
     for (int64_t e = 0; e < E; ++e) {
-      KAPITSA_TRY(SwiGluWeights expert, SwiGluWeights::load(ckpt, fmt::format("{}experts.{}.", prefix, e), H, I));
+      KAPITSA_TRY(SwiGluWeights expert, SwiGluWeights::load(loader, fmt::format("{}experts.{}.", prefix, e), H, I));
       w.experts.push_back(expert);
     }
   }
+  WeightLoader::Share every_token(loader, 1.0);
   if (c.shared_expert_dim > 0) {
-    KAPITSA_TRY(SwiGluWeights shared, SwiGluWeights::load(ckpt, prefix + "shared_expert.", H, c.shared_expert_dim));
+    KAPITSA_TRY(SwiGluWeights shared, SwiGluWeights::load(loader, prefix + "shared_expert.", H, c.shared_expert_dim));
     w.shared = shared;
-    KAPITSA_TRY(w.shared_gate, ckpt.get(prefix + "shared_expert_gate.weight", {1, H}));
+    KAPITSA_TRY(w.shared_gate, loader.matrix(prefix + "shared_expert_gate.weight", {1, H}));
   }
   return w;
 }

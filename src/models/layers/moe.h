@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "models/layers/mlp.h"
 #include "tensor/tensor.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <optional>
 #include <string>
@@ -32,7 +32,7 @@ struct SoftmaxMoeWeights {
   Tensor shared_gate;                    // [1, H]
 
   // PREFIX is the block, e.g. "model.layers.0.mlp.".
-  static Expected<SoftmaxMoeWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix,
+  static Expected<SoftmaxMoeWeights> load(WeightLoader& loader, const std::string& prefix,
                                           const SoftmaxMoeConfig& c);
 };
 

@@ -7,35 +7,37 @@
 
 namespace kapitsa::models {
 
-Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(const weights::Checkpoint& ckpt, const std::string& prefix,
+Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const std::string& prefix,
                                                     const SigmoidMoeConfig& c) {
   SigmoidMoeWeights w;
   const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim, W = c.expert_width();
-  KAPITSA_TRY(w.router, ckpt.get(prefix + "gate.weight", {E, H}));
+  KAPITSA_TRY(w.router, loader.matrix(prefix + "gate.weight", {E, H}));
   const std::string bias_name = prefix + "gate.e_score_correction_bias";
-  if (ckpt.contains(bias_name)) {
-    KAPITSA_TRY(w.correction_bias, ckpt.get_f32(bias_name, {E}));
+  if (loader.contains(bias_name)) {
+    KAPITSA_TRY(w.correction_bias, loader.get_f32(bias_name, {E}));
   } else {
     w.correction_bias = Buffer::zeros(DType::f32, {E});  // transformers' buffer starts at zero
   }
+  WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
   const std::string fused_up = prefix + "experts.up_proj";
-  if (ckpt.contains(fused_up)) {
-    KAPITSA_TRY(Tensor up, ckpt.get(fused_up, {E, I, W}));
-    KAPITSA_TRY(Tensor down, ckpt.get(prefix + "experts.down_proj", {E, W, I}));
+  if (loader.contains(fused_up)) {
+    KAPITSA_TRY(Tensor up, loader.matrix(fused_up, {E, I, W}));
+    KAPITSA_TRY(Tensor down, loader.matrix(prefix + "experts.down_proj", {E, W, I}));
     for (int64_t e = 0; e < E; ++e) w.experts.push_back(Relu2MlpWeights{up.index(e), down.index(e)});
   } else {
     for (int64_t e = 0; e < E; ++e) {
-      KAPITSA_TRY(Relu2MlpWeights expert, Relu2MlpWeights::load(ckpt, fmt::format("{}experts.{}.", prefix, e), W, I));
+      KAPITSA_TRY(Relu2MlpWeights expert, Relu2MlpWeights::load(loader, fmt::format("{}experts.{}.", prefix, e), W, I));
       w.experts.push_back(expert);
     }
   }
+  WeightLoader::Share every_token(loader, 1.0);
   if (c.shared_expert_dim > 0) {
-    KAPITSA_TRY(Relu2MlpWeights shared, Relu2MlpWeights::load(ckpt, prefix + "shared_experts.", H, c.shared_expert_dim));
+    KAPITSA_TRY(Relu2MlpWeights shared, Relu2MlpWeights::load(loader, prefix + "shared_experts.", H, c.shared_expert_dim));
     w.shared = shared;
   }
   if (c.latent_dim > 0) {
-    KAPITSA_TRY(w.fc1_latent, ckpt.get(prefix + "fc1_latent_proj.weight", {c.latent_dim, H}));
-    KAPITSA_TRY(w.fc2_latent, ckpt.get(prefix + "fc2_latent_proj.weight", {H, c.latent_dim}));
+    KAPITSA_TRY(w.fc1_latent, loader.matrix(prefix + "fc1_latent_proj.weight", {c.latent_dim, H}));
+    KAPITSA_TRY(w.fc2_latent, loader.matrix(prefix + "fc2_latent_proj.weight", {H, c.latent_dim}));
   }
   return w;
 }

@@ -9,7 +9,7 @@
 #include "base/status.h"
 #include "models/layers/mlp.h"
 #include "tensor/tensor.h"
-#include "weights/safetensors.h"
+#include "models/weight_list.h"
 
 #include <optional>
 #include <string>
@@ -41,7 +41,7 @@ struct SigmoidMoeWeights {
   Tensor fc2_latent;                      // [H, L]
 
   // PREFIX is the block, e.g. "backbone.layers.1.mixer.".
-  static Expected<SigmoidMoeWeights> load(const weights::Checkpoint& ckpt, const std::string& prefix,
+  static Expected<SigmoidMoeWeights> load(WeightLoader& loader, const std::string& prefix,
                                           const SigmoidMoeConfig& c);
 };
 

@@ -5,6 +5,7 @@
 
 #include "models/kv_pages.h"
 #include "models/state_slots.h"
+#include "ops/ops.h"
 
 #include <cstdint>
 #include <span>
@@ -38,6 +39,23 @@ void run_with_checkpoints(const StepSequence& s, Run&& run, Checkpoint&& checkpo
   for (int64_t j = 0; j < k; ++j) {
     run(s.length - k + j, int64_t{1});
     checkpoint(static_cast<size_t>(j));
+  }
+}
+
+// The causal conv of a recurrent layer for every sequence of the step, each continuing (and leaving)
+// its window in its slot, checkpointing windows like the scan.
+// x, y: [n_tokens, C];  w: [C, K] f32;  bias: [C] f32 or empty;  windows: [n_slots, K-1, C] (the pool's).
+inline void conv_per_sequence(const StepBatch& step, const Tensor& windows, const Tensor& x, const Tensor& w,
+                              const Tensor& bias, const Tensor& y) {
+  for (const StepSequence& s : step.sequences) {
+    const Tensor window = windows.index(s.slot);
+    run_with_checkpoints(
+        s,
+        [&](int64_t first, int64_t n) {
+          const int64_t r = s.begin + first;
+          ops::conv1d_causal(x.rows(r, r + n), w, bias, window, /*silu=*/true, y.rows(r, r + n));
+        },
+        [&](size_t j) { ops::copy(window, windows.index(s.checkpoint_slots[j])); });
   }
 }
 

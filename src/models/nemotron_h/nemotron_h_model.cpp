@@ -33,7 +33,6 @@ class NemotronHModel final : public HybridDecoder {
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
-  size_t decode_weight_bytes() const;
 
  private:
   void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
@@ -78,6 +77,7 @@ Status NemotronHModel::load_weights() {
 
   // Released checkpoints name the trunk backbone.*, transformers' own module tree model.*;
   // multimodal releases put either behind language_model.
+  WeightLoader loader(checkpoint_);
   std::string prefix;
   for (const char* candidate : {"backbone.", "model.", "language_model.backbone.", "language_model.model."})
     if (checkpoint_.contains(std::string(candidate) + "embeddings.weight")) {
@@ -90,9 +90,9 @@ Status NemotronHModel::load_weights() {
   const std::string head_prefix = prefix.rfind("language_model.", 0) == 0 ? "language_model." : "";
   info_.vocab_size = c.vocab_size;
   info_.hidden_size = H;
-  KAPITSA_RETURN_IF_ERROR(load_embedding_and_head(checkpoint_, prefix + "embeddings.weight", head_prefix + "lm_head.weight",
+  KAPITSA_RETURN_IF_ERROR(load_embedding_and_head(loader, prefix + "embeddings.weight", head_prefix + "lm_head.weight",
                                                   c.tie_word_embeddings));
-  KAPITSA_TRY(final_norm_, checkpoint_.get_f32(prefix + "norm_f.weight", {H}));
+  KAPITSA_TRY(final_norm_, loader.get_f32(prefix + "norm_f.weight", {H}));
   norm_eps_ = c.norm_eps;
   norm_weight_offset_ = 0.0f;
   int64_t n_recurrent = 0, n_attention = 0;
@@ -104,28 +104,28 @@ Status NemotronHModel::load_weights() {
     Layer layer;
     layer.kind = c.layer_kinds[static_cast<size_t>(i)];
     std::vector<Buffer> norms(1);
-    KAPITSA_TRY(norms[0], checkpoint_.get_f32(p + "norm.weight", {H}));
+    KAPITSA_TRY(norms[0], loader.get_f32(p + "norm.weight", {H}));
     block_norms_.push_back(std::move(norms));
     if (layer.kind == LayerKind::mamba) layer.memory_index = n_recurrent++;
     if (layer.kind == LayerKind::attention) layer.memory_index = n_attention++;
     switch (layer.kind) {
       case LayerKind::mamba: {
-        KAPITSA_TRY(Mamba2Weights w, Mamba2Weights::load(checkpoint_, m, mamba_config_));
+        KAPITSA_TRY(Mamba2Weights w, Mamba2Weights::load(loader, m, mamba_config_));
         layer.mamba = std::move(w);
         break;
       }
       case LayerKind::attention: {
-        KAPITSA_TRY(AttentionWeights w, AttentionWeights::load(checkpoint_, m, attention_config_));
+        KAPITSA_TRY(AttentionWeights w, AttentionWeights::load(loader, m, attention_config_));
         layer.attention = std::move(w);
         break;
       }
       case LayerKind::mlp: {
-        KAPITSA_TRY(Relu2MlpWeights w, Relu2MlpWeights::load(checkpoint_, m, H, c.intermediate_size));
+        KAPITSA_TRY(Relu2MlpWeights w, Relu2MlpWeights::load(loader, m, H, c.intermediate_size));
         layer.mlp = w;
         break;
       }
       case LayerKind::moe: {
-        KAPITSA_TRY(SigmoidMoeWeights w, SigmoidMoeWeights::load(checkpoint_, m, moe_config_));
+        KAPITSA_TRY(SigmoidMoeWeights w, SigmoidMoeWeights::load(loader, m, moe_config_));
         layer.moe = std::move(w);
         break;
       }
@@ -143,29 +143,9 @@ Status NemotronHModel::load_weights() {
                     fmt::format("{}: {} layers ({} Mamba-2, {} attention, {} MLP, {} MoE), hidden {}, vocab {}{}",
                                 c.model_type, c.n_layers, c.count(LayerKind::mamba), c.count(LayerKind::attention),
                                 c.count(LayerKind::mlp), c.count(LayerKind::moe), H, c.vocab_size, experts)};
-  info_.weight_bytes_per_token = static_cast<int64_t>(decode_weight_bytes());
+  info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
+  info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
   return ok_status();
-}
-
-size_t NemotronHModel::decode_weight_bytes() const {
-  auto bytes = [](const Tensor& t) { return t.empty() ? size_t{0} : t.nbytes(); };  // absent (non-latent) → 0
-  auto relu2 = [](const Relu2MlpWeights& w) { return w.up.nbytes() + w.down.nbytes(); };
-  size_t total = head_.nbytes();
-  for (const Layer& layer : layers_) {
-    if (layer.mamba) total += layer.mamba->in_proj.nbytes() + layer.mamba->out_proj.nbytes();
-    if (layer.attention) {
-      const AttentionWeights& a = *layer.attention;
-      total += a.q_proj.nbytes() + a.k_proj.nbytes() + a.v_proj.nbytes() + a.o_proj.nbytes();
-    }
-    if (layer.mlp) total += relu2(*layer.mlp);
-    if (layer.moe) {
-      const SigmoidMoeWeights& m = *layer.moe;
-      total += m.router.nbytes() + bytes(m.fc1_latent) + bytes(m.fc2_latent);
-      if (m.shared) total += relu2(*m.shared);
-      total += static_cast<size_t>(config_.top_k) * relu2(m.experts.front());  // k experts per token
-    }
-  }
-  return total;
 }
 
 void NemotronHModel::block_forward(size_t i, size_t, const StepBatch& step, const Tensor& normed, const Tensor& out,

@@ -33,7 +33,6 @@ class Qwen35Model final : public HybridDecoder {
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
-  size_t decode_weight_bytes() const;
 
  private:
   void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
@@ -59,13 +58,14 @@ Status Qwen35Model::load_weights() {
   moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
                                  c.norm_topk_prob};
 
+  WeightLoader loader(checkpoint_);
   const std::string prefix =
       checkpoint_.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   info_.vocab_size = c.vocab_size;
   info_.hidden_size = H;
   KAPITSA_RETURN_IF_ERROR(
-      load_embedding_and_head(checkpoint_, prefix + "embed_tokens.weight", "lm_head.weight", c.tie_word_embeddings));
-  KAPITSA_TRY(final_norm_, checkpoint_.get_f32(prefix + "norm.weight", {H}));
+      load_embedding_and_head(loader, prefix + "embed_tokens.weight", "lm_head.weight", c.tie_word_embeddings));
+  KAPITSA_TRY(final_norm_, loader.get_f32(prefix + "norm.weight", {H}));
   norm_eps_ = c.rms_norm_eps;
   norm_weight_offset_ = 1.0f;
   int64_t n_recurrent = 0, n_attention = 0;
@@ -76,22 +76,22 @@ Status Qwen35Model::load_weights() {
     Layer layer;
     layer.kind = c.layer_kinds[static_cast<size_t>(i)];
     std::vector<Buffer> norms(2);
-    KAPITSA_TRY(norms[0], checkpoint_.get_f32(p + "input_layernorm.weight", {H}));
-    KAPITSA_TRY(norms[1], checkpoint_.get_f32(p + "post_attention_layernorm.weight", {H}));
+    KAPITSA_TRY(norms[0], loader.get_f32(p + "input_layernorm.weight", {H}));
+    KAPITSA_TRY(norms[1], loader.get_f32(p + "post_attention_layernorm.weight", {H}));
     block_norms_.push_back(std::move(norms));
     layer.memory_index = layer.kind == LayerKind::linear_attention ? n_recurrent++ : n_attention++;
     if (layer.kind == LayerKind::linear_attention) {
-      KAPITSA_TRY(GdnWeights gdn, GdnWeights::load(checkpoint_, p + "linear_attn.", gdn_config_));
+      KAPITSA_TRY(GdnWeights gdn, GdnWeights::load(loader, p + "linear_attn.", gdn_config_));
       layer.gdn = std::move(gdn);
     } else {
-      KAPITSA_TRY(AttentionWeights attention, AttentionWeights::load(checkpoint_, p + "self_attn.", attention_config_));
+      KAPITSA_TRY(AttentionWeights attention, AttentionWeights::load(loader, p + "self_attn.", attention_config_));
       layer.attention = std::move(attention);
     }
     if (c.layer_is_moe[static_cast<size_t>(i)]) {
-      KAPITSA_TRY(SoftmaxMoeWeights moe, SoftmaxMoeWeights::load(checkpoint_, p + "mlp.", moe_config_));
+      KAPITSA_TRY(SoftmaxMoeWeights moe, SoftmaxMoeWeights::load(loader, p + "mlp.", moe_config_));
       layer.moe = std::move(moe);
     } else {
-      KAPITSA_TRY(SwiGluWeights mlp, SwiGluWeights::load(checkpoint_, p + "mlp.", H, c.intermediate_size));
+      KAPITSA_TRY(SwiGluWeights mlp, SwiGluWeights::load(loader, p + "mlp.", H, c.intermediate_size));
       layer.mlp = mlp;
     }
     layers_.push_back(std::move(layer));
@@ -106,31 +106,9 @@ Status Qwen35Model::load_weights() {
                                 c.n_layers, c.n_layers - n_attention, n_attention, H, c.vocab_size,
                                 n_moe ? fmt::format(", {} experts top-{} on {} layers", c.n_experts, c.top_k, n_moe)
                                       : std::string())};
-  info_.weight_bytes_per_token = static_cast<int64_t>(decode_weight_bytes());
+  info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
+  info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
   return ok_status();
-}
-
-size_t Qwen35Model::decode_weight_bytes() const {
-  auto swiglu = [](const SwiGluWeights& w) { return w.gate.nbytes() + w.up.nbytes() + w.down.nbytes(); };
-  size_t total = head_.nbytes();
-  for (const Layer& layer : layers_) {
-    if (layer.gdn) {
-      const GdnWeights& g = *layer.gdn;
-      total += g.in_proj_qkv.nbytes() + g.in_proj_z.nbytes() + g.in_proj_a.nbytes() + g.in_proj_b.nbytes() +
-               g.in_proj_qkvz.nbytes() + g.in_proj_ba.nbytes() + g.out_proj.nbytes();
-    }
-    if (layer.attention) {
-      const AttentionWeights& a = *layer.attention;
-      total += a.q_proj.nbytes() + a.k_proj.nbytes() + a.v_proj.nbytes() + a.o_proj.nbytes();
-    }
-    if (layer.mlp) total += swiglu(*layer.mlp);
-    if (layer.moe) {
-      total += layer.moe->router.nbytes() + layer.moe->shared_gate.nbytes();
-      if (layer.moe->shared) total += swiglu(*layer.moe->shared);
-      total += static_cast<size_t>(config_.top_k) * swiglu(layer.moe->experts.front());  // k experts per token
-    }
-  }
-  return total;
 }
 
 void Qwen35Model::block_forward(size_t i, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
