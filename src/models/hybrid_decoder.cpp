@@ -87,21 +87,54 @@ Status HybridDecoder::load_embedding_and_head(WeightLoader& loader, const std::s
 
 Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const ForwardOutputs& outputs,
                                               Workspace& ws) const {
+  const size_t n = batch.sequences.size();
+  size_t n_blocks = 0;
   StepBatch step;
-  for (const auto& s : batch.sequences) step.n_tokens += static_cast<int64_t>(s.ids.size());
-  std::span<StepSequence> sequences = ws.take_span<StepSequence>(batch.sequences.size());
-  std::span<int32_t> positions = ws.take_span<int32_t>(static_cast<size_t>(step.n_tokens));
-  int64_t at = 0;
-  for (size_t j = 0; j < batch.sequences.size(); ++j) {
-    const auto& state = static_cast<const HybridState&>(*batch.sequences[j].state);
-    StepSequence& s = sequences[j];
-    s = StepSequence{at, static_cast<int64_t>(batch.sequences[j].ids.size()), state.n_past(), state.kv_pages(),
-                     state.state_slot(), {}};
-    for (int64_t t = 0; t < s.length; ++t) positions[static_cast<size_t>(at + t)] = static_cast<int32_t>(s.pos0 + t);
-    at += s.length;
+  for (const auto& s : batch.sequences) {
+    step.n_tokens += static_cast<int64_t>(s.ids.size());
+    n_blocks += s.state->kv_pages().size();
   }
-  for (const auto& c : outputs.checkpoints) sequences[c.sequence].checkpoint_slots = c.slots;
-  step.sequences = sequences;
+  std::span<int64_t> row_offsets = ws.take_span<int64_t>(n + 1);
+  std::span<int64_t> positions0 = ws.take_span<int64_t>(n);
+  std::span<int32_t> state_slots = ws.take_span<int32_t>(n);
+  std::span<int32_t> block_offsets = ws.take_span<int32_t>(n + 1);
+  std::span<int32_t> block_tables = ws.take_span<int32_t>(n_blocks);
+  std::span<int32_t> positions = ws.take_span<int32_t>(static_cast<size_t>(step.n_tokens));
+  row_offsets[0] = 0;
+  block_offsets[0] = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const SequenceState& state = *batch.sequences[j].state;
+    const int64_t begin = row_offsets[j], length = static_cast<int64_t>(batch.sequences[j].ids.size());
+    row_offsets[j + 1] = begin + length;
+    positions0[j] = state.n_past();
+    state_slots[j] = state.state_slot();
+    const std::span<const int32_t> table = state.kv_pages();
+    std::copy(table.begin(), table.end(), block_tables.begin() + block_offsets[j]);
+    block_offsets[j + 1] = block_offsets[j] + static_cast<int32_t>(table.size());
+    for (int64_t t = 0; t < length; ++t) positions[static_cast<size_t>(begin + t)] = static_cast<int32_t>(state.n_past() + t);
+  }
+  step.seqs.row_offsets = row_offsets;
+  step.seqs.state_slots = state_slots;
+  step.seqs.positions0 = positions0;
+  step.seqs.block_offsets = block_offsets;
+  step.seqs.block_tables = block_tables;
+  if (!outputs.checkpoints.empty()) {
+    // Checkpoint slots in sequence order.
+    std::span<int32_t> ckpt_offsets = ws.take_span<int32_t>(n + 1);
+    size_t n_ckpts = 0;
+    for (const auto& c : outputs.checkpoints) n_ckpts += c.slots.size();
+    std::span<int32_t> ckpt_slots = ws.take_span<int32_t>(n_ckpts);
+    std::fill(ckpt_offsets.begin(), ckpt_offsets.end(), 0);
+    for (const auto& c : outputs.checkpoints) {
+      KAPITSA_CHECK(ckpt_offsets[c.sequence + 1] == 0, "checkpoints of sequence {} given twice", c.sequence);
+      ckpt_offsets[c.sequence + 1] = static_cast<int32_t>(c.slots.size());
+    }
+    for (size_t j = 0; j < n; ++j) ckpt_offsets[j + 1] += ckpt_offsets[j];
+    for (const auto& c : outputs.checkpoints)
+      std::copy(c.slots.begin(), c.slots.end(), ckpt_slots.begin() + ckpt_offsets[c.sequence]);
+    step.seqs.ckpt_offsets = ckpt_offsets;
+    step.seqs.ckpt_slots = ckpt_slots;
+  }
   step.positions = positions;
   const SequenceState& first = *batch.sequences.front().state;
   step.kv = first.kv_pool();
@@ -120,7 +153,7 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
 
   std::span<int32_t> ids = ws.take_span<int32_t>(static_cast<size_t>(T));
   for (size_t j = 0; j < batch.sequences.size(); ++j)
-    std::copy(batch.sequences[j].ids.begin(), batch.sequences[j].ids.end(), ids.begin() + step.sequences[j].begin);
+    std::copy(batch.sequences[j].ids.begin(), batch.sequences[j].ids.end(), ids.begin() + step.seqs.row_offsets[j]);
   const Tensor x = ws.take(DType::f32, {T, H});  // the residual stream
   const Tensor normed = ws.take(DType::f32, {T, H});
   const Tensor mixed = ws.take(DType::f32, {T, H});

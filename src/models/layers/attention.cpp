@@ -5,7 +5,6 @@
 #include "models/layers/rope.h"
 #include "ops/ops.h"
 
-#include <algorithm>
 #include <cmath>
 
 namespace kapitsa::models {
@@ -63,19 +62,9 @@ void attention_forward(const AttentionConfig& c, const AttentionWeights& w, int6
   Tensor o = ws.take(DType::f32, {T, Hq, D});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const Tensor k_pages = step.kv->k(kv_layer), v_pages = step.kv->v(kv_layer);  // [n_pages, P, Hkv, D]
-  for (const StepSequence& s : step.sequences) {
-    const int64_t end = s.pos0 + s.length, P = k_pages.dim(1);
-    // The new K/V rows into their pages, one run per page.
-    for (int64_t pos = s.pos0; pos < end;) {
-      const int64_t row = pos % P, n = std::min(P - row, end - pos), from = s.begin + (pos - s.pos0);
-      const int64_t page = s.block_table[static_cast<size_t>(pos / P)];
-      ops::copy(k.rows(from, from + n), k_pages.index(page).rows(row, row + n));
-      ops::copy(v.rows(from, from + n), v_pages.index(page).rows(row, row + n));
-      pos += n;
-    }
-    ops::attention_paged(q.rows(s.begin, s.begin + s.length), k_pages, v_pages, s.block_table,
-                         end, s.pos0, scale, o.rows(s.begin, s.begin + s.length));
-  }
+  ops::write_paged_rows_varlen(k, k_pages, step.seqs);
+  ops::write_paged_rows_varlen(v, v_pages, step.seqs);
+  ops::attention_paged_varlen(q, k_pages, v_pages, step.seqs, scale, o);
   const Tensor o_flat = o.reshape({T, Hq * D});
   if (c.output_gate) ops::mul_sigmoid(o_flat, gate.reshape({T, Hq * D}), o_flat);
   ops::matmul(o_flat, w.o_proj, out);

@@ -68,7 +68,7 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
   // Causal depthwise conv + SiLU over the concatenated channels, carrying the window.
   Tensor mixed = ws.take(DType::f32, {T, c.conv_dim()});
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
-  conv_per_sequence(step, windows, qkv, w.conv, Tensor(), mixed);
+  ops::conv1d_causal_varlen(qkv, w.conv, Tensor(), windows, /*silu=*/true, step.seqs, mixed);
 
   Tensor q = ws.take(DType::f32, {T, Hk, Dk});
   Tensor k = ws.take(DType::f32, {T, Hk, Dk});
@@ -85,20 +85,7 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
   ops::gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
 
   Tensor o = ws.take(DType::f32, {T, Hv, Dv});
-  for (const StepSequence& s : step.sequences) {
-    const Tensor state = states.index(s.slot);
-    run_with_checkpoints(
-        s,
-        [&](int64_t first, int64_t n) {
-          auto rows = [&](const Tensor& t) { return t.rows(s.begin + first, s.begin + first + n); };
-          if (n == 1) {
-            ops::gated_delta_rule_recurrent(rows(q), rows(k), rows(v), rows(g), rows(beta), state, rows(o));
-          } else {
-            ops::gated_delta_rule_chunked(rows(q), rows(k), rows(v), rows(g), rows(beta), state, rows(o));
-          }
-        },
-        [&](size_t j) { ops::copy(state, states.index(s.checkpoint_slots[j])); });
-  }
+  ops::gated_delta_rule_varlen(q, k, v, g, beta, states, step.seqs, o);
 
   const Tensor o_rows = o.reshape({T * Hv, Dv});
   ops::rms_norm_gated(o_rows, z.reshape({T * Hv, Dv}), w.norm, c.norm_eps, o_rows);

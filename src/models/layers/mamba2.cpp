@@ -56,7 +56,8 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
 
   Tensor xbc_act = ws.take(DType::f32, {T, conv_dim});
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
-  conv_per_sequence(step, windows, xbc, w.conv, c.conv_bias ? w.conv_bias.tensor() : Tensor(), xbc_act);
+  ops::conv1d_causal_varlen(xbc, w.conv, c.conv_bias ? w.conv_bias.tensor() : Tensor(), windows, /*silu=*/true,
+                            step.seqs, xbc_act);
 
   Tensor xs = ws.take(DType::f32, {T, Hm, P});
   Tensor B = ws.take(DType::f32, {T, G, N});
@@ -66,22 +67,7 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
   ops::split_columns(xbc_act, xbc_parts);
 
   Tensor y = ws.take(DType::f32, {T, Hm, P});
-  for (const StepSequence& s : step.sequences) {
-    const Tensor state = states.index(s.slot);
-    run_with_checkpoints(
-        s,
-        [&](int64_t first, int64_t n) {
-          auto rows = [&](const Tensor& t) { return t.rows(s.begin + first, s.begin + first + n); };
-          if (n == 1) {
-            ops::ssd_scan_recurrent(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
-                                    state, rows(y));
-          } else {
-            ops::ssd_scan_chunked(rows(xs), rows(dt), rows(B), rows(C), w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max,
-                                  c.chunk_size, state, rows(y));
-          }
-        },
-        [&](size_t j) { ops::copy(state, states.index(s.checkpoint_slots[j])); });
-  }
+  ops::ssd_scan_varlen(xs, dt, B, C, w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max, c.chunk_size, states, step.seqs, y);
 
   const Tensor y_flat = y.reshape({T, d_inner});
   ops::rms_norm_group_gated(y_flat, z, w.norm, d_inner / G, c.norm_eps, y_flat);
