@@ -40,7 +40,7 @@ void BM_Matmul(benchmark::State& state) {
   Buffer y = Buffer::allocate(DType::f32, {T, N});
   default_thread_pool();  // start the workers outside the timing
   for (auto _ : state) {
-    ops::cpu::matmul(x, w, y);
+    ops::cpu::matmul(x, Linear(w), y);
     benchmark::DoNotOptimize(y.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.tensor().nbytes()));

@@ -74,13 +74,13 @@ Status HybridDecoder::load_embedding_and_head(WeightLoader& loader, const std::s
   const int64_t V = info_.vocab_size, H = info_.hidden_size;
   {
     WeightLoader::Share gathered(loader, 0.0);  // a token reads one row of it
-    KAPITSA_TRY(embedding_, loader.matrix(embedding_name, {V, H}));
+    KAPITSA_TRY(embedding_, loader.linear(embedding_name, {V, H}));
   }
   if (tied && !loader.contains(head_name)) {
     head_ = embedding_;
     loader.count(head_);
   } else {
-    KAPITSA_TRY(head_, loader.matrix(head_name, {V, H}));
+    KAPITSA_TRY(head_, loader.linear(head_name, {V, H}));
   }
   return ok_status();
 }

@@ -37,8 +37,8 @@ class HybridDecoder : public Model {
 
   // Set by the family while loading.
   ModelInfo info_;
-  Tensor embedding_;          // [V, H]
-  Tensor head_;               // [V, H]
+  Linear embedding_;          // [V, H]
+  Linear head_;               // [V, H]
   Buffer final_norm_;         // [H] f32
   float norm_eps_ = 1e-6f;
   float norm_weight_offset_ = 0;  // 1 for Qwen's zero-centred norms

@@ -1,24 +1,27 @@
-// WeightLoader: matrices by name, counted once each (see weight_list.h).
+// WeightLoader: Linears by name, counted once each (see weight_list.h).
 #include "models/weight_list.h"
 
 #include <algorithm>
 
 namespace kapitsa::models {
 
-Expected<Tensor> WeightLoader::matrix(const std::string& name, const Shape& shape) {
+Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shape) {
   KAPITSA_TRY(Tensor t, checkpoint_.get(name, shape));
-  count(t);
-  return t;
+  const Linear l(t);
+  count(l);
+  return l;
 }
 
-void WeightLoader::count(const Tensor& matrix) {
-  if (matrix.empty()) return;
+void WeightLoader::count(const Linear& linear) {
+  if (linear.empty()) return;
+  const void* data = linear.weight().data();
+  const size_t bytes = linear.nbytes();
   for (Entry& e : entries_)
-    if (e.data == matrix.data() && e.bytes == matrix.nbytes()) {
+    if (e.data == data && e.bytes == bytes) {
       e.share = std::max(e.share, share_);
       return;
     }
-  entries_.push_back({matrix.data(), matrix.nbytes(), share_});
+  entries_.push_back({data, bytes, share_});
 }
 
 size_t WeightLoader::bytes_per_token() const {

@@ -1,11 +1,14 @@
-// WeightLoader: how layers load their matrices (and small f32 vectors) from a checkpoint, keeping the
-// one list of loaded matrices that the model's byte figures come from — weight bytes one decode token
-// reads (each matrix times the share of tokens that read it: 1, k/E for a routed expert, 0 for an
-// embedding table) and resident bytes (each distinct matrix once; a tied head is the embedding).
-// Nothing per family: a new format or layer is counted by loading through it.
+// WeightLoader: how layers load their weights from a checkpoint — every matrix through linear(), which
+// returns a Linear (tensor/linear.h) and keeps the one list of loaded Linears that the model's byte
+// figures come from: weight bytes one decode token reads (each Linear's nbytes — scales included —
+// times the share of tokens that read it: 1, k/E for routed experts, 0 for an embedding table) and
+// resident bytes (each distinct Linear once; a tied head is the embedding). Small f32 vectors (norms,
+// biases, A_log) come from get_f32 and are not counted. Nothing per family: a new format or layer is
+// counted by loading through it.
 #pragma once
 
 #include "base/status.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
@@ -18,18 +21,18 @@ class WeightLoader {
  public:
   explicit WeightLoader(const weights::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
 
-  // A matrix (or stacked experts) for matmul / embedding, checked against `shape`, counted with the
-  // current share.
-  Expected<Tensor> matrix(const std::string& name, const Shape& shape);
-  // Counts a matrix loaded elsewhere (a view of one already counted is counted once: the larger share).
-  void count(const Tensor& matrix);
+  // The weight `name` for matmul / embedding, of logical shape [N, K] (or [E, N, K] for stacked experts,
+  // viewed per expert with Linear::expert), checked against `shape` and counted with the current share.
+  Expected<Linear> linear(const std::string& name, const Shape& shape);
+  // Counts a Linear loaded elsewhere (a view of one already counted is counted once: the larger share).
+  void count(const Linear& linear);
   // A small parameter vector converted to f32 (norms, biases, A_log): not counted.
   Expected<Buffer> get_f32(const std::string& name, const Shape& shape) const {
     return checkpoint_.get_f32(name, shape);
   }
   bool contains(const std::string& name) const { return checkpoint_.contains(name); }
 
-  // Matrices loaded while a Share lives are read by `per_token` of the tokens (routed experts: k/E;
+  // Linears loaded while a Share lives are read by `per_token` of the tokens (routed experts: k/E;
   // an embedding table: 0, it is gathered from).
   class Share {
    public:
@@ -43,9 +46,9 @@ class WeightLoader {
     double outer_;
   };
 
-  // Σ bytes × share over distinct matrices: the denominator of the decode roofline.
+  // Σ nbytes × share over distinct Linears: the denominator of the decode roofline.
   size_t bytes_per_token() const;
-  // Σ bytes over distinct matrices.
+  // Σ nbytes over distinct Linears.
   size_t resident_bytes() const;
 
  private:

@@ -6,7 +6,7 @@
 //
 // Conventions for every op: activations are F32 and contiguous, row-major, shapes as commented;
 // weights of matmul / embedding are a Linear (tensor/linear.h: dense f32/f16/bf16 used in place,
-// quantized formats later; a Tensor converts implicitly to a dense Linear); small
+// quantized formats later; made from a Tensor only explicitly, Linear(t)); small
 // parameter vectors (norm weights, biases, A_log, ...) are F32 (models convert them at load).
 // Outputs are written, never accumulated into, unless the op says so. In-place is allowed only
 // where the comment says so.

@@ -1,9 +1,11 @@
 // Linear: the weight of a matmul (y = x·wᵀ) or an embedding table, as the ops take it — the stored
 // data plus the format that says how to read it. A non-owning view, like Tensor: the memory belongs to
-// the checkpoint mapping or to a Buffer the model keeps. Logical shape [rows, cols] = [N, K].
-// Only WeightFormat::dense (f32 / f16 / bf16, used in place) exists today. Quantized formats (MLX
-// affine, GGUF blocks, NVFP4 / FP8 block scales) join as new enum values with their parameters and
-// scale tensors here; until a kernel implements a format, it stops with an error naming it.
+// the checkpoint mapping or to a Buffer the model keeps. Logical shape [N, K] (rows = output features,
+// cols = input features), or [E, N, K] for a stack of experts, of which expert(e) is one [N, K] view.
+// Only WeightFormat::dense (f32 / f16 / bf16, used in place) exists today. A quantized format joins as a
+// new enum value: its parameters (bits, group size) and its per-group tensors (scales, biases) are
+// already members, sliced along with the weight by expert() / row_range() and counted by nbytes(), so
+// call sites do not change; until a kernel implements a format, it stops with an error naming it.
 #pragma once
 
 #include "tensor/tensor.h"
@@ -13,7 +15,7 @@
 namespace kapitsa {
 
 enum class WeightFormat : uint8_t {
-  dense,  // weight_: [N, K] f32 | f16 | bf16, row-major
+  dense,  // weight_: [(E,) N, K] f32 | f16 | bf16, row-major; no scales
 };
 
 inline std::string_view weight_format_name(WeightFormat f) {
@@ -26,26 +28,40 @@ inline std::string_view weight_format_name(WeightFormat f) {
 class Linear {
  public:
   Linear() = default;
-  // A dense weight: w: [N, K] f32 | f16 | bf16 (checked where it is used, so an empty Tensor is fine
-  // as a "no weight" member). Implicit, so every bare-Tensor caller keeps compiling.
-  Linear(const Tensor& w) : weight_(w) {}  // NOLINT(google-explicit-constructor)
-  Linear(const Buffer& w) : weight_(w.tensor()) {}  // NOLINT(google-explicit-constructor)
+  // A dense weight: w: [(E,) N, K] f32 | f16 | bf16 (checked where it is used, so an empty Tensor is fine
+  // as a "no weight" member). Explicit: a weight is loaded as a Linear (WeightLoader::linear), not
+  // converted from whatever Tensor is at hand.
+  explicit Linear(const Tensor& w) : weight_(w) {}
+  explicit Linear(const Buffer& w) : weight_(w.tensor()) {}
 
   WeightFormat format() const { return format_; }
   bool is_dense() const { return format_ == WeightFormat::dense; }
   bool empty() const { return weight_.empty(); }
   Device device() const { return weight_.device(); }
+  // Quantization parameters (0 for dense).
+  int bits() const { return bits_; }
+  int group_size() const { return group_size_; }
 
-  // Logical output features N and input features K.
-  int64_t rows() const { return weight_.rank() >= 1 ? weight_.dim(0) : 0; }
-  int64_t cols() const { return weight_.rank() >= 2 ? weight_.dim(1) : 0; }
-  // Bytes stored per output row (what a GEMV streams per output feature).
-  size_t bytes_per_row() const { return rows() == 0 ? 0 : nbytes() / static_cast<size_t>(rows()); }
-  // Resident bytes of everything this Linear holds (weight data, and scales once formats have them).
-  size_t nbytes() const { return empty() ? 0 : weight_.nbytes(); }
+  // A stack of experts [E, N, K]: E; a single matrix: 0.
+  int64_t experts() const { return weight_.rank() == 3 ? weight_.dim(0) : 0; }
+  // Logical output features N and input features K (of each expert, for a stack).
+  int64_t rows() const { return weight_.rank() >= 2 ? weight_.dim(-2) : 0; }
+  int64_t cols() const { return weight_.rank() >= 2 ? (is_dense() ? weight_.dim(-1) : cols_) : 0; }
+  // Bytes stored per output row (what a GEMV streams per output feature), scales included.
+  size_t bytes_per_row() const {
+    const int64_t n = rows() * (experts() > 0 ? experts() : 1);
+    return n == 0 ? 0 : nbytes() / static_cast<size_t>(n);
+  }
+  // Resident bytes of everything this Linear holds: weight data, scales and biases.
+  size_t nbytes() const {
+    return bytes_of(weight_) + bytes_of(scales_) + bytes_of(biases_);
+  }
 
-  // The stored data. For dense: the [N, K] matrix itself.
+  // The stored data. For dense: the matrix itself.
   const Tensor& weight() const { return weight_; }
+  // Per-group parameters of a quantized format, [(E,) N, groups] (empty for dense).
+  const Tensor& scales() const { return scales_; }
+  const Tensor& biases() const { return biases_; }
   // The [N, K] matrix of a dense Linear; any other format stops with an error naming `op` and the format
   // (what a kernel that reads dense weights calls first).
   const Tensor& dense(const char* op) const {
@@ -53,9 +69,40 @@ class Linear {
     return weight_;
   }
 
+  // Expert e of a stack [E, N, K]: an [N, K] view with the same format and its own scales.
+  Linear expert(int64_t e) const {
+    KAPITSA_CHECK(experts() > 0 && e >= 0 && e < experts(), "Linear::expert({}) of a weight {}", e,
+                  weight_.shape().str());
+    return with([e](const Tensor& t) { return t.index(e); });
+  }
+  // Output rows [begin, end) of an [N, K] weight (e.g. the gate and up halves of a fused gate_up).
+  Linear row_range(int64_t begin, int64_t end) const {
+    KAPITSA_CHECK(weight_.rank() == 2 && 0 <= begin && begin <= end && end <= rows(),
+                  "Linear::row_range({}, {}) of a weight {}", begin, end, weight_.shape().str());
+    return with([begin, end](const Tensor& t) { return t.rows(begin, end); });
+  }
+
  private:
+  // The same Linear with `view` applied to the weight and to each per-group tensor (each is sliced
+  // along its leading dims the same way, so formats stay consistent).
+  template <class View>
+  Linear with(View&& view) const {
+    Linear l = *this;
+    l.weight_ = view(weight_);
+    if (!scales_.empty()) l.scales_ = view(scales_);
+    if (!biases_.empty()) l.biases_ = view(biases_);
+    return l;
+  }
+
+  static size_t bytes_of(const Tensor& t) { return t.empty() ? 0 : t.nbytes(); }
+
   WeightFormat format_ = WeightFormat::dense;
   Tensor weight_;
+  Tensor scales_;  // [(E,) N, K / group_size] (quantized formats)
+  Tensor biases_;  // [(E,) N, K / group_size]
+  int bits_ = 0;
+  int group_size_ = 0;
+  int64_t cols_ = 0;  // logical K when the stored row is packed
 };
 
 }  // namespace kapitsa

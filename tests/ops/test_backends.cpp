@@ -81,9 +81,9 @@ TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
   for (const BackendTable* b : backends()) {
     ScopedBackend on(b);
     EXPECT_DEATH(add(ta, Tensor(DType::f16, {2, 2}, a), ty), "add: b must be F32");
-    EXPECT_DEATH(matmul(ta, Tensor(DType::f32, {3, 3}, a), ty), "matmul: x \\[2, 2\\] does not match w \\[3, 3\\]");
+    EXPECT_DEATH(matmul(ta, Linear(Tensor(DType::f32, {3, 3}, a)), ty), "matmul: x \\[2, 2\\] does not match w \\[3, 3\\]");
     const std::vector<int32_t> ids = {0, 2};
-    EXPECT_DEATH(embedding(ta, ids, ty), "embedding: id 2 at 1 outside \\[0, 2\\)");
+    EXPECT_DEATH(embedding(Linear(ta), ids, ty), "embedding: id 2 at 1 outside \\[0, 2\\)");
   }
 }
 

@@ -14,7 +14,7 @@ TEST(Embedding, RefPicksRowsAndWidens) {
   Tensor t(DType::bf16, {3, 2}, table.data());
   Buffer out = Buffer::allocate(DType::f32, {3, 2});
   std::vector<int32_t> ids = {2, 0, 2};
-  test::run(test::ref(), embedding, t, ids, out);
+  test::run(test::ref(), embedding, Linear(t), ids, out);
   const std::vector<float> want = {2, 1, 1, 2, 2, 1};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(out.f32()[i], want[static_cast<size_t>(i)]) << i;
 }
@@ -31,8 +31,8 @@ TEST_P(OnBackend, EmbeddingEqualsRef) {
       std::uniform_int_distribution<int32_t> pick(0, V - 1);
       for (int i = 0; i < 13; ++i) ids.push_back(pick(r.gen));
       Buffer a = Buffer::zeros(DType::f32, {13, H}), b = Buffer::zeros(DType::f32, {13, H});
-      test::run(test::ref(), embedding, table, ids, a);
-      test::run(backend(), embedding, table, ids, b);
+      test::run(test::ref(), embedding, Linear(table), ids, a);
+      test::run(backend(), embedding, Linear(table), ids, b);
       EXPECT_TRUE(test::bit_equal(a, b));
       // ref widens exactly: re-read the table
       for (int64_t h = 0; h < H; ++h)

@@ -14,12 +14,12 @@ TEST(Matmul, RefHandValues) {
   float x[2 * 3] = {1, 2, 3, -1, 0, 2};
   float w[2 * 3] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   float y[4];
-  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Tensor(DType::f32, {2, 3}, w),
+  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Linear(Tensor(DType::f32, {2, 3}, w)),
             Tensor(DType::f32, {2, 2}, y));
   EXPECT_FLOAT_EQ(y[0], -2); EXPECT_FLOAT_EQ(y[1], 3); EXPECT_FLOAT_EQ(y[2], -3); EXPECT_FLOAT_EQ(y[3], 0.5f);
   // bf16 weights: 0x3f80 = 1, 0xc000 = -2
   uint16_t wb[3] = {0x3f80, 0xc000, 0x3f80};
-  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Tensor(DType::bf16, {1, 3}, wb),
+  test::run(test::ref(), matmul, Tensor(DType::f32, {2, 3}, x), Linear(Tensor(DType::bf16, {1, 3}, wb)),
             Tensor(DType::f32, {2, 1}, y));
   EXPECT_FLOAT_EQ(y[0], 0); EXPECT_FLOAT_EQ(y[1], 1);
 }
@@ -41,8 +41,8 @@ TEST_P(OnBackend, MatmulMatchesRef) {
       Buffer yr = Buffer::zeros(DType::f32, {c.T, c.N});
       Buffer yc = Buffer::allocate(DType::f32, {c.T, c.N});
       for (int64_t i = 0; i < c.T * c.N; ++i) yc.f32()[i] = 1e30f;  // garbage: y is written, not accumulated
-      test::run(test::ref(), matmul, x, w, yr);
-      test::run(backend(), matmul, x, w, yc);
+      test::run(test::ref(), matmul, x, Linear(w), yr);
+      test::run(backend(), matmul, x, Linear(w), yc);
       // f32 accumulation vs double: error grows like sqrt(K)·eps relative to the row norm.
       // Over many outputs: the relative error (few outputs may cancel to near zero).
       if (c.T * c.N >= 64) {
@@ -60,8 +60,8 @@ TEST_P(OnBackend, MatmulAcceptsFlattenedLeadingDims) {
   Buffer x = test::random_f32(r, {3, 5, 40});
   Buffer w = kapitsa::testing::random_buffer(r.gen, DType::bf16, {24, 40});
   Buffer yr = Buffer::zeros(DType::f32, {3, 5, 24}), yc = Buffer::zeros(DType::f32, {15, 24});
-  test::run(test::ref(), matmul, x, w, yr);
-  test::run(backend(), matmul, x, w, yc);
+  test::run(test::ref(), matmul, x, Linear(w), yr);
+  test::run(backend(), matmul, x, Linear(w), yc);
   EXPECT_LE(relative_error(yc, yr), 2e-6);
 }
 

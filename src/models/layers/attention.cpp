@@ -13,10 +13,10 @@ Expected<AttentionWeights> AttentionWeights::load(WeightLoader& loader, const st
                                                   const AttentionConfig& c) {
   AttentionWeights w;
   const int64_t q_rows = c.n_heads * c.head_dim * (c.output_gate ? 2 : 1);
-  KAPITSA_TRY(w.q_proj, loader.matrix(prefix + "q_proj.weight", {q_rows, c.hidden_size}));
-  KAPITSA_TRY(w.k_proj, loader.matrix(prefix + "k_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
-  KAPITSA_TRY(w.v_proj, loader.matrix(prefix + "v_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
-  KAPITSA_TRY(w.o_proj, loader.matrix(prefix + "o_proj.weight", {c.hidden_size, c.n_heads * c.head_dim}));
+  KAPITSA_TRY(w.q_proj, loader.linear(prefix + "q_proj.weight", {q_rows, c.hidden_size}));
+  KAPITSA_TRY(w.k_proj, loader.linear(prefix + "k_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
+  KAPITSA_TRY(w.v_proj, loader.linear(prefix + "v_proj.weight", {c.n_kv_heads * c.head_dim, c.hidden_size}));
+  KAPITSA_TRY(w.o_proj, loader.linear(prefix + "o_proj.weight", {c.hidden_size, c.n_heads * c.head_dim}));
   if (c.qk_norm) {
     KAPITSA_TRY(w.q_norm, loader.get_f32(prefix + "q_norm.weight", {c.head_dim}));
     KAPITSA_TRY(w.k_norm, loader.get_f32(prefix + "k_norm.weight", {c.head_dim}));

@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "models/layers/step.h"
 #include "models/workspace.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "models/weight_list.h"
 
@@ -32,10 +33,10 @@ struct AttentionConfig {
 };
 
 struct AttentionWeights {
-  Tensor q_proj;  // [Hq·D·(gate ? 2 : 1), H]
-  Tensor k_proj;  // [Hkv·D, H]
-  Tensor v_proj;  // [Hkv·D, H]
-  Tensor o_proj;  // [H, Hq·D]
+  Linear q_proj;  // [Hq·D·(gate ? 2 : 1), H]
+  Linear k_proj;  // [Hkv·D, H]
+  Linear v_proj;  // [Hkv·D, H]
+  Linear o_proj;  // [H, Hq·D]
   Buffer q_norm;  // [D] f32 (qk_norm only)
   Buffer k_norm;  // [D] f32
   std::vector<float> rope_inv_freq;  // [rotary_dim / 2]

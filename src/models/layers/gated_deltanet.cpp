@@ -12,13 +12,13 @@ Expected<GdnWeights> GdnWeights::load(WeightLoader& loader, const std::string& p
   GdnWeights w;
   const int64_t H = c.hidden_size, Hk = c.n_k_heads, Hv = c.n_v_heads, r = Hv / Hk;
   if (c.packed_projections) {
-    KAPITSA_TRY(w.in_proj_qkvz, loader.matrix(prefix + "in_proj_qkvz.weight", {2 * c.key_dim() + 2 * c.value_dim(), H}));
-    KAPITSA_TRY(w.in_proj_ba, loader.matrix(prefix + "in_proj_ba.weight", {Hk * 2 * r, H}));
+    KAPITSA_TRY(w.in_proj_qkvz, loader.linear(prefix + "in_proj_qkvz.weight", {2 * c.key_dim() + 2 * c.value_dim(), H}));
+    KAPITSA_TRY(w.in_proj_ba, loader.linear(prefix + "in_proj_ba.weight", {Hk * 2 * r, H}));
   } else {
-    KAPITSA_TRY(w.in_proj_qkv, loader.matrix(prefix + "in_proj_qkv.weight", {c.conv_dim(), H}));
-    KAPITSA_TRY(w.in_proj_z, loader.matrix(prefix + "in_proj_z.weight", {c.value_dim(), H}));
-    KAPITSA_TRY(w.in_proj_b, loader.matrix(prefix + "in_proj_b.weight", {Hv, H}));
-    KAPITSA_TRY(w.in_proj_a, loader.matrix(prefix + "in_proj_a.weight", {Hv, H}));
+    KAPITSA_TRY(w.in_proj_qkv, loader.linear(prefix + "in_proj_qkv.weight", {c.conv_dim(), H}));
+    KAPITSA_TRY(w.in_proj_z, loader.linear(prefix + "in_proj_z.weight", {c.value_dim(), H}));
+    KAPITSA_TRY(w.in_proj_b, loader.linear(prefix + "in_proj_b.weight", {Hv, H}));
+    KAPITSA_TRY(w.in_proj_a, loader.linear(prefix + "in_proj_a.weight", {Hv, H}));
   }
   KAPITSA_TRY(Buffer conv, loader.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}));
   w.conv = std::move(conv);
@@ -26,7 +26,7 @@ Expected<GdnWeights> GdnWeights::load(WeightLoader& loader, const std::string& p
   KAPITSA_TRY(w.A_log, loader.get_f32(prefix + "A_log", {Hv}));
   KAPITSA_TRY(w.dt_bias, loader.get_f32(prefix + "dt_bias", {Hv}));
   KAPITSA_TRY(w.norm, loader.get_f32(prefix + "norm.weight", {c.v_head_dim}));
-  KAPITSA_TRY(w.out_proj, loader.matrix(prefix + "out_proj.weight", {H, c.value_dim()}));
+  KAPITSA_TRY(w.out_proj, loader.linear(prefix + "out_proj.weight", {H, c.value_dim()}));
   return w;
 }
 

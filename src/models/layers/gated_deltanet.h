@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "models/layers/step.h"
 #include "models/workspace.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "models/weight_list.h"
 
@@ -35,18 +36,18 @@ struct GdnConfig {
 
 struct GdnWeights {
   // flat (Qwen3.5)
-  Tensor in_proj_qkv;   // [2·key_dim + value_dim, H]
-  Tensor in_proj_z;     // [value_dim, H]
-  Tensor in_proj_b;     // [Hv, H]
-  Tensor in_proj_a;     // [Hv, H]
+  Linear in_proj_qkv;   // [2·key_dim + value_dim, H]
+  Linear in_proj_z;     // [value_dim, H]
+  Linear in_proj_b;     // [Hv, H]
+  Linear in_proj_a;     // [Hv, H]
   // packed (Qwen3-Next), grouped per key head
-  Tensor in_proj_qkvz;  // [Hk · (2·Dk + 2·r·Dv), H]
-  Tensor in_proj_ba;    // [Hk · 2r, H]
+  Linear in_proj_qkvz;  // [Hk · (2·Dk + 2·r·Dv), H]
+  Linear in_proj_ba;    // [Hk · 2r, H]
   Buffer conv;          // [conv_dim, K] f32 (the checkpoint's [conv_dim, 1, K])
   Buffer A_log;         // [Hv] f32
   Buffer dt_bias;       // [Hv] f32
   Buffer norm;          // [Dv] f32
-  Tensor out_proj;      // [H, value_dim]
+  Linear out_proj;      // [H, value_dim]
 
   static Expected<GdnWeights> load(WeightLoader& loader, const std::string& prefix, const GdnConfig& c);
 };

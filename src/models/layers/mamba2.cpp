@@ -19,7 +19,7 @@ Expected<Mamba2Weights> Mamba2Weights::load(WeightLoader& loader, const std::str
                                             const Mamba2Config& c) {
   Mamba2Weights w;
   const int64_t H = c.hidden_size, Hm = c.n_heads;
-  KAPITSA_TRY(w.in_proj, loader.matrix(prefix + "in_proj.weight", {c.in_proj_dim(), H}));
+  KAPITSA_TRY(w.in_proj, loader.linear(prefix + "in_proj.weight", {c.in_proj_dim(), H}));
   KAPITSA_TRY(Buffer conv, loader.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.d_conv}));
   w.conv = std::move(conv);
   w.conv.tensor() = w.conv.tensor().reshape({c.conv_dim(), c.d_conv});
@@ -30,7 +30,7 @@ Expected<Mamba2Weights> Mamba2Weights::load(WeightLoader& loader, const std::str
   KAPITSA_TRY(w.D, loader.get_f32(prefix + "D", {Hm}));
   KAPITSA_TRY(w.dt_bias, loader.get_f32(prefix + "dt_bias", {Hm}));
   KAPITSA_TRY(w.norm, loader.get_f32(prefix + "norm.weight", {c.d_inner()}));
-  KAPITSA_TRY(w.out_proj, loader.matrix(prefix + "out_proj.weight", {H, c.d_inner()}));
+  KAPITSA_TRY(w.out_proj, loader.linear(prefix + "out_proj.weight", {H, c.d_inner()}));
   if (c.proj_bias) {
     KAPITSA_TRY(w.in_proj_bias, loader.get_f32(prefix + "in_proj.bias", {c.in_proj_dim()}));
     KAPITSA_TRY(w.out_proj_bias, loader.get_f32(prefix + "out_proj.bias", {H}));

@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "models/layers/step.h"
 #include "models/workspace.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "models/weight_list.h"
 
@@ -38,7 +39,7 @@ struct Mamba2Config {
 };
 
 struct Mamba2Weights {
-  Tensor in_proj;       // [d_inner + conv_dim + H, hidden]
+  Linear in_proj;       // [d_inner + conv_dim + H, hidden]
   Buffer in_proj_bias;  // [d_inner + conv_dim + H] f32 (proj_bias only)
   Buffer conv;          // [conv_dim, K] f32 (the checkpoint's [conv_dim, 1, K])
   Buffer conv_bias;     // [conv_dim] f32 (conv_bias only)
@@ -46,7 +47,7 @@ struct Mamba2Weights {
   Buffer D;             // [H] f32
   Buffer dt_bias;       // [H] f32
   Buffer norm;          // [d_inner] f32
-  Tensor out_proj;      // [hidden, d_inner]
+  Linear out_proj;      // [hidden, d_inner]
   Buffer out_proj_bias; // [hidden] f32 (proj_bias only)
 
   static Expected<Mamba2Weights> load(WeightLoader& loader, const std::string& prefix,

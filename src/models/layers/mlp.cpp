@@ -8,9 +8,9 @@ namespace kapitsa::models {
 Expected<SwiGluWeights> SwiGluWeights::load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
                                             int64_t intermediate) {
   SwiGluWeights w;
-  KAPITSA_TRY(w.gate, loader.matrix(prefix + "gate_proj.weight", {intermediate, hidden}));
-  KAPITSA_TRY(w.up, loader.matrix(prefix + "up_proj.weight", {intermediate, hidden}));
-  KAPITSA_TRY(w.down, loader.matrix(prefix + "down_proj.weight", {hidden, intermediate}));
+  KAPITSA_TRY(w.gate, loader.linear(prefix + "gate_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.up, loader.linear(prefix + "up_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.down, loader.linear(prefix + "down_proj.weight", {hidden, intermediate}));
   return w;
 }
 
@@ -29,8 +29,8 @@ void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, 
 Expected<Relu2MlpWeights> Relu2MlpWeights::load(WeightLoader& loader, const std::string& prefix,
                                                 int64_t hidden, int64_t intermediate) {
   Relu2MlpWeights w;
-  KAPITSA_TRY(w.up, loader.matrix(prefix + "up_proj.weight", {intermediate, hidden}));
-  KAPITSA_TRY(w.down, loader.matrix(prefix + "down_proj.weight", {hidden, intermediate}));
+  KAPITSA_TRY(w.up, loader.linear(prefix + "up_proj.weight", {intermediate, hidden}));
+  KAPITSA_TRY(w.down, loader.linear(prefix + "down_proj.weight", {hidden, intermediate}));
   return w;
 }
 

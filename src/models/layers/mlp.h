@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "models/workspace.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "models/weight_list.h"
 
@@ -12,10 +13,10 @@
 namespace kapitsa::models {
 
 struct SwiGluWeights {
-  Tensor gate;  // [I, H]
-  Tensor up;    // [I, H]
-  Tensor down;  // [H, I]
-  int64_t intermediate() const { return gate.dim(0); }
+  Linear gate;  // [I, H]
+  Linear up;    // [I, H]
+  Linear down;  // [H, I]
+  int64_t intermediate() const { return gate.rows(); }
 
   // Reads PREFIX{gate,up,down}_proj.weight.
   static Expected<SwiGluWeights> load(WeightLoader& loader, const std::string& prefix, int64_t hidden,
@@ -27,9 +28,9 @@ void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, 
 
 // Non-gated relu² MLP (Nemotron-H `-` layers, shared and routed experts).
 struct Relu2MlpWeights {
-  Tensor up;    // [I, H]
-  Tensor down;  // [H, I]
-  int64_t intermediate() const { return up.dim(0); }
+  Linear up;    // [I, H]
+  Linear down;  // [H, I]
+  int64_t intermediate() const { return up.rows(); }
 
   // Reads PREFIX{up,down}_proj.weight.
   static Expected<Relu2MlpWeights> load(WeightLoader& loader, const std::string& prefix, int64_t hidden,

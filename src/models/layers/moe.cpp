@@ -9,15 +9,15 @@ Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const 
                                                     const SoftmaxMoeConfig& c) {
   SoftmaxMoeWeights w;
   const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim;
-  KAPITSA_TRY(w.router, loader.matrix(prefix + "gate.weight", {E, H}));
+  KAPITSA_TRY(w.router, loader.linear(prefix + "gate.weight", {E, H}));
   WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
   const std::string fused = prefix + "experts.gate_up_proj";
   if (loader.contains(fused)) {
-    KAPITSA_TRY(Tensor gate_up, loader.matrix(fused, {E, 2 * I, H}));
-    KAPITSA_TRY(Tensor down, loader.matrix(prefix + "experts.down_proj", {E, H, I}));
+    KAPITSA_TRY(const Linear gate_up, loader.linear(fused, {E, 2 * I, H}));
+    KAPITSA_TRY(const Linear down, loader.linear(prefix + "experts.down_proj", {E, H, I}));
     for (int64_t e = 0; e < E; ++e) {
-      const Tensor gu = gate_up.index(e);  // [2I, H]: gate rows then up rows, no transpose
-      w.experts.push_back(SwiGluWeights{gu.rows(0, I), gu.rows(I, 2 * I), down.index(e)});
+      const Linear gu = gate_up.expert(e);  // [2I, H]: gate rows then up rows, no transpose
+      w.experts.push_back(SwiGluWeights{gu.row_range(0, I), gu.row_range(I, 2 * I), down.expert(e)});
     }
   } else {
     for (int64_t e = 0; e < E; ++e) {
@@ -29,7 +29,7 @@ Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const 
   if (c.shared_expert_dim > 0) {
     KAPITSA_TRY(SwiGluWeights shared, SwiGluWeights::load(loader, prefix + "shared_expert.", H, c.shared_expert_dim));
     w.shared = shared;
-    KAPITSA_TRY(w.shared_gate, loader.matrix(prefix + "shared_expert_gate.weight", {1, H}));
+    KAPITSA_TRY(w.shared_gate, loader.linear(prefix + "shared_expert_gate.weight", {1, H}));
   }
   return w;
 }

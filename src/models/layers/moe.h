@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "models/layers/mlp.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "models/weight_list.h"
 
@@ -26,10 +27,10 @@ struct SoftmaxMoeConfig {
 };
 
 struct SoftmaxMoeWeights {
-  Tensor router;                         // [E, H]
+  Linear router;                         // [E, H]
   std::vector<SwiGluWeights> experts;    // E entries of gate/up [I, H], down [H, I]
   std::optional<SwiGluWeights> shared;   // shared expert
-  Tensor shared_gate;                    // [1, H]
+  Linear shared_gate;                    // [1, H]
 
   // PREFIX is the block, e.g. "model.layers.0.mlp.".
   static Expected<SoftmaxMoeWeights> load(WeightLoader& loader, const std::string& prefix,

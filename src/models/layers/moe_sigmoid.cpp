@@ -11,7 +11,7 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
                                                     const SigmoidMoeConfig& c) {
   SigmoidMoeWeights w;
   const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim, W = c.expert_width();
-  KAPITSA_TRY(w.router, loader.matrix(prefix + "gate.weight", {E, H}));
+  KAPITSA_TRY(w.router, loader.linear(prefix + "gate.weight", {E, H}));
   const std::string bias_name = prefix + "gate.e_score_correction_bias";
   if (loader.contains(bias_name)) {
     KAPITSA_TRY(w.correction_bias, loader.get_f32(bias_name, {E}));
@@ -21,9 +21,9 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
   WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
   const std::string fused_up = prefix + "experts.up_proj";
   if (loader.contains(fused_up)) {
-    KAPITSA_TRY(Tensor up, loader.matrix(fused_up, {E, I, W}));
-    KAPITSA_TRY(Tensor down, loader.matrix(prefix + "experts.down_proj", {E, W, I}));
-    for (int64_t e = 0; e < E; ++e) w.experts.push_back(Relu2MlpWeights{up.index(e), down.index(e)});
+    KAPITSA_TRY(const Linear up, loader.linear(fused_up, {E, I, W}));
+    KAPITSA_TRY(const Linear down, loader.linear(prefix + "experts.down_proj", {E, W, I}));
+    for (int64_t e = 0; e < E; ++e) w.experts.push_back(Relu2MlpWeights{up.expert(e), down.expert(e)});
   } else {
     for (int64_t e = 0; e < E; ++e) {
       KAPITSA_TRY(Relu2MlpWeights expert, Relu2MlpWeights::load(loader, fmt::format("{}experts.{}.", prefix, e), W, I));
@@ -36,8 +36,8 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
     w.shared = shared;
   }
   if (c.latent_dim > 0) {
-    KAPITSA_TRY(w.fc1_latent, loader.matrix(prefix + "fc1_latent_proj.weight", {c.latent_dim, H}));
-    KAPITSA_TRY(w.fc2_latent, loader.matrix(prefix + "fc2_latent_proj.weight", {H, c.latent_dim}));
+    KAPITSA_TRY(w.fc1_latent, loader.linear(prefix + "fc1_latent_proj.weight", {c.latent_dim, H}));
+    KAPITSA_TRY(w.fc2_latent, loader.linear(prefix + "fc2_latent_proj.weight", {H, c.latent_dim}));
   }
   return w;
 }

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "models/layers/mlp.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "models/weight_list.h"
 
@@ -33,12 +34,12 @@ struct SigmoidMoeConfig {
 };
 
 struct SigmoidMoeWeights {
-  Tensor router;                          // [E, H]
+  Linear router;                          // [E, H]
   Buffer correction_bias;                 // [E] f32
   std::vector<Relu2MlpWeights> experts;   // E entries of up [I, L|H], down [L|H, I]
   std::optional<Relu2MlpWeights> shared;  // up [Is, H], down [H, Is]
-  Tensor fc1_latent;                      // [L, H] (latent only)
-  Tensor fc2_latent;                      // [H, L]
+  Linear fc1_latent;                      // [L, H] (latent only)
+  Linear fc2_latent;                      // [H, L]
 
   // PREFIX is the block, e.g. "backbone.layers.1.mixer.".
   static Expected<SigmoidMoeWeights> load(WeightLoader& loader, const std::string& prefix,

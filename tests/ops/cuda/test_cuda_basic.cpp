@@ -51,8 +51,8 @@ TEST_F(Cuda, EmbeddingAndCopyMatchRef) {
     std::vector<int32_t> ids = {0, 49, 7, 7, 31};
     Buffer out = Buffer::allocate(DType::f32, {5, 72});
     auto dout = poisoned({5, 72});
-    ref::embedding(table, ids, out);
-    cuda::embedding(to_device(table).tensor(), ids, dout);
+    ref::embedding(Linear(table), ids, out);
+    cuda::embedding(Linear(to_device(table).tensor()), ids, dout);
     EXPECT_LE(max_abs_diff(to_host(dout), out), 0.0) << "embedding";
     // copy: same dtype, and each conversion (round to nearest even when narrowing)
     Buffer src = test::random_f32(r, {3, 1001}, -100, 100);
@@ -101,8 +101,8 @@ TEST_F(Cuda, MatmulMatchesRef) {
       Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {c.N, c.K});
       Buffer yr = Buffer::zeros(DType::f32, {c.T, c.N});
       auto dy = poisoned({c.T, c.N});
-      ref::matmul(x, w, yr);
-      cuda::matmul(to_device(x), to_device(w).tensor(), dy);  // a Tensor: converts to the weight type
+      ref::matmul(x, Linear(w), yr);
+      cuda::matmul(to_device(x), Linear(to_device(w).tensor()), dy);
       const Buffer y = to_host(dy);
       const bool gemv = c.T <= 8;
       const double tol = gemv || dt == DType::f32 ? 2e-6 : dt == DType::f16 ? 1e-3 : 5e-3;

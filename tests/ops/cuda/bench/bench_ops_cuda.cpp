@@ -60,7 +60,7 @@ int main() {
     char name[96];
     std::snprintf(name, sizeof name, "matmul bf16 T=%ld N=%ld K=%ld", static_cast<long>(T), static_cast<long>(N),
                   static_cast<long>(K));
-    report(name, time_us([&] { ops::cuda::matmul(x, w.tensor(), y); }), 2.0 * N * K + 4.0 * T * (K + N), 2.0 * T * N * K);
+    report(name, time_us([&] { ops::cuda::matmul(x, Linear(w.tensor()), y); }), 2.0 * N * K + 4.0 * T * (K + N), 2.0 * T * N * K);
   }
   for (auto [T, ctx] : std::vector<std::array<int64_t, 2>>{{1, 4096}, {1, 32768}, {512, 512}}) {
     const int64_t Hq = 32, Hkv = 8, D = 128;
