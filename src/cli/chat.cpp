@@ -8,6 +8,7 @@
 // Commands: /reset (forget the conversation), /exit or end of input.
 #include "cli/commands.h"
 #include "cli/generate_common.h"
+#include "cli/kv_dtype_option.h"
 
 #include <cstdio>
 #include <iostream>
@@ -22,6 +23,7 @@ struct ChatOptions {
   int max_tokens = 2048;
   int64_t context = 32768;
   bool no_think = false;
+  std::string kv_dtype = "bf16";
   SamplingFlags sampling;
 };
 
@@ -36,6 +38,7 @@ Status chat(const ChatOptions& o) {
   runtime::EngineOptions options;
   options.context_tokens = o.context;
   options.max_sequences = 1;
+  options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
   if (!loaded.chat_template) return error("{}: the model has no chat template (use `kapitsa run --no-template`)", dir);
   const bool colour = stdout_is_terminal(), interactive = isatty(0) != 0;
@@ -102,6 +105,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "Most tokens per reply (default 2048)");
   cmd->add_option("--ctx", o->context, "Context size in tokens (default 32768, at most the model's)");
   cmd->add_flag("--no-think", o->no_think, "Ask the template to skip reasoning (enable_thinking=false)");
+  add_kv_dtype_option(cmd, o->kv_dtype);
   o->sampling.add_to(cmd);
   cmd->callback([o] {
     Status status = chat(*o);

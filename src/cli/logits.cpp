@@ -3,6 +3,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/kv_dtype_option.h"
 #include "models/model.h"
 #include "ops/ops.h"
 #include "weights/safetensors_writer.h"
@@ -22,6 +23,7 @@ struct LogitsOptions {
   bool hidden_states = false;
   std::string backend = "cpu";
   bool rope_bf16 = false;
+  std::string kv_dtype = "f32";  // exact by default: this is the test/debug interface
 };
 
 Expected<std::vector<int32_t>> read_ids(const std::string& path) {
@@ -58,7 +60,10 @@ Status run_logits(const LogitsOptions& o) {
       return error("{}: token id {} at index {} is outside the vocabulary [0, {})", o.ids_file, ids[i], i, info.vocab_size);
 
   const int64_t T = static_cast<int64_t>(ids.size()), V = info.vocab_size, H = info.hidden_size, L = info.n_layers;
-  auto state = model->new_state(T + o.generate);
+  // A pool of the chosen element type (the model's default pool is f32).
+  models::KvLayout layout = model->kv_layout();
+  layout.dtype = kv_dtype_from_name(o.kv_dtype);
+  auto state = model->new_state(T + o.generate, std::make_shared<models::KvPagePool>(layout));
   Buffer logits = Buffer::allocate(DType::f32, {T, V});
   Buffer hidden;
   if (o.hidden_states) hidden = Buffer::allocate(DType::f32, {L + 1, T, H});
@@ -105,6 +110,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--backend", options->backend, "Op backend: cpu (default) or ref (the scalar oracle)");
   cmd->add_flag("--rope-bf16", options->rope_bf16,
                 "Round RoPE frequencies through bf16 as transformers does for bf16-loaded checkpoints");
+  add_kv_dtype_option(cmd, options->kv_dtype);
   cmd->callback([options] {
     Status status = run_logits(*options);
     if (!status.ok()) {

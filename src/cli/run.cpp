@@ -5,6 +5,7 @@
 #include "base/json.h"
 #include "cli/commands.h"
 #include "cli/generate_common.h"
+#include "cli/kv_dtype_option.h"
 
 #include <cstdio>
 #include <unistd.h>
@@ -24,6 +25,7 @@ struct RunOptions {
   bool no_think = false;
   bool ignore_eos = false;
   bool quiet = false;
+  std::string kv_dtype = "bf16";
   std::vector<std::string> stop;
   SamplingFlags sampling;
 };
@@ -50,6 +52,7 @@ Status run(const RunOptions& o) {
   options.context_tokens = o.context;
   options.max_sequences = 1;
   options.prefix_cache_bytes = 0;  // one generation: nothing to reuse
+  options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
 
   runtime::GenerateRequest request;
@@ -114,6 +117,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--no-think", o->no_think, "Ask the template to skip reasoning (enable_thinking=false)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep going past end-of-sequence tokens");
   cmd->add_flag("--quiet", o->quiet, "No statistics line on stderr");
+  add_kv_dtype_option(cmd, o->kv_dtype);
   o->sampling.add_to(cmd);
   cmd->callback([o] {
     Status status = run(*o);

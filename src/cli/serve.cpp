@@ -5,6 +5,7 @@
 // (with --port 0 the port is chosen by the system), for scripts and tests to read.
 #include "cli/commands.h"
 #include "cli/generate_common.h"
+#include "cli/kv_dtype_option.h"
 #include "server/transport.h"
 #include "text/grammar/grammar.h"
 
@@ -36,6 +37,7 @@ struct ServeOptions {
   bool no_think = false;
   std::string template_kwargs;
   std::string grammar_file;
+  std::string kv_dtype = "bf16";
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -106,6 +108,7 @@ int run_serve(const ServeOptions& o) {
     runtime::EngineOptions eo;
     eo.context_tokens = o.context_tokens;
     eo.max_sequences = o.parallel;
+    eo.kv_dtype = kv_dtype_from_name(o.kv_dtype);
     auto loaded = load_for_generation(*dir, eo);
     if (!loaded.ok()) {
       std::fprintf(stderr, "kapitsa serve: %s\n", loaded.error().message.c_str());
@@ -113,6 +116,8 @@ int run_serve(const ServeOptions& o) {
       g_stop = 1;
       return;
     }
+    std::fprintf(stderr, "kapitsa serve: %s\n",
+                 memory_summary(loaded->engine->counters(), loaded->engine->options()).c_str());
     std::shared_ptr<const text::ChatTemplate> tmpl;
     if (loaded->chat_template) tmpl = std::make_shared<const text::ChatTemplate>(std::move(*loaded->chat_template));
     service.set_model(std::shared_ptr<runtime::Engine>(std::move(loaded->engine)), tmpl, loaded->default_sampling);
@@ -150,6 +155,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "HTTP connections served at once")->check(CLI::Range(4, 4096));
   cmd->add_option("--keepalive-ms", o->keepalive_ms, "Keep-alive interval of idle streams (pings during long prefills)");
   cmd->add_flag("--no-think", o->no_think, "Render prompts with enable_thinking=false unless a request asks otherwise");
+  add_kv_dtype_option(cmd, o->kv_dtype);
   cmd->add_option("--chat-template-kwargs", o->template_kwargs, "JSON object of default chat template variables");
   cmd->add_option("--grammar-file", o->grammar_file,
                   "GBNF grammar every reply follows unless its request sets its own constraint (the whole output, "

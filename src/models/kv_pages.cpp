@@ -9,11 +9,18 @@
 
 namespace kapitsa::models {
 
+bool is_kv_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16; }
+
 KvPagePool::KvPagePool(KvLayout layout, int64_t page_tokens, int64_t max_pages)
     : layout_(layout), page_tokens_(page_tokens), max_pages_(max_pages) {
   KAPITSA_CHECK(page_tokens > 0 && max_pages >= 0, "KV pool: page of {} tokens, {} pages", page_tokens, max_pages);
+  KAPITSA_CHECK(is_kv_dtype(layout.dtype), "KV pool: pages of {}; f32, bf16 or f16 only", dtype_name(layout.dtype));
   k_.resize(static_cast<size_t>(layout_.n_layers));
   v_.resize(static_cast<size_t>(layout_.n_layers));
+}
+
+size_t KvPagePool::layer_page_bytes() const {
+  return static_cast<size_t>(page_tokens_ * layout_.n_kv_heads * layout_.head_dim) * dtype_size(layout_.dtype);
 }
 
 int64_t KvPagePool::used_pages() const {
@@ -28,11 +35,10 @@ int64_t KvPagePool::free_pages() const {
 
 void KvPagePool::grow(int64_t capacity) {
   // Existing pages move with their ids; the rows of free pages need not be copied but are (one memcpy).
-  const size_t page_floats = static_cast<size_t>(page_tokens_ * layout_.n_kv_heads * layout_.head_dim);
   for (std::vector<Buffer>* arrays : {&k_, &v_})
     for (Buffer& b : *arrays) {
-      Buffer bigger = Buffer::allocate(DType::f32, {capacity, page_tokens_, layout_.n_kv_heads, layout_.head_dim});
-      if (capacity_ > 0) std::memcpy(bigger.f32(), b.f32(), static_cast<size_t>(capacity_) * page_floats * sizeof(float));
+      Buffer bigger = Buffer::allocate(layout_.dtype, {capacity, page_tokens_, layout_.n_kv_heads, layout_.head_dim});
+      if (capacity_ > 0) std::memcpy(bigger.tensor().data(), b.tensor().data(), static_cast<size_t>(capacity_) * layer_page_bytes());
       b = std::move(bigger);
     }
   refs_.resize(static_cast<size_t>(capacity), 0);
@@ -78,11 +84,13 @@ int KvPagePool::refcount(int32_t page) const {
 
 void KvPagePool::copy_page(int32_t from, int32_t to) {
   KAPITSA_CHECK(from >= 0 && from < capacity_ && to >= 0 && to < capacity_, "KV pool: copy page {} → {}", from, to);
-  const size_t page_floats = static_cast<size_t>(page_tokens_ * layout_.n_kv_heads * layout_.head_dim);
+  // Bytes, whatever the element type: a page is contiguous in each layer's K and V array.
+  const size_t bytes = layer_page_bytes();
   for (std::vector<Buffer>* arrays : {&k_, &v_})
-    for (Buffer& b : *arrays)
-      std::memcpy(b.f32() + static_cast<size_t>(to) * page_floats, b.f32() + static_cast<size_t>(from) * page_floats,
-                  page_floats * sizeof(float));
+    for (Buffer& b : *arrays) {
+      std::byte* base = static_cast<std::byte*>(b.tensor().data());
+      std::memcpy(base + static_cast<size_t>(to) * bytes, base + static_cast<size_t>(from) * bytes, bytes);
+    }
 }
 
 }  // namespace kapitsa::models

@@ -7,6 +7,9 @@
 // Invariants: the arrays grow on demand up to max_pages (0: no limit) by reallocation, so page ids stay
 // valid but Tensors from k()/v() only until the next allocate(); one computing thread at a time
 // allocates and reads (as the op thread pool), while retain/release are safe from any thread.
+// Element type: the pool's KvLayout::dtype (f32, bf16 or f16), chosen when the pool is made; the model
+// computes K and V in f32 and ops::write_paged_rows / copy round them into the pages, attention reads
+// them back widened (docs/decisions.md, "KV cache dtype").
 #pragma once
 
 #include "tensor/tensor.h"
@@ -19,24 +22,30 @@
 namespace kapitsa::models {
 
 // What one token's KV looks like in a model: the runtime sizes pools from it without naming an
-// architecture.
+// architecture. A model's kv_layout() says f32; whoever makes a pool may store narrower.
 struct KvLayout {
   int64_t n_layers = 0;    // attention layers (0: the model keeps no KV)
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  size_t bytes_per_token() const { return static_cast<size_t>(2 * n_layers * n_kv_heads * head_dim) * sizeof(float); }
+  DType dtype = DType::f32;  // element type of the pages: f32, bf16 or f16
+  size_t bytes_per_token() const { return static_cast<size_t>(2 * n_layers * n_kv_heads * head_dim) * dtype_size(dtype); }
 };
+
+// The element types a KV page pool can hold.
+bool is_kv_dtype(DType dtype);
 
 // Tokens per page when nobody chooses: see docs/decisions.md ("KV pages of 16 tokens").
 constexpr int64_t kDefaultPageTokens = 16;
 
 class KvPagePool {
  public:
+  // layout.dtype must be f32, bf16 or f16.
   KvPagePool(KvLayout layout, int64_t page_tokens = kDefaultPageTokens, int64_t max_pages = 0);
   KvPagePool(const KvPagePool&) = delete;
   KvPagePool& operator=(const KvPagePool&) = delete;
 
   const KvLayout& layout() const { return layout_; }
+  DType dtype() const { return layout_.dtype; }
   int64_t page_tokens() const { return page_tokens_; }
   size_t page_bytes() const { return layout_.bytes_per_token() * static_cast<size_t>(page_tokens_); }
   int64_t pages_for(int64_t tokens) const { return (tokens + page_tokens_ - 1) / page_tokens_; }
@@ -54,12 +63,13 @@ class KvPagePool {
   // Copies every layer's K and V rows of page `from` into page `to` (copy-on-write).
   void copy_page(int32_t from, int32_t to);
 
-  // One attention layer's arrays (layer in [0, layout().n_layers)):  [capacity, P, Hkv, D] f32.
+  // One attention layer's arrays (layer in [0, layout().n_layers)):  [capacity, P, Hkv, D] dtype().
   Tensor k(int64_t layer) const { return k_[static_cast<size_t>(layer)].tensor(); }
   Tensor v(int64_t layer) const { return v_[static_cast<size_t>(layer)].tensor(); }
 
  private:
   void grow(int64_t capacity);
+  size_t layer_page_bytes() const;  // one page of one layer's K (or V) array
 
   KvLayout layout_;
   int64_t page_tokens_;

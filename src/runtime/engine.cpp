@@ -42,7 +42,8 @@ struct Inbox {
 
 // Every state's KV lives in one page pool of kv_page_tokens-token pages, capped by kv_pool_bytes.
 std::shared_ptr<models::KvPagePool> make_kv_pool(const models::Model& model, const EngineOptions& options) {
-  const models::KvLayout layout = model.kv_layout();
+  models::KvLayout layout = model.kv_layout();
+  layout.dtype = options.kv_dtype;
   const int64_t page_tokens = std::max<int64_t>(options.kv_page_tokens, 1);
   const size_t page_bytes = std::max<size_t>(layout.bytes_per_token() * static_cast<size_t>(page_tokens), 1);
   const int64_t max_pages =
@@ -57,7 +58,7 @@ SchedulerConfig scheduler_config(const models::Model& model, const EngineOptions
   sc.max_sequences = std::max(options.max_sequences, 1);
   sc.prefill_chunk_tokens = std::max<int64_t>(options.prefill_chunk_tokens, 1);
   sc.memory_budget_bytes = options.memory_budget_bytes;
-  sc.state_bytes_per_token = model.kv_layout().bytes_per_token();
+  sc.state_bytes_per_token = pool->layout().bytes_per_token();
   sc.state_fixed_bytes = model.new_state(1, pool)->own_bytes();
   sc.context_tokens = options.context_tokens;
   sc.decode_reserve_tokens = std::max<int64_t>(options.decode_reserve_tokens, 1);
@@ -72,7 +73,11 @@ class EngineImpl final : public Engine {
         inbox_(std::make_shared<Inbox>()), seeds_(options.seed != 0 ? options.seed : std::random_device{}()),
         executor_(*model_), emitter_(model_->info().eos_token_ids, tokenizer_.get()) {
     std::shared_ptr<models::KvPagePool> pool = make_kv_pool(*model_, options_);
-    scheduler_ = std::make_unique<Scheduler>(scheduler_config(*model_, options_, pool));
+    const SchedulerConfig sc = scheduler_config(*model_, options_, pool);
+    counters_.kv_bytes_per_token = static_cast<int64_t>(sc.state_bytes_per_token);
+    counters_.state_bytes_per_sequence = static_cast<int64_t>(sc.state_fixed_bytes);
+    counters_.kv_page_bytes = static_cast<int64_t>(pool->page_bytes());
+    scheduler_ = std::make_unique<Scheduler>(sc);
     memory_ = std::make_unique<EngineMemory>(*model_, std::move(pool), options_.prefix_cache_bytes,
                                              2 * static_cast<size_t>(std::max(options_.max_sequences, 1)), *scheduler_, seqs_);
     setup_ = SequenceSetup{tokenizer_, model_->info().eos_token_ids, model_->info().vocab_size,
@@ -320,6 +325,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<models::Model> 
   if (options.max_sequences < 1) return error("max_sequences must be at least 1, got {}", options.max_sequences);
   if (options.context_tokens < 2) return error("context_tokens must be at least 2, got {}", options.context_tokens);
   if (options.prefill_chunk_tokens < 1) return error("prefill_chunk_tokens must be at least 1, got {}", options.prefill_chunk_tokens);
+  if (!models::is_kv_dtype(options.kv_dtype))
+    return error("kv_dtype must be f32, bf16 or f16, got {}", dtype_name(options.kv_dtype));
   return std::unique_ptr<Engine>(std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), options));
 }
 

@@ -52,6 +52,9 @@ struct EngineOptions {
   // then the youngest sequences preempted.
   int64_t kv_page_tokens = 16;
   size_t kv_pool_bytes = 0;
+  // Element type of the KV pages: f32 (exact; the library default), bf16 (half the memory; what
+  // `kapitsa run/chat/serve` use unless told otherwise) or f16. Accuracy: docs/decisions.md.
+  DType kv_dtype = DType::f32;
 };
 
 struct EngineCounters {
@@ -69,6 +72,10 @@ struct EngineCounters {
   int64_t kv_pages_used = 0;    // pages in use in the KV pool (each once, however many share it)
   int64_t end_of_turn_tokens = 0;  // folded after replies (GenerateRequest::end_of_turn_ids)
   int64_t kv_page_bytes = 0;
+  // Fixed at creation: KV bytes one token takes in every attention layer (EngineOptions::kv_dtype),
+  // and a sequence's bytes besides KV (recurrent state: conv windows + SSM/DeltaNet state).
+  int64_t kv_bytes_per_token = 0;
+  int64_t state_bytes_per_sequence = 0;
 };
 
 class Engine {

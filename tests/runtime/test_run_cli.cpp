@@ -1,6 +1,7 @@
 // `kapitsa run` and `kapitsa chat` end to end on the bundled demo model (a trained tiny Qwen3.5 with
 // tokenizer and chat template): text comes out, --output json ids equal `kapitsa logits --generate`'s
-// greedy ids, the chat reuses the prefix cache on its second turn, and bad input fails clearly.
+// greedy ids with the same --kv-dtype (run's default bf16, logits' default f32, each either way), the
+// chat reuses the prefix cache on its second turn, and bad input (also a bad --kv-dtype) fails clearly.
 #include "models/cli_runner.h"
 #include "test_util.h"
 #include "weights/safetensors.h"
@@ -41,15 +42,17 @@ TEST(RunCli, ChatTemplatePromptProducesAReply) {
   EXPECT_NE(r.output.find("prompt"), std::string::npos);
 }
 
-TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
+// run_flag / logits_flag: the --kv-dtype each is given ("" → its default: bf16 for run, f32 for logits).
+void expect_run_ids_equal_logits_greedy(const std::string& run_flag, const std::string& logits_flag) {
+  SCOPED_TRACE("run '" + run_flag + "', logits '" + logits_flag + "'");
   ScratchDir dir;
   const std::string ids_file = dir.path("ids.json");
   std::ofstream(ids_file) << "[750, 1668, 1445, 2238, 1025, 12, 279, 220]";
   const int n = 16;
-  const std::string json = stdout_only("run --model " + demo_dir() + " --prompt-ids " + ids_file +
+  const std::string json = stdout_only("run --model " + demo_dir() + " --prompt-ids " + ids_file + run_flag +
                                        " --output json --temperature 0 --ignore-eos --max-tokens " + std::to_string(n));
   ASSERT_FALSE(json.empty());
-  CommandResult logits = run_kapitsa("logits --model " + demo_dir() + " --ids-file " + ids_file + " --out " +
+  CommandResult logits = run_kapitsa("logits --model " + demo_dir() + " --ids-file " + ids_file + logits_flag + " --out " +
                                      dir.path("out.safetensors") + " --generate " + std::to_string(n));
   ASSERT_EQ(logits.exit_code, 0) << logits.output;
   auto file = weights::SafetensorsFile::open(dir.path("out.safetensors"));
@@ -61,6 +64,12 @@ TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
   for (size_t i = 0; i < greedy.size(); ++i) expected += (i ? "," : "") + std::to_string(greedy[i]);
   expected += "]\n";
   EXPECT_EQ(json, expected);
+}
+
+TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
+  expect_run_ids_equal_logits_greedy("", " --kv-dtype bf16");
+  expect_run_ids_equal_logits_greedy(" --kv-dtype f32", "");
+  expect_run_ids_equal_logits_greedy(" --kv-dtype f16", " --kv-dtype f16");
 }
 
 TEST(RunCli, ChatReusesTheCacheOnTheSecondTurn) {
@@ -115,6 +124,12 @@ TEST(RunCli, BadInputFailsClearly) {
   CommandResult bad = run_kapitsa("run --model " + demo_dir() + " --prompt-ids " + dir.path("bad.json"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.output.find("outside the vocabulary"), std::string::npos) << bad.output;
+  for (const std::string command : {"run", "chat", "serve"}) {
+    CommandResult kv = run_kapitsa(command + " --model " + demo_dir() + " --kv-dtype q8" + (command == "run" ? " hi" : ""));
+    EXPECT_NE(kv.exit_code, 0) << command;
+    EXPECT_NE(kv.output.find("--kv-dtype"), std::string::npos) << command << ": " << kv.output;
+    EXPECT_NE(kv.output.find("q8"), std::string::npos) << command << ": " << kv.output;
+  }
 }
 
 }  // namespace
