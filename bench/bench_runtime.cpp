@@ -7,6 +7,7 @@
 //      memory the cache holds after turn 1 (snapshots share KV pages: the pool counts each once).
 // Not a test; run it by hand:
 //   build/release/bench/bench_runtime --config bench/configs/qwen35-0.8b.json [--turn1 4000] [--decode 32]
+//   [--kv-dtype f32|bf16|f16]  (the engine's KV pages; default f32, EngineOptions' default)
 #include "models/model.h"
 #include "runtime/engine.h"
 
@@ -65,8 +66,9 @@ Expected<std::unique_ptr<runtime::Engine>> make_engine(const std::string& dir, c
 }
 
 // Aggregate tokens/s while all `n` sequences decode.
-Expected<double> decode_throughput(const std::string& dir, int n, int prompt, int decode, std::mt19937_64& rng) {
+Expected<double> decode_throughput(const std::string& dir, int n, int prompt, int decode, DType kv, std::mt19937_64& rng) {
   runtime::EngineOptions o;
+  o.kv_dtype = kv;
   o.max_sequences = n;
   o.context_tokens = prompt + decode + 8;
   o.prefix_cache_bytes = 0;
@@ -102,8 +104,9 @@ struct TurnTwo {
   int64_t snapshot_bytes = 0, kv_bytes = 0;
 };
 
-Expected<TurnTwo> conversation_ttft(const std::string& dir, int turn1, int reply, int user2, std::mt19937_64& rng) {
+Expected<TurnTwo> conversation_ttft(const std::string& dir, int turn1, int reply, int user2, DType kv, std::mt19937_64& rng) {
   runtime::EngineOptions o;
+  o.kv_dtype = kv;
   o.max_sequences = 1;
   o.context_tokens = turn1 + reply + user2 + 64;
   KAPITSA_TRY(auto warm, make_engine(dir, o));
@@ -157,7 +160,10 @@ int main(int argc, char** argv) {
   app.add_option("--reply", reply, "Tokens of the first reply");
   app.add_option("--user2", user2, "Tokens of the second user message");
   app.add_option("--seed", seed, "Seed of the random checkpoint and prompts");
+  std::string kv_name = "f32";
+  app.add_option("--kv-dtype", kv_name, "Element type of the KV pages")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   CLI11_PARSE(app, argc, argv);
+  const DType kv = kv_name == "bf16" ? DType::bf16 : kv_name == "f16" ? DType::f16 : DType::f32;
   if (model_dir.empty()) {
     model_dir = (std::filesystem::temp_directory_path() / "kapitsa-bench" / std::filesystem::path(config).stem()).string();
     if (!std::filesystem::exists(model_dir + "/model.safetensors")) {
@@ -170,10 +176,10 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937_64 rng(seed);
-  fmt::print("model: {}\n", model_dir);
+  fmt::print("model: {} (KV pages {})\n", model_dir, kv_name);
   fmt::print("{:>12} {:>22}\n", "sequences", "aggregate decode tok/s");
   for (int n : concurrency) {
-    auto tps = decode_throughput(model_dir, n, prompt, decode, rng);
+    auto tps = decode_throughput(model_dir, n, prompt, decode, kv, rng);
     if (!tps.ok()) {
       fmt::print(stderr, "bench_runtime: {}\n", tps.error().message);
       return 1;
@@ -181,7 +187,7 @@ int main(int argc, char** argv) {
     fmt::print("{:>12} {:>22.1f}\n", n, *tps);
   }
   if (turn1 > 0) {
-    auto t = conversation_ttft(model_dir, turn1, reply, user2, rng);
+    auto t = conversation_ttft(model_dir, turn1, reply, user2, kv, rng);
     if (!t.ok()) {
       fmt::print(stderr, "bench_runtime: {}\n", t.error().message);
       return 1;
