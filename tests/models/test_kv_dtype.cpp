@@ -23,8 +23,9 @@ namespace {
 // - greedy steps (one row each): bf16 worst 5.2e-3 (nemotron-h-tiny) → 1.5e-2; f16 worst 1.6e-4 → 1e-3.
 // - all prompt rows together: f16 worst 1.2e-4 → 1e-3; bf16 worst 0.085 (nemotron-h-tiny) → 0.2. The bf16
 //   prompt figure is one row jumping (row 97 at 0.95 alone, then decaying over ~10 rows; qwen3-next-tiny
-//   likewise from row 45, 0.039 overall), as when a near-tie in MoE routing flips on these random tiny
-//   models; without such a jump bf16 prompts measure 3e-4 – 8.5e-4.
+//   likewise from row 45, 0.039 overall): on nemotron-h-tiny a near-tie in MoE expert routing flips at
+//   row 97 (traced through the hidden states, docs/decisions.md); without such a jump bf16 prompts
+//   measure 3e-4 – 8.5e-4.
 struct Bounds {
   double prompt, greedy;
 };
