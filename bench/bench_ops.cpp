@@ -63,6 +63,42 @@ BENCHMARK(BM_Matmul)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// MLX affine weights (group 64, bf16 scales and biases), same shapes as BM_Matmul's bf16 rows: the
+// dequantize-and-dot kernel. Bytes processed: codes + scales + biases (Linear::nbytes).
+// args: T, N, K, bits
+void BM_MatmulAffine(benchmark::State& state) {
+  const int64_t T = state.range(0), N = state.range(1), K = state.range(2);
+  const int bits = static_cast<int>(state.range(3)), gs = 64;
+  Buffer x = random_buffer(DType::f32, {T, K}, 1);
+  Buffer codes = Buffer::allocate(DType::u32, {N, K * bits / 32});
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < codes.tensor().numel(); ++i) codes.tensor().data_as<uint32_t>()[i] = rng();
+  Buffer scales = random_buffer(DType::bf16, {N, K / gs}, 4), biases = random_buffer(DType::bf16, {N, K / gs}, 5);
+  const Linear w = Linear::affine(codes, scales, biases, bits, gs);
+  Buffer y = Buffer::allocate(DType::f32, {T, N});
+  default_thread_pool();
+  for (auto _ : state) {
+    ops::cpu::matmul(x, w, y);
+    benchmark::DoNotOptimize(y.f32()[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.nbytes()));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * T * N * K * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(std::to_string(bits) + "-bit");
+}
+BENCHMARK(BM_MatmulAffine)
+    ->ArgNames({"T", "N", "K", "bits"})
+    ->Args({1, 4096, 1024, 4})
+    ->Args({1, 4096, 1024, 8})
+    ->Args({1, 4096, 1024, 3})
+    ->Args({1, 4096, 1024, 6})
+    ->Args({1, 1024, 4096, 4})
+    ->Args({1, 248320, 1024, 4})
+    ->Args({64, 4096, 1024, 4})
+    ->Args({512, 4096, 1024, 4})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // args: T (new queries), past keys, Hq, Hkv, D
 void BM_Attention(benchmark::State& state) {
   const int64_t T = state.range(0), past = state.range(1), Hq = state.range(2), Hkv = state.range(3),

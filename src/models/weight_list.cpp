@@ -2,12 +2,66 @@
 #include "models/weight_list.h"
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 namespace kapitsa::models {
 
+namespace {
+
+// The logical shape with its last dim (K) replaced.
+Shape with_last(Shape s, int64_t last) {
+  s.dims[static_cast<size_t>(s.rank - 1)] = last;
+  return s;
+}
+
+// Scales and biases must be finite: a NaN would turn a whole group of weights into NaN silently.
+Status check_finite(const Tensor& t, const std::string& file, const std::string& name) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  weights::convert_to_f32(t, v.data());
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      return error("{}: tensor '{}' has {} at flat index {} (scales and biases must be finite)", file, name, v[i], i);
+  return ok_status();
+}
+
+}  // namespace
+
 Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shape) {
+  const std::string suffix = ".weight";
+  const bool has_suffix = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string module = has_suffix ? name.substr(0, name.size() - suffix.size()) : name;
+  if (checkpoint_.contains(module + ".scales")) return affine(name, module, shape);
+  const weights::TensorEntry* entry = checkpoint_.find(name);
+  if (entry != nullptr && entry->dtype == DType::u32)
+    return error("{}: tensor '{}' is packed (U32) but '{}.scales' is missing (MLX affine weights need scales and biases)",
+                 checkpoint_.file_of(name), name, module);
   KAPITSA_TRY(Tensor t, checkpoint_.get(name, shape));
   const Linear l(t);
+  count(l);
+  return l;
+}
+
+Expected<Linear> WeightLoader::affine(const std::string& name, const std::string& module, const Shape& shape) {
+  KAPITSA_TRY(const Quantization::Params p, quantization_.params(module));
+  const std::string scales_name = module + ".scales", biases_name = module + ".biases";
+  const std::string file = checkpoint_.file_of(scales_name);
+  const int64_t K = shape[-1];
+  if (K % p.group_size != 0)
+    return error("{}: '{}' has {} inputs, not a multiple of its group size {}", file, name, K, p.group_size);
+  if (!checkpoint_.contains(biases_name))
+    return error("{}: tensor '{}' is missing (MLX affine weights need scales and biases; '{}' is there)", file,
+                 biases_name, scales_name);
+  // codes: [.., N, K·bits/32] u32;  scales, biases: [.., N, K/group] f32|f16|bf16
+  KAPITSA_TRY(const Tensor packed, checkpoint_.get(name, with_last(shape, K * p.bits / 32), {DType::u32}));
+  KAPITSA_TRY(const Tensor scales, checkpoint_.get(scales_name, with_last(shape, K / p.group_size)));
+  KAPITSA_TRY(const Tensor biases, checkpoint_.get(biases_name, with_last(shape, K / p.group_size)));
+  if (scales.dtype() != biases.dtype())
+    return error("{}: '{}' is {} but '{}' is {}", file, scales_name, dtype_name(scales.dtype()), biases_name,
+                 dtype_name(biases.dtype()));
+  KAPITSA_RETURN_IF_ERROR(check_finite(scales, file, scales_name));
+  KAPITSA_RETURN_IF_ERROR(check_finite(biases, checkpoint_.file_of(biases_name), biases_name));
+  const Linear l = Linear::affine(packed, scales, biases, p.bits, p.group_size);
   count(l);
   return l;
 }

@@ -4,25 +4,32 @@
 // times the share of tokens that read it: 1, k/E for routed experts, 0 for an embedding table) and
 // resident bytes (each distinct Linear once; a tied head is the embedding). Small f32 vectors (norms,
 // biases, A_log) come from get_f32 and are not counted. Nothing per family: a new format or layer is
-// counted by loading through it.
+// counted by loading through it. Formats: a weight NAME (module NAME without ".weight") is MLX affine
+// when the checkpoint has MODULE.scales — codes in NAME (U32), MODULE.scales / MODULE.biases, bits and
+// group size from config.json's quantization (models/quantization.h) — else dense.
 #pragma once
 
 #include "base/status.h"
+#include "models/quantization.h"
 #include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kapitsa::models {
 
 class WeightLoader {
  public:
-  explicit WeightLoader(const weights::Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+  explicit WeightLoader(const weights::Checkpoint& checkpoint, Quantization quantization = {})
+      : checkpoint_(checkpoint), quantization_(std::move(quantization)) {}
 
   // The weight `name` for matmul / embedding, of logical shape [N, K] (or [E, N, K] for stacked experts,
   // viewed per expert with Linear::expert), checked against `shape` and counted with the current share.
+  // Errors name the file, the tensor and the problem (missing scales or biases, shapes that do not
+  // match the logical shape at the configured bits and group size, NaN/Inf scales or biases).
   Expected<Linear> linear(const std::string& name, const Shape& shape);
   // Counts a Linear loaded elsewhere (a view of one already counted is counted once: the larger share).
   void count(const Linear& linear);
@@ -57,7 +64,10 @@ class WeightLoader {
     size_t bytes;
     double share;
   };
+  Expected<Linear> affine(const std::string& name, const std::string& module, const Shape& shape);
+
   const weights::Checkpoint& checkpoint_;
+  Quantization quantization_;
   std::vector<Entry> entries_;
   double share_ = 1.0;
 };

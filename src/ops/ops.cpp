@@ -41,13 +41,28 @@ void f32(const BackendTable& b, const Tensor& t, const char* op, const char* nam
   KAPITSA_CHECK(t.dtype() == DType::f32, "{}: {} must be F32, got {}", op, name, dtype_name(t.dtype()));
 }
 
-// A matmul weight or embedding table: dense [N, K] f32/f16/bf16 (the only format so far).
-const Tensor& weight(const BackendTable& b, const Linear& w, const char* op, const char* name) {
-  const Tensor& t = w.dense(op);
+// A matmul weight or embedding table of logical shape [N, K], checked for its format: dense f32/f16/bf16
+// [N, K], or affine u32 codes [N, K·bits/32] with scales and biases [N, K/group] of one float dtype.
+void weight(const BackendTable& b, const Linear& w, const char* op, const char* name) {
+  const Tensor& t = w.weight();
   present(b, t, op, name);
   KAPITSA_CHECK(t.rank() == 2, "{}: {} must be [N, K], got {}", op, name, t.shape().str());
-  KAPITSA_CHECK(is_float(t.dtype()), "{}: {} dtype {} (F32, F16 or BF16)", op, name, dtype_name(t.dtype()));
-  return t;
+  switch (w.format()) {
+    case WeightFormat::dense:
+      KAPITSA_CHECK(is_float(t.dtype()), "{}: {} dtype {} (F32, F16 or BF16)", op, name, dtype_name(t.dtype()));
+      return;
+    case WeightFormat::affine: {
+      present(b, w.scales(), op, "scales"), present(b, w.biases(), op, "biases");
+      const Shape groups{w.rows(), w.group_size() > 0 ? w.cols() / w.group_size() : 0};
+      KAPITSA_CHECK(t.dtype() == DType::u32 && w.scales().shape() == groups && w.biases().shape() == groups &&
+                        is_float(w.scales().dtype()) && w.biases().dtype() == w.scales().dtype(),
+                    "{}: {} affine {}-bit, group {}: codes {} {}, scales {} {}, biases {} {}", op, name, w.bits(),
+                    w.group_size(), dtype_name(t.dtype()), t.shape().str(), dtype_name(w.scales().dtype()),
+                    w.scales().shape().str(), dtype_name(w.biases().dtype()), w.biases().shape().str());
+      return;
+    }
+  }
+  KAPITSA_CHECK(false, "{}: {} has an unknown weight format", op, name);
 }
 
 void same_numel(const Tensor& a, const Tensor& b, const char* op) {
@@ -195,9 +210,9 @@ void check_ssd(const BackendTable& b, const Tensor& x, const Tensor& dt, const T
 // ---- basic -----------------------------------------------------------------------------------
 void embedding(const Linear& table, std::span<const int32_t> ids, const Tensor& out) {
   const BackendTable& b = current_backend();
-  const Tensor& t = weight(b, table, "embedding", "table");
+  weight(b, table, "embedding", "table");
   f32(b, out, "embedding", "out");
-  const int64_t V = t.dim(0), H = t.dim(1), T = static_cast<int64_t>(ids.size());
+  const int64_t V = table.rows(), H = table.cols(), T = static_cast<int64_t>(ids.size());
   KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}", out.shape().str(),
                 T, H);
   for (size_t i = 0; i < ids.size(); ++i) in_range(ids[i], V, "embedding", "id", i);
@@ -206,11 +221,11 @@ void embedding(const Linear& table, std::span<const int32_t> ids, const Tensor& 
 
 void matmul(const Tensor& x, const Linear& w, const Tensor& y) {
   const BackendTable& b = current_backend();
-  const Tensor& wt = weight(b, w, "matmul", "w");
+  weight(b, w, "matmul", "w");
   f32(b, x, "matmul", "x"), f32(b, y, "matmul", "y");
-  const int64_t N = wt.dim(0), K = wt.dim(1);
-  KAPITSA_CHECK(x.dim(-1) == K, "matmul: x {} does not match w {}", x.shape().str(), wt.shape().str());
-  KAPITSA_CHECK(y.dim(-1) == N, "matmul: y {} does not match w {}", y.shape().str(), wt.shape().str());
+  const int64_t N = w.rows(), K = w.cols();
+  KAPITSA_CHECK(x.dim(-1) == K, "matmul: x {} does not match w [{}, {}]", x.shape().str(), N, K);
+  KAPITSA_CHECK(y.dim(-1) == N, "matmul: y {} does not match w [{}, {}]", y.shape().str(), N, K);
   KAPITSA_CHECK(rows_of(y) == rows_of(x), "matmul: y {} has not the {} rows of x {}", y.shape().str(), rows_of(x),
                 x.shape().str());
   KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");

@@ -2,10 +2,11 @@
 // data plus the format that says how to read it. A non-owning view, like Tensor: the memory belongs to
 // the checkpoint mapping or to a Buffer the model keeps. Logical shape [N, K] (rows = output features,
 // cols = input features), or [E, N, K] for a stack of experts, of which expert(e) is one [N, K] view.
-// Only WeightFormat::dense (f32 / f16 / bf16, used in place) exists today. A quantized format joins as a
-// new enum value: its parameters (bits, group size) and its per-group tensors (scales, biases) are
-// already members, sliced along with the weight by expert() / row_range() and counted by nbytes(), so
-// call sites do not change; until a kernel implements a format, it stops with an error naming it.
+// Formats: dense (f32 / f16 / bf16, used in place) and MLX affine (packed integer codes with a scale and
+// a bias per group, docs/quantization.md). A format's parameters (bits, group size) and per-group
+// tensors (scales, biases) are members, sliced along with the weight by expert() / row_range() and
+// counted by nbytes(), so call sites do not change; a kernel that does not implement a format stops
+// with an error naming it.
 #pragma once
 
 #include "tensor/tensor.h"
@@ -15,12 +16,17 @@
 namespace kapitsa {
 
 enum class WeightFormat : uint8_t {
-  dense,  // weight_: [(E,) N, K] f32 | f16 | bf16, row-major; no scales
+  dense,   // weight_: [(E,) N, K] f32 | f16 | bf16, row-major; no scales
+  affine,  // MLX affine: weight_ u32 [(E,) N, K·bits/32], each row's K codes one little-endian bit
+           // stream (code k in bits [k·bits, (k+1)·bits), so 3/5/6-bit codes may straddle words);
+           // scales_, biases_ [(E,) N, K/group_size] f32 | f16 | bf16; w[n, k] = scale·q + bias of
+           // group k / group_size
 };
 
 inline std::string_view weight_format_name(WeightFormat f) {
   switch (f) {
     case WeightFormat::dense: return "dense";
+    case WeightFormat::affine: return "affine";
   }
   return "unknown";
 }
@@ -33,6 +39,34 @@ class Linear {
   // converted from whatever Tensor is at hand.
   explicit Linear(const Tensor& w) : weight_(w) {}
   explicit Linear(const Buffer& w) : weight_(w.tensor()) {}
+
+  // MLX affine codes of `bits` bits with a scale and bias per `group_size` inputs (see WeightFormat).
+  // Shapes are a contract here: a loader reports a bad file as an error before building one.
+  static Linear affine(const Tensor& packed, const Tensor& scales, const Tensor& biases, int bits, int group_size) {
+    KAPITSA_CHECK(affine_supported(bits, group_size), "affine: {} bits, group size {} (bits 2, 3, 4, 5, 6, 8; groups 32, 64, 128)",
+                  bits, group_size);
+    const int r = packed.rank();
+    KAPITSA_CHECK(packed.dtype() == DType::u32 && (r == 2 || r == 3) && scales.rank() == r &&
+                      scales.shape() == biases.shape() && scales.dtype() == biases.dtype(),
+                  "affine: weight {} {}, scales {} {}, biases {} {}", dtype_name(packed.dtype()), packed.shape().str(),
+                  dtype_name(scales.dtype()), scales.shape().str(), dtype_name(biases.dtype()), biases.shape().str());
+    const int64_t K = packed.dim(-1) * 32 / bits;
+    for (int i = 0; i + 1 < r; ++i)
+      KAPITSA_CHECK(scales.dim(i) == packed.dim(i), "affine: scales {} for weight {}", scales.shape().str(),
+                    packed.shape().str());
+    KAPITSA_CHECK(K * bits == packed.dim(-1) * 32 && K % group_size == 0 && scales.dim(-1) == K / group_size,
+                  "affine: scales {} for weight {} at {} bits, group size {}", scales.shape().str(),
+                  packed.shape().str(), bits, group_size);
+    Linear l;
+    l.format_ = WeightFormat::affine;
+    l.weight_ = packed, l.scales_ = scales, l.biases_ = biases;
+    l.bits_ = bits, l.group_size_ = group_size, l.cols_ = K;
+    return l;
+  }
+  static bool affine_supported(int bits, int group_size) {
+    return (bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) &&
+           (group_size == 32 || group_size == 64 || group_size == 128);
+  }
 
   WeightFormat format() const { return format_; }
   bool is_dense() const { return format_ == WeightFormat::dense; }

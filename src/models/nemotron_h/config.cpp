@@ -189,6 +189,7 @@ Expected<NemotronHConfig> parse_config(const weights::HfConfig& cfg) {
       for (const auto& id : eos)
         if (id.is_number_integer()) c.eos_token_ids.push_back(id.get<int32_t>());
   }
+  KAPITSA_TRY(c.quantization, parse_quantization(cfg));
   return c;
 }
 

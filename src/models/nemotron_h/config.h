@@ -5,6 +5,7 @@
 #pragma once
 
 #include "base/status.h"
+#include "models/quantization.h"
 #include "weights/hf_config.h"
 
 #include <cstdint>
@@ -42,6 +43,7 @@ struct NemotronHConfig {
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 0;
   std::vector<int32_t> eos_token_ids;
+  Quantization quantization;  // config.json "quantization" (MLX affine checkpoints)
 
   int64_t count(LayerKind kind) const;
   std::string pattern() const;  // e.g. "M-M*EMEM*E"

@@ -77,7 +77,7 @@ Status NemotronHModel::load_weights() {
 
   // Released checkpoints name the trunk backbone.*, transformers' own module tree model.*;
   // multimodal releases put either behind language_model.
-  WeightLoader loader(checkpoint_);
+  WeightLoader loader(checkpoint_, c.quantization);
   std::string prefix;
   for (const char* candidate : {"backbone.", "model.", "language_model.backbone.", "language_model.model."})
     if (checkpoint_.contains(std::string(candidate) + "embeddings.weight")) {

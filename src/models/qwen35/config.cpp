@@ -114,6 +114,7 @@ Expected<Qwen35Config> parse_config(const weights::HfConfig& top) {
       for (const auto& id : eos)
         if (id.is_number_integer()) c.eos_token_ids.push_back(id.get<int32_t>());
   }
+  KAPITSA_TRY(c.quantization, parse_quantization(top));
   return c;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "base/status.h"
+#include "models/quantization.h"
 #include "weights/hf_config.h"
 
 #include <cstdint>
@@ -33,6 +34,7 @@ struct Qwen35Config {
   bool rope_bf16_frequencies = false;   // from LoadOptions, not config.json
   int64_t max_position_embeddings = 0;
   std::vector<int32_t> eos_token_ids;
+  Quantization quantization;  // config.json "quantization" (MLX affine checkpoints)
 
   int rotary_dim() const { return static_cast<int>(static_cast<float>(head_dim) * partial_rotary_factor); }
 };

@@ -58,7 +58,7 @@ Status Qwen35Model::load_weights() {
   moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
                                  c.norm_topk_prob};
 
-  WeightLoader loader(checkpoint_);
+  WeightLoader loader(checkpoint_, c.quantization);
   const std::string prefix =
       checkpoint_.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   info_.vocab_size = c.vocab_size;

@@ -1,10 +1,12 @@
-// CPU matmul y = x·wᵀ with f32/bf16/f16 weights used in place, f32 accumulation.
+// CPU matmul y = x·wᵀ with f32/bf16/f16 weights used in place, f32 accumulation (MLX affine weights:
+// matmul_affine.cpp).
 // T = 1 (decode GEMV) is memory-bound: rows are split across threads and each pass streams
 // kGemvRows weight rows against the cached x. T > 1 works on (row block × token chunk) tasks, so
 // each weight row is read from memory once per token chunk, not once per token: small T with
 // dot-product register tiles, larger T (prefill) with the classic packed outer-product kernel
 // (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast).
 #include "base/thread_pool.h"
+#include "ops/cpu/affine.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/dot_tile.h"
 
@@ -239,6 +241,7 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  if (linear.format() == WeightFormat::affine) return matmul_affine(x, linear, y);
   const Tensor& w = linear.dense("matmul");
   const int64_t N = w.dim(0), K = w.dim(1);
   const int64_t T = K == 0 ? 0 : x.numel() / K;

@@ -9,15 +9,10 @@ namespace kapitsa::ops::ref {
 using detail::load;
 using detail::rows_of;
 
-// table: [V, H] f32|f16|bf16;  out: [T, H] f32.
-void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
-  const Tensor& table = linear.dense("embedding");
-  const int64_t V = table.dim(0), H = table.dim(1), T = static_cast<int64_t>(ids.size());
-  float* o = out.f32();
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t id = ids[static_cast<size_t>(t)];
-    for (int64_t h = 0; h < H; ++h) o[t * H + h] = load(table, id * H + h);
-  }
+// table: [V, H] (any format);  out: [T, H] f32.
+void embedding(const Linear& table, std::span<const int32_t> ids, const Tensor& out) {
+  const int64_t H = table.cols();
+  for (size_t t = 0; t < ids.size(); ++t) dequantize_row(table, ids[t], out.f32() + static_cast<int64_t>(t) * H);
 }
 
 // Same element count; equal dtypes copy bytes, f32/f16/bf16 pairs convert (round to nearest even).

@@ -1,5 +1,6 @@
-// Reference matmul: y = x · wᵀ with weights in f32/f16/bf16, accumulated in double (the oracle; the
-// cpu backend accumulates in f32 and so differs only by rounding/summation order).
+// Reference matmul: y = x · wᵀ with weights of any format (each row dequantized to f32 first),
+// accumulated in double (the oracle; the cpu backend accumulates in f32 and so differs only by
+// rounding/summation order).
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -7,16 +8,15 @@
 
 namespace kapitsa::ops::ref {
 
-// x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
-void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
-  const Tensor& w = linear.dense("matmul");
-  const int64_t N = w.dim(0), K = w.dim(1);
+// x: [T, K] f32;  w: [N, K] (any format);  y: [T, N] f32.  (Leading dims of x and y are flattened.)
+void matmul(const Tensor& x, const Linear& w, const Tensor& y) {
+  const int64_t N = w.rows(), K = w.cols();
   const int64_t T = detail::rows_of(x);
   const float* px = x.f32();
   float* py = y.f32();
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t n = 0; n < N; ++n) {
-    for (int64_t k = 0; k < K; ++k) row[static_cast<size_t>(k)] = detail::load(w, n * K + k);
+    dequantize_row(w, n, row.data());
     for (int64_t t = 0; t < T; ++t) {
       double acc = 0;
       for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(px[t * K + k]) * row[static_cast<size_t>(k)];

@@ -18,4 +18,8 @@ namespace kapitsa::ops::ref {
 
 // This backend's table (ops/backend.h).
 const BackendTable* backend();
+
+// Not an op: row n of a matmul weight / embedding table of any format as f32 (the formats' definitions,
+// dequantize.cpp), what ref's matmul and embedding read.  out: [w.cols()].
+void dequantize_row(const Linear& w, int64_t n, float* out);
 }  // namespace kapitsa::ops::ref

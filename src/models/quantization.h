@@ -1,0 +1,38 @@
+// Quantization: what config.json says about quantized weights, as mlx-lm writes it —
+//   "quantization": {"group_size": 64, "bits": 4, "mode": "affine",
+//                    "model.layers.0.mlp.down_proj": {"group_size": 64, "bits": 6},
+//                    "model.layers.0.mlp.gate": false, ...}
+// defaults for every quantized module plus per-module entries (a module path, i.e. a weight's name
+// without ".weight", mapped to its own parameters or to false: kept unquantized). Whether a module is
+// quantized is decided by the checkpoint (its "<module>.scales" tensor exists), as mlx-lm does; this
+// says with which parameters. Only mode "affine" is read; other modes are an error naming them.
+#pragma once
+
+#include "base/status.h"
+#include "weights/hf_config.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace kapitsa::models {
+
+struct Quantization {
+  struct Params {
+    int bits = 0;
+    int group_size = 0;
+  };
+  std::string where;                // "…/config.json: field 'quantization'" for errors
+  std::optional<Params> defaults;   // absent: the config has no quantization section
+  std::map<std::string, std::optional<Params>> modules;  // per-module entries; nullopt: false
+
+  // Parameters of `module`: its own entry, else the defaults; an error when the config keeps it
+  // unquantized or has no quantization at all (the checkpoint holds scales for it regardless).
+  Expected<Params> params(const std::string& module) const;
+};
+
+// Reads "quantization" (else an mlx-lm "quantization_config": with "bits", without "quant_method") from the top level of a
+// config.json; no section gives an empty Quantization. Bad values are errors naming the field.
+Expected<Quantization> parse_quantization(const weights::HfConfig& top);
+
+}  // namespace kapitsa::models
