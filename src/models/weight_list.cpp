@@ -31,6 +31,7 @@ Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shap
   const std::string suffix = ".weight";
   const bool has_suffix = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   const std::string module = has_suffix ? name.substr(0, name.size() - suffix.size()) : name;
+  modules_.insert(module);
   if (checkpoint_.contains(module + ".scales")) return affine(name, module, shape);
   const weights::TensorEntry* entry = checkpoint_.find(name);
   if (entry != nullptr && entry->dtype == DType::u32)
@@ -76,6 +77,14 @@ void WeightLoader::count(const Linear& linear) {
       return;
     }
   entries_.push_back({data, bytes, share_});
+}
+
+Status WeightLoader::check_quantization_entries_used() const {
+  for (const auto& [module, params] : quantization_.modules)
+    if (!modules_.contains(module))
+      return error("{} has an entry for '{}', but the model loads no weight '{}.weight' or '{}'", quantization_.where,
+                   module, module, module);
+  return ok_status();
 }
 
 size_t WeightLoader::bytes_per_token() const {

@@ -15,6 +15,7 @@
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,10 @@ class WeightLoader {
     double outer_;
   };
 
+  // After loading: an error when config.json's quantization has an entry for a module no weight was
+  // loaded from (a typo, or a name layout this loader does not read).
+  Status check_quantization_entries_used() const;
+
   // Σ nbytes × share over distinct Linears: the denominator of the decode roofline.
   size_t bytes_per_token() const;
   // Σ nbytes over distinct Linears.
@@ -68,6 +73,7 @@ class WeightLoader {
 
   const weights::Checkpoint& checkpoint_;
   Quantization quantization_;
+  std::set<std::string> modules_;  // every module a Linear was asked for
   std::vector<Entry> entries_;
   double share_ = 1.0;
 };

@@ -216,5 +216,14 @@ TEST_F(AffineErrors, UnsupportedBitsAndModes) {
   EXPECT_NE(msg.find("quantization mode \"mxfp4\" is not supported yet"), std::string::npos) << msg;
 }
 
+TEST_F(AffineErrors, ConfigNamesAModuleThatDoesNotExist) {
+  const std::string msg = load_error({8, 32, {}}, [&](auto&, Json& config) {
+    config["quantization"]["model.language_model.layers.0.mlp.gate_prj"] = Json{{"group_size", 64}, {"bits", 8}};
+  });
+  EXPECT_NE(msg.find("has an entry for 'model.language_model.layers.0.mlp.gate_prj', but the model loads no weight"),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace kapitsa::testing

@@ -143,6 +143,7 @@ Status NemotronHModel::load_weights() {
                     fmt::format("{}: {} layers ({} Mamba-2, {} attention, {} MLP, {} MoE), hidden {}, vocab {}{}",
                                 c.model_type, c.n_layers, c.count(LayerKind::mamba), c.count(LayerKind::attention),
                                 c.count(LayerKind::mlp), c.count(LayerKind::moe), H, c.vocab_size, experts)};
+  KAPITSA_RETURN_IF_ERROR(loader.check_quantization_entries_used());
   info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
   info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
   return ok_status();

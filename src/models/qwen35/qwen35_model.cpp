@@ -106,6 +106,7 @@ Status Qwen35Model::load_weights() {
                                 c.n_layers, c.n_layers - n_attention, n_attention, H, c.vocab_size,
                                 n_moe ? fmt::format(", {} experts top-{} on {} layers", c.n_experts, c.top_k, n_moe)
                                       : std::string())};
+  KAPITSA_RETURN_IF_ERROR(loader.check_quantization_entries_used());
   info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
   info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
   return ok_status();
