@@ -25,6 +25,7 @@ struct ChatOptions {
   bool no_think = false;
   std::string kv_dtype = "bf16";
   SamplingFlags sampling;
+  SpecFlags spec;
 };
 
 std::string trim(const std::string& s) {
@@ -39,6 +40,7 @@ Status chat(const ChatOptions& o) {
   options.context_tokens = o.context;
   options.max_sequences = 1;
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
+  KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
   if (!loaded.chat_template) return error("{}: the model has no chat template (use `kapitsa run --no-template`)", dir);
   const bool colour = stdout_is_terminal(), interactive = isatty(0) != 0;
@@ -107,6 +109,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_flag("--no-think", o->no_think, "Ask the template to skip reasoning (enable_thinking=false)");
   add_kv_dtype_option(cmd, o->kv_dtype);
   o->sampling.add_to(cmd);
+  o->spec.add_to(cmd);
   cmd->callback([o] {
     Status status = chat(*o);
     if (!status.ok()) {

@@ -4,6 +4,7 @@
 #include "base/json.h"
 #include "cli/catalog/catalog.h"
 #include "models/model.h"
+#include "runtime/proposer.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -89,6 +90,23 @@ runtime::SamplingParams SamplingFlags::apply(runtime::SamplingParams s) const {
   if (frequency_penalty) s.frequency_penalty = *frequency_penalty;
   if (seed) s.seed = *seed;
   return s;
+}
+
+void SpecFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--spec", spec,
+                  "Speculative decoding: 'ngram' guesses the next tokens from earlier text of the same "
+                  "conversation and verifies them in one step (output unchanged), 'none' decodes one token a step")
+      ->capture_default_str();
+  cmd->add_option("--spec-k", spec_k, "The most guessed tokens verified per step")->capture_default_str();
+}
+
+Status SpecFlags::apply(runtime::EngineOptions& options) const {
+  if (spec_k < 1 || spec_k > 32) return error("--spec-k must be between 1 and 32, got {}", spec_k);
+  options.spec_tokens = spec_k;
+  if (spec == "none") options.proposer = nullptr;
+  else if (spec == "ngram") options.proposer = std::make_shared<runtime::NgramProposer>();
+  else return error("--spec must be 'none' or 'ngram', got '{}' (draft models and MTP heads are not there yet)", spec);
+  return ok_status();
 }
 
 ReplyPrinter::ReplyPrinter(text::ParserOptions parser, bool colour) : parser_(std::move(parser)), colour_(colour) {}

@@ -45,6 +45,15 @@ struct SamplingFlags {
   runtime::SamplingParams apply(runtime::SamplingParams base) const;
 };
 
+// Speculative decoding flags (runtime/proposer.h): --spec none|ngram, --spec-k N.
+struct SpecFlags {
+  std::string spec = "none";
+  int spec_k = 4;
+  void add_to(CLI::App* cmd);
+  // Sets options.proposer / spec_tokens; an error names a bad value.
+  Status apply(runtime::EngineOptions& options) const;
+};
+
 // Prints reply text as it streams: content plain, reasoning dim (when the terminal shows colour),
 // tool calls as one line each. `parser` says which reasoning and tool-call markup to look for (from the
 // model's template: text::ChatPrompt); ParserOptions{} shows the text as it comes.

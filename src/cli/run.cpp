@@ -28,6 +28,7 @@ struct RunOptions {
   std::string kv_dtype = "bf16";
   std::vector<std::string> stop;
   SamplingFlags sampling;
+  SpecFlags spec;
 };
 
 Expected<std::vector<int32_t>> read_ids(const std::string& path) {
@@ -53,6 +54,7 @@ Status run(const RunOptions& o) {
   options.max_sequences = 1;
   options.prefix_cache_bytes = 0;  // one generation: nothing to reuse
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
+  KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
 
   runtime::GenerateRequest request;
@@ -119,6 +121,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--quiet", o->quiet, "No statistics line on stderr");
   add_kv_dtype_option(cmd, o->kv_dtype);
   o->sampling.add_to(cmd);
+  o->spec.add_to(cmd);
   cmd->callback([o] {
     Status status = run(*o);
     if (!status.ok()) {

@@ -38,12 +38,18 @@ struct ServeOptions {
   std::string template_kwargs;
   std::string grammar_file;
   std::string kv_dtype = "bf16";
+  SpecFlags spec;
 };
 
 volatile std::sig_atomic_t g_stop = 0;
 extern "C" void on_signal(int) { g_stop = 1; }
 
 int run_serve(const ServeOptions& o) {
+  runtime::EngineOptions eo;
+  if (Status s = o.spec.apply(eo); !s.ok()) {
+    std::fprintf(stderr, "kapitsa serve: %s\n", s.error().message.c_str());
+    return 2;
+  }
   auto dir = resolve_model_dir(o.model);
   if (!dir.ok()) {
     std::fprintf(stderr, "kapitsa serve: %s\n", dir.error().message.c_str());
@@ -105,7 +111,6 @@ int run_serve(const ServeOptions& o) {
 
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
-    runtime::EngineOptions eo;
     eo.context_tokens = o.context_tokens;
     eo.max_sequences = o.parallel;
     eo.kv_dtype = kv_dtype_from_name(o.kv_dtype);
@@ -160,6 +165,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--grammar-file", o->grammar_file,
                   "GBNF grammar every reply follows unless its request sets its own constraint (the whole output, "
                   "reasoning included: combine with --no-think)");
+  o->spec.add_to(cmd);
   cmd->callback([o] { exit_code() = run_serve(*o); });
 }
 

@@ -32,6 +32,20 @@ int64_t HybridState::kv_pages_needed(int64_t n) const {
   return fresh + (shared_partial_page() ? 1 : 0);
 }
 
+void HybridState::rollback(int64_t n_past, int32_t& checkpoint_slot) {
+  KAPITSA_CHECK(n_past >= 0 && n_past <= n_past_, "rollback to {} tokens of {}", n_past, n_past_);
+  if (checkpoint_slot >= 0) {
+    KAPITSA_CHECK(slot_ >= 0 && checkpoint_slot != slot_, "rollback to checkpoint slot {}", checkpoint_slot);
+    std::swap(slot_, checkpoint_slot);
+  }
+  n_past_ = n_past;
+  const size_t held = static_cast<size_t>(pool_->pages_for(n_past_));
+  while (pages_.size() > held) {  // the invariant: exactly pages_for(n_past) pages
+    pool_->release(pages_.back());
+    pages_.pop_back();
+  }
+}
+
 bool HybridState::prepare_kv(int64_t n) {
   const int64_t needed = kv_pages_needed(n);
   if (needed == 0) return true;

@@ -32,6 +32,7 @@ class HybridState final : public SequenceState {
   std::unique_ptr<SequenceState> clone() const override { return copy_with_capacity(capacity_); }
   std::unique_ptr<SequenceState> resized(int64_t capacity) const override;
   int64_t kv_pages_needed(int64_t n) const override;
+  void rollback(int64_t n_past, int32_t& checkpoint_slot) override;
 
   // Makes positions [n_past, n_past + n) writable by this state alone. False (nothing changed) when the
   // pool has too few free pages.

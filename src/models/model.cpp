@@ -39,6 +39,16 @@ Status Model::forward_items(std::span<const BatchItem> items, ForwardOutputs out
   return forward(ForwardBatch{sequences}, outputs, ctx);
 }
 
+Status Model::run_step(const ForwardBatch& batch, const ForwardOutputs& outputs) const {
+  std::lock_guard lock(workspace_mu_);
+  ForwardContext ctx{workspace_};
+  return forward(batch, outputs, ctx);
+}
+
+void SequenceState::rollback(int64_t, int32_t&) {
+  KAPITSA_CHECK(false, "this kind of sequence state cannot be rolled back (speculative decoding)");
+}
+
 std::shared_ptr<KvPagePool> Model::default_kv_pool() const {
   std::lock_guard lock(default_pool_mu_);
   if (!default_pool_) default_pool_ = std::make_shared<KvPagePool>(kv_layout());

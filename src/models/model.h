@@ -60,6 +60,12 @@ class SequenceState {
   // Its recurrent state: a slot of slot_pool() (-1 and null for states without one).
   virtual int32_t state_slot() const { return -1; }
   virtual StateSlotPool* slot_pool() const { return nullptr; }
+  // Speculative decoding: after a forward that folded tokens with per-token checkpoints
+  // (ForwardOutputs::checkpoints), keep only the first `n_past` tokens (at least the n_past before that
+  // forward). The recurrent state becomes the one checkpointed in `checkpoint_slot` by swapping slot ids
+  // (the caller's id then names the discarded state; -1 keeps the current state: every token was kept),
+  // and the KV pages past n_past are released. No copy, no recompute.
+  virtual void rollback(int64_t n_past, int32_t& checkpoint_slot);
 
  protected:
   int64_t n_past_ = 0;
@@ -132,6 +138,8 @@ class Model {
     Tensor logits;
   };
   Status forward_batch(std::span<const BatchItem> items) const;
+  // forward(batch, outputs, ctx) with the model's own workspace (one step at a time per model).
+  Status run_step(const ForwardBatch& batch, const ForwardOutputs& outputs) const;
 
  protected:
   // The pool new_state(…, nullptr) uses, created on first use.

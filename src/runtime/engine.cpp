@@ -10,6 +10,7 @@
 #include "runtime/generation.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
+#include "runtime/speculation.h"
 #include "runtime/step_executor.h"
 #include "runtime/token_emitter.h"
 #include "text/tokenizer/tokenizer.h"
@@ -222,6 +223,12 @@ class EngineImpl final : public Engine {
     dropped.clear();  // preempted for memory: freed before the step runs
     if (!decision.preempt.empty()) memory_->trim();  // pages they shared with snapshots are the cache's now
     std::vector<Scheduler::Work> work = scheduler_->batch();
+    if (options_.proposer)
+      for (const Scheduler::Work& w : work) {
+        Sequence& seq = *seqs_.at(w.id);
+        seq.draft.clear();
+        if (w.samples && w.n_tokens == 1) propose_draft(seq, *options_.proposer, options_.spec_tokens);
+      }
     if (std::optional<std::string> no_room = memory_->make_room(work)) {
       fail(work, *no_room);
       return;
@@ -240,6 +247,10 @@ class EngineImpl final : public Engine {
     for (size_t i = 0; i < work.size(); ++i) {
       if (!work[i].samples) continue;
       Sequence& seq = *seqs_.at(work[i].id);
+      if (!seq.draft.empty()) {
+        verified(seq, verify_draft(seq, executor_, i, emitter_));
+        continue;
+      }
       std::variant<TokenEvent, Ending> choice = choose_token(seq, executor_.logits(i));
       if (const Ending* ending = std::get_if<Ending>(&choice)) {
         finish(seq, *ending);
@@ -264,6 +275,23 @@ class EngineImpl final : public Engine {
     if (emission.ending) finish(seq, *emission.ending);
     else scheduler_->append(seq.id, static_cast<int64_t>(kept));
     return kept;
+  }
+
+  // Streams a verified draft's run; the scheduler learns of the kept tokens and the extra folded ones.
+  void verified(Sequence& seq, Verified v) {
+    {
+      std::lock_guard lock(counters_mu_);
+      counters_.completion_tokens += static_cast<int64_t>(v.emission.events.size());
+      counters_.draft_tokens += static_cast<int64_t>(v.proposed);
+      counters_.draft_tokens_accepted += static_cast<int64_t>(v.accepted);
+    }
+    for (TokenEvent& event : v.emission.events) seq.channel->push(std::move(event));
+    if (v.emission.ending) {
+      finish(seq, *v.emission.ending);
+      return;
+    }
+    scheduler_->append(seq.id, static_cast<int64_t>(v.emission.events.size()));
+    scheduler_->advance(seq.id, v.extra_folded);
   }
 
   void fail(const std::vector<Scheduler::Work>& work, const std::string& message) {

@@ -19,6 +19,7 @@ class Tokenizer;
 
 namespace kapitsa::runtime {
 
+class Proposer;
 using Event = std::variant<TokenEvent, FinishEvent>;
 
 // A running generation. Events arrive in order; the last one is always a FinishEvent (also after
@@ -55,6 +56,10 @@ struct EngineOptions {
   // Element type of the KV pages: f32 (exact; the library default), bf16 (half the memory; what
   // `kapitsa run/chat/serve` use unless told otherwise) or f16. Accuracy: docs/decisions.md.
   DType kv_dtype = DType::f32;
+  // Speculative decoding: guesses of each decoding sequence's next tokens (runtime/proposer.h),
+  // verified in the same step; null: off. Output is the same either way; only speed changes.
+  std::shared_ptr<Proposer> proposer;
+  int spec_tokens = 4;  // the most guesses per sequence per step
 };
 
 struct EngineCounters {
@@ -76,6 +81,8 @@ struct EngineCounters {
   // and a sequence's bytes besides KV (recurrent state: conv windows + SSM/DeltaNet state).
   int64_t kv_bytes_per_token = 0;
   int64_t state_bytes_per_sequence = 0;
+  int64_t draft_tokens = 0;           // speculative decoding: proposed
+  int64_t draft_tokens_accepted = 0;  // of them, kept
 };
 
 class Engine {

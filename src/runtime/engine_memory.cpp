@@ -38,10 +38,19 @@ void EngineMemory::admit(Sequence& seq, int64_t capacity, std::unique_ptr<models
 std::optional<std::string> EngineMemory::make_room(std::vector<Scheduler::Work>& work) {
   auto needed = [&] {
     int64_t n = 0;
-    for (const Scheduler::Work& w : work) n += seqs_.at(w.id)->state->kv_pages_needed(w.n_tokens);
+    for (const Scheduler::Work& w : work) {
+      const Sequence& seq = *seqs_.at(w.id);
+      n += seq.state->kv_pages_needed(w.n_tokens + static_cast<int64_t>(seq.draft.size()));
+    }
     return n;
   };
   while (needed() > pool_->free_pages()) {
+    bool drafted = false;  // drafts are only a speed-up: dropped first
+    for (const Scheduler::Work& w : work) {
+      drafted = drafted || !seqs_.at(w.id)->draft.empty();
+      seqs_.at(w.id)->draft.clear();
+    }
+    if (drafted) continue;
     if (!end_of_turn_.empty()) {  // queued end-of-turns are only a head start
       end_of_turn_.clear();
       continue;

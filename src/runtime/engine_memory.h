@@ -28,7 +28,7 @@ class EngineMemory {
   // Gives `seq` a state of at least `capacity` tokens and tells the scheduler what it holds.
   // outgrown: its previous state when it is being grown (reused when states can be resized).
   void admit(Sequence& seq, int64_t capacity, std::unique_ptr<models::SequenceState> outgrown);
-  // Until the pool has the pages `work` writes: drops queued end-of-turns, evicts snapshots, preempts
+  // Until the pool has the pages `work` writes: drops drafts, queued end-of-turns, evicts snapshots, preempts
   // the youngest running sequence (updating `work`). An error message when even a lone sequence does
   // not fit (the caller fails the work's sequences).
   std::optional<std::string> make_room(std::vector<Scheduler::Work>& work);

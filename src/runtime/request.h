@@ -76,6 +76,8 @@ struct GenerationStats {
   int completion_tokens = 0;
   double time_to_first_token_s = 0;
   double decode_tokens_per_s = 0;
+  int draft_tokens = 0;           // speculative decoding: tokens proposed
+  int draft_tokens_accepted = 0;  // of them, kept (the model chose the same token)
 };
 
 struct FinishEvent {

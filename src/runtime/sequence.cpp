@@ -1,6 +1,8 @@
 // Sequence setup, the next-token choice and the closing event (see sequence.h).
 #include "runtime/sequence.h"
 
+#include "models/state_slots.h"
+
 #include <algorithm>
 
 namespace kapitsa::runtime {
@@ -30,6 +32,16 @@ std::unique_ptr<Sequence> make_sequence(uint64_t id, GenerateRequest request, st
     for (int64_t p = every; p < static_cast<int64_t>(seq->prompt_len); p += every) seq->boundaries.push_back(p);
   std::sort(seq->boundaries.begin(), seq->boundaries.end());
   return seq;
+}
+
+CheckpointSlots::~CheckpointSlots() {
+  for (int32_t slot : ids_) pool_->release(slot);
+}
+
+void CheckpointSlots::reserve(models::StateSlotPool& pool, size_t n) {
+  KAPITSA_CHECK(pool_ == nullptr || pool_ == &pool, "checkpoint slots from two state slot pools");
+  pool_ = &pool;
+  while (ids_.size() < n) ids_.push_back(pool.allocate());
 }
 
 std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits) {

@@ -28,6 +28,24 @@ namespace kapitsa::runtime {
 
 using Clock = std::chrono::steady_clock;
 
+// Scratch slots of the model's state slot pool that receive a sequence's per-token recurrent-state
+// checkpoints while its guesses are verified (speculative decoding). Kept between steps (a fresh slot
+// is zeroed, which costs a whole state's bytes); returned to the pool with the sequence.
+class CheckpointSlots {
+ public:
+  CheckpointSlots() = default;
+  CheckpointSlots(const CheckpointSlots&) = delete;
+  CheckpointSlots& operator=(const CheckpointSlots&) = delete;
+  ~CheckpointSlots();
+  // At least n slots of `pool` (a sequence's states all come from one pool).
+  void reserve(models::StateSlotPool& pool, size_t n);
+  std::vector<int32_t>& ids() { return ids_; }
+
+ private:
+  models::StateSlotPool* pool_ = nullptr;
+  std::vector<int32_t> ids_;
+};
+
 struct Sequence {
   uint64_t id = 0;
   GenerateRequest request;
@@ -41,6 +59,8 @@ struct Sequence {
   TextStream text;
   std::unique_ptr<GrammarConstraint> constraint;  // request.grammar: masks every sample
   std::vector<int64_t> boundaries;                // snapshot positions in the prompt, ascending
+  std::vector<int32_t> draft;                     // this step's guesses of the tokens after `tokens`
+  CheckpointSlots checkpoints;                    // draft.size() + 1 of them while it has a draft
   bool admitted_once = false;
   GenerationStats stats;
   Clock::time_point submitted, first_token, last_token;

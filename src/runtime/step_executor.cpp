@@ -9,42 +9,83 @@
 
 namespace kapitsa::runtime {
 
-Status run_forward(const models::Model& model, std::span<const models::Model::BatchItem> items) {
-  // The op thread pool serves one computing thread at a time: engines in one process take turns.
+namespace {
+// The op thread pool serves one computing thread at a time: engines in one process take turns.
+std::mutex& compute_lock() {
   static std::mutex compute;
-  std::lock_guard lock(compute);
+  return compute;
+}
+}  // namespace
+
+Status run_forward(const models::Model& model, const models::ForwardBatch& batch, const models::ForwardOutputs& outputs) {
+  std::lock_guard lock(compute_lock());
+  return model.run_step(batch, outputs);
+}
+
+Status run_forward(const models::Model& model, std::span<const models::Model::BatchItem> items) {
+  std::lock_guard lock(compute_lock());
   return model.forward_batch(items);
 }
 
 Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Sequences& seqs, Scheduler& scheduler,
                                     EngineMemory& memory) {
   const int64_t V = model_.info().vocab_size, n = static_cast<int64_t>(work.size());
-  if (logits_.tensor().empty() || logits_.tensor().dim(0) < n) logits_ = Buffer::allocate(DType::f32, {n, V});
-  std::vector<models::Model::BatchItem> items;
-  items.reserve(work.size());
+  // Item i folds its scheduled tokens and then its draft; the rows wanted are its last scheduled token
+  // and every draft token.
+  ids_.clear();
+  first_row_.assign(work.size() + 1, 0);
   int64_t prefilled = 0;
+  size_t longest = 1;
   for (int64_t i = 0; i < n; ++i) {
     const Scheduler::Work& w = work[static_cast<size_t>(i)];
     Sequence& seq = *seqs.at(w.id);
     const int64_t from = scheduler.n_past(w.id);
     KAPITSA_CHECK(seq.state && seq.state->n_past() == from, "sequence {} state out of step", w.id);
-    items.push_back({std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(from), static_cast<size_t>(w.n_tokens)),
-                     seq.state.get(), logits_.tensor().rows(i, i + 1)});
+    KAPITSA_CHECK(seq.draft.empty() || (w.samples && seq.checkpoints.ids().size() > seq.draft.size()),
+                  "sequence {}: a draft without checkpoint slots", w.id);
+    ids_.insert(ids_.end(), seq.tokens.begin() + from, seq.tokens.begin() + from + w.n_tokens);
+    ids_.insert(ids_.end(), seq.draft.begin(), seq.draft.end());
+    first_row_[static_cast<size_t>(i + 1)] = first_row_[static_cast<size_t>(i)] + 1 + static_cast<int64_t>(seq.draft.size());
+    longest = std::max(longest, static_cast<size_t>(w.n_tokens) + seq.draft.size());
     prefilled += std::max<int64_t>(0, std::min<int64_t>(from + w.n_tokens, static_cast<int64_t>(seq.prompt_len)) - from);
   }
-  KAPITSA_RETURN_IF_ERROR(run_forward(model_, items));
+  const int64_t total_rows = first_row_.back();
+  if (logits_.tensor().empty() || logits_.tensor().dim(0) < total_rows) logits_ = Buffer::allocate(DType::f32, {total_rows, V});
+  rows_.resize(longest);
+  for (size_t r = 0; r < longest; ++r) rows_[r] = static_cast<int32_t>(r);  // 0, 1, … shared by all items
+  sequences_.clear();
+  logit_rows_.clear();
+  checkpoints_.clear();
+  size_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Scheduler::Work& w = work[static_cast<size_t>(i)];
+    Sequence& seq = *seqs.at(w.id);
+    const size_t folded = static_cast<size_t>(w.n_tokens) + seq.draft.size(), wanted = 1 + seq.draft.size();
+    sequences_.push_back({std::span<const int32_t>(ids_).subspan(at, folded), seq.state.get()});
+    logit_rows_.push_back({static_cast<size_t>(i), std::span<const int32_t>(rows_).subspan(folded - wanted, wanted),
+                           logits_.tensor().rows(first_row_[static_cast<size_t>(i)], first_row_[static_cast<size_t>(i + 1)])});
+    if (!seq.draft.empty())
+      checkpoints_.push_back({static_cast<size_t>(i), std::span<const int32_t>(seq.checkpoints.ids()).first(wanted)});
+    at += folded;
+  }
+  models::ForwardOutputs outputs;
+  outputs.logits = logit_rows_;
+  outputs.checkpoints = checkpoints_;
+  KAPITSA_RETURN_IF_ERROR(run_forward(model_, models::ForwardBatch{sequences_}, outputs));
   for (const Scheduler::Work& w : work) {
     Sequence& seq = *seqs.at(w.id);
     scheduler.advance(w.id, w.n_tokens);
-    const int64_t at = scheduler.n_past(w.id);
-    if (std::binary_search(seq.boundaries.begin(), seq.boundaries.end(), at)) memory.snapshot(seq, at);
+    const int64_t at_token = scheduler.n_past(w.id);
+    if (seq.draft.empty() && std::binary_search(seq.boundaries.begin(), seq.boundaries.end(), at_token))
+      memory.snapshot(seq, at_token);
   }
   return prefilled;
 }
 
-std::span<const float> StepExecutor::logits(size_t i) const {
-  const int64_t row = static_cast<int64_t>(i);
-  return std::span<const float>(logits_.tensor().rows(row, row + 1).f32(), static_cast<size_t>(model_.info().vocab_size));
+std::span<const float> StepExecutor::logits(size_t i, size_t row) const {
+  const int64_t r = first_row_[i] + static_cast<int64_t>(row);
+  KAPITSA_CHECK(r < first_row_[i + 1], "logits row {} of work item {}", row, i);
+  return std::span<const float>(logits_.tensor().rows(r, r + 1).f32(), static_cast<size_t>(model_.info().vocab_size));
 }
 
 }  // namespace kapitsa::runtime

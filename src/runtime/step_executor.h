@@ -1,8 +1,11 @@
 // StepExecutor: one engine step on the model — builds the batch from the scheduler's work (each
-// sequence's next tokens against its state), runs Model::forward_batch once, advances the scheduler
-// and takes prefix-cache snapshots where a prompt chunk ended at a boundary. The logits of each work
-// item's last folded token stay readable until the next step. Choosing and emitting tokens is not here.
-// run_forward serialises forward calls of every engine in the process (they share the op thread pool).
+// sequence's next tokens against its state, followed by its draft when it has one), runs
+// Model::run_step once, advances the scheduler by the scheduled tokens and takes prefix-cache snapshots
+// where a prompt chunk ended at a boundary. A drafted sequence also folds its draft, with a recurrent-
+// state checkpoint after each token (Sequence::checkpoints) and logits after each: the engine then keeps
+// what it accepts (rollback). Logits stay readable until the next step. Choosing and emitting tokens is
+// not here. run_forward serialises forward calls of every engine in the process (they share the op
+// thread pool).
 #pragma once
 
 #include "base/status.h"
@@ -13,12 +16,15 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace kapitsa::runtime {
 
 class EngineMemory;
 
-// Model::forward_batch under the process-wide compute lock.
+// Model::run_step under the process-wide compute lock.
+Status run_forward(const models::Model& model, const models::ForwardBatch& batch, const models::ForwardOutputs& outputs);
+// Model::forward_batch under the same lock.
 Status run_forward(const models::Model& model, std::span<const models::Model::BatchItem> items);
 
 class StepExecutor {
@@ -29,12 +35,19 @@ class StepExecutor {
   // nothing was folded (the model changes no state then).
   Expected<int64_t> run(std::span<const Scheduler::Work> work, Sequences& seqs, Scheduler& scheduler,
                         EngineMemory& memory);
-  // logits: [V], the row after work[i]'s last token in the last run.
-  std::span<const float> logits(size_t i) const;
+  // logits: [V], the row after work[i]'s last scheduled token (row 0) or after its draft token j-1
+  // (row j, 1 <= j <= draft size) in the last run.
+  std::span<const float> logits(size_t i, size_t row = 0) const;
 
  private:
   const models::Model& model_;
-  Buffer logits_;  // [n_items, V] of the last step
+  Buffer logits_;                   // [rows of the last step, V]
+  std::vector<int64_t> first_row_;  // work item i's rows start at first_row_[i]
+  // Per-step lists the forward reads (kept to avoid allocating each step).
+  std::vector<int32_t> ids_, rows_;
+  std::vector<models::ForwardBatch::Sequence> sequences_;
+  std::vector<models::ForwardOutputs::Rows> logit_rows_;
+  std::vector<models::ForwardOutputs::Checkpoints> checkpoints_;
 };
 
 }  // namespace kapitsa::runtime

@@ -1,0 +1,60 @@
+// Drafts and their verification (see speculation.h).
+#include "runtime/speculation.h"
+
+#include "models/state_slots.h"
+
+#include <algorithm>
+
+namespace kapitsa::runtime {
+
+void propose_draft(Sequence& seq, Proposer& proposer, int max_tokens) {
+  seq.draft.clear();
+  if (!seq.state || seq.state->slot_pool() == nullptr) return;
+  // Room: the scheduled token plus the draft fit the state; a draft past the token budget is wasted.
+  const int64_t room = seq.state->capacity() - seq.state->n_past() - 1;
+  const int64_t budget = seq.max_new - seq.generated - 1;
+  const int k = static_cast<int>(std::min<int64_t>({max_tokens, room, budget}));
+  if (k <= 0) return;
+  proposer.propose(seq.tokens, k, seq.draft);
+  if (seq.draft.size() > static_cast<size_t>(k)) seq.draft.resize(static_cast<size_t>(k));
+  if (!seq.draft.empty()) seq.checkpoints.reserve(*seq.state->slot_pool(), seq.draft.size() + 1);
+}
+
+Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter) {
+  const size_t k = seq.draft.size();
+  const int64_t folded_from = seq.state->n_past() - static_cast<int64_t>(k) - 1;  // before the step
+  Verified v;
+  v.proposed = k;
+  for (size_t j = 0; j <= k; ++j) {
+    std::variant<TokenEvent, Ending> choice = choose_token(seq, executor.logits(item, j));
+    if (const Ending* ending = std::get_if<Ending>(&choice)) {
+      v.emission.ending = *ending;
+      break;
+    }
+    const TokenEvent& token = std::get<TokenEvent>(choice);
+    Emission one = emitter.emit(seq, std::span<const TokenEvent>(&token, 1));
+    KAPITSA_CHECK(!one.events.empty() || one.ending, "token {} was sampled outside the grammar's mask", token.id);
+    const bool matches = j < k && token.id == seq.draft[j];
+    for (TokenEvent& e : one.events) v.emission.events.push_back(std::move(e));
+    if (matches) ++v.accepted;
+    if (one.ending) {
+      v.emission.ending = std::move(one.ending);
+      break;
+    }
+    if (!matches) break;
+  }
+  // The state keeps the scheduled token and the kept drafts but the newest kept token (which is folded
+  // next step, as in plain decoding): checkpoint `keep` (the last one is the state itself).
+  const size_t kept = v.emission.events.size();
+  const size_t keep = kept == 0 ? 0 : kept - 1;
+  int32_t slot = keep == k ? -1 : seq.checkpoints.ids()[keep];
+  seq.state->rollback(folded_from + 1 + static_cast<int64_t>(keep), slot);
+  if (slot >= 0) seq.checkpoints.ids()[keep] = slot;  // it now names the discarded state
+  v.extra_folded = static_cast<int64_t>(keep);
+  seq.stats.draft_tokens += static_cast<int>(k);
+  seq.stats.draft_tokens_accepted += static_cast<int>(v.accepted);
+  seq.draft.clear();
+  return v;
+}
+
+}  // namespace kapitsa::runtime

@@ -1,0 +1,38 @@
+// Speculative decoding in the engine step: before the forward, a decoding sequence gets a draft (the
+// proposer's guesses, bounded by its state's room and its token budget); after it, the draft is
+// verified row by row exactly as plain decoding would choose — token j is chosen from the logits after
+// draft token j-1 with the sampler, penalties and grammar advanced over the tokens kept so far, and
+// emitted; the run stops at the first choice that differs from the draft (that choice is kept: the
+// model's own token) or at a stop. So greedy output is identical to decoding without a draft, and with
+// a deterministic proposer sampling is too: sampling t ~ p and keeping it iff t equals the guess is
+// speculative sampling's accept-with-min(1, p/q) rule for a one-hot q, and the rejected case samples
+// from p without the guess. The state then rolls back to the checkpoint after the last kept token
+// but one (the newest token is folded next step, as in plain decoding).
+#pragma once
+
+#include "runtime/proposer.h"
+#include "runtime/sequence.h"
+#include "runtime/step_executor.h"
+#include "runtime/token_emitter.h"
+
+#include <optional>
+#include <vector>
+
+namespace kapitsa::runtime {
+
+// Sets seq.draft (empty: decode plainly) and reserves its checkpoint slots. Only for a sequence whose
+// next step folds its one newest token and samples.
+void propose_draft(Sequence& seq, Proposer& proposer, int max_tokens);
+
+struct Verified {
+  Emission emission;       // the kept tokens (at least one unless the generation ended), and the ending
+  size_t proposed = 0;     // draft tokens verified
+  size_t accepted = 0;     // of them, kept
+  int64_t extra_folded = 0;  // tokens the state keeps beyond the scheduled one (the scheduler advances them)
+};
+
+// After the step: chooses and emits the run for work item `item` of `executor` and rolls seq's state
+// back to what it keeps. Clears seq.draft.
+Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter);
+
+}  // namespace kapitsa::runtime

@@ -1,0 +1,385 @@
+// Speculative decoding (runtime/speculation.h, runtime/proposer.h): the n-gram proposer's lookups;
+// rolling a state back to a checkpoint equals never having folded the rest; and through the Engine,
+// output identical to decoding without proposals — greedy on every fixture family, batched, with
+// proposals that are all accepted, all rejected, partly right, or n-gram; seeded sampling; stop strings
+// inside an accepted run; grammar-constrained output; a prefix-cache resume. Counters say how many
+// proposals were accepted (all / none where the proposer is built to be right / wrong).
+#include "models/model.h"
+#include "models/state_slots.h"
+#include "runtime/engine.h"
+#include "runtime/proposer.h"
+#include "test_util.h"
+#include "text/grammar/json_schema.h"
+#include "text/tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace kapitsa::runtime {
+namespace {
+
+std::vector<int32_t> ngram(std::vector<int32_t> tokens, int k) {
+  std::vector<int32_t> out = {-1};
+  NgramProposer().propose(tokens, k, out);
+  return out;
+}
+
+TEST(NgramProposer, CopiesWhatFollowedTheMostRecentLongestMatch) {
+  EXPECT_EQ(ngram({1, 2, 3, 4, 9, 1, 2, 3}, 3), (std::vector<int32_t>{4, 9, 1}));
+  EXPECT_EQ(ngram({5, 6, 7, 5, 6, 8, 5, 6}, 2), (std::vector<int32_t>{8, 5}));  // most recent "5 6"
+  // "1 2 3" (3 tokens) wins over the more recent "2 3".
+  EXPECT_EQ(ngram({1, 2, 3, 4, 0, 2, 3, 5, 1, 2, 3}, 3), (std::vector<int32_t>{4, 0, 2}));
+  EXPECT_EQ(ngram({1, 2, 1, 2}, 5), (std::vector<int32_t>{1, 2}));  // stops at the end of the text
+}
+
+TEST(NgramProposer, NothingWithoutAMatchOrBudget) {
+  EXPECT_TRUE(ngram({1, 2, 3, 4, 5}, 4).empty());
+  EXPECT_TRUE(ngram({7, 7}, 4).empty());  // one-token matches are too weak a signal (min 2)
+  EXPECT_TRUE(ngram({1, 2, 1, 2}, 0).empty());
+}
+
+std::unique_ptr<models::Model> load_fixture(const std::string& name) {
+  auto model = models::load_model(testing::test_data_path("fixtures/" + name));
+  if (!model.ok()) {
+    ADD_FAILURE() << model.error().message;
+    return nullptr;
+  }
+  return std::move(model).value();
+}
+
+// A state folded with checkpoints and rolled back to checkpoint j continues exactly like a state that
+// only ever folded the first j + 1 tokens.
+TEST(Rollback, EqualsNeverHavingFoldedTheRest) {
+  for (const char* fixture : {"qwen35-dense-tiny", "nemotron-h-tiny"}) {
+    SCOPED_TRACE(fixture);
+    auto model = load_fixture(fixture);
+    ASSERT_NE(model, nullptr);
+    const int64_t V = model->info().vocab_size;
+    std::mt19937_64 rng(testing::fresh_seed());
+    std::vector<int32_t> prompt(37), tail(6);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+    for (int32_t& t : tail) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+    const int32_t next = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+    Buffer logits = Buffer::allocate(DType::f32, {1, V});
+    for (int64_t keep = 0; keep < static_cast<int64_t>(tail.size()); ++keep) {
+      auto state = model->new_state(64);
+      ASSERT_TRUE(model->forward(prompt, *state, logits).ok());
+      std::vector<int32_t> slots;
+      for (size_t j = 0; j < tail.size(); ++j) slots.push_back(state->slot_pool()->allocate());
+      const models::ForwardBatch::Sequence seq{tail, state.get()};
+      const models::ForwardOutputs::Checkpoints ckpt{0, slots};
+      models::ForwardOutputs outputs;
+      outputs.checkpoints = std::span(&ckpt, 1);
+      ASSERT_TRUE(model->run_step(models::ForwardBatch{std::span(&seq, 1)}, outputs).ok());
+      int32_t slot = slots[static_cast<size_t>(keep)];
+      state->rollback(static_cast<int64_t>(prompt.size()) + keep + 1, slot);
+      ASSERT_TRUE(model->forward(std::span(&next, 1), *state, logits).ok());
+      std::vector<float> got(logits.f32(), logits.f32() + V);
+
+      auto fresh = model->new_state(64);
+      std::vector<int32_t> ids = prompt;
+      ids.insert(ids.end(), tail.begin(), tail.begin() + keep + 1);
+      ids.push_back(next);
+      ASSERT_TRUE(model->forward(ids, *fresh, logits).ok());
+      float worst = 0;
+      for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::abs(got[static_cast<size_t>(v)] - logits.f32()[v]));
+      EXPECT_LT(worst, 1e-4f) << "keep " << keep;
+      slots[static_cast<size_t>(keep)] = slot;
+      for (int32_t s : slots) state->slot_pool()->release(s);
+    }
+  }
+}
+
+// Proposers built from a known continuation (the plain run's output): always right, always wrong, or
+// right but for one token.
+class ScriptedProposer final : public Proposer {
+ public:
+  enum class Mode { right, wrong, one_wrong };
+  ScriptedProposer(std::vector<std::vector<int32_t>> prompts, std::vector<std::vector<int32_t>> outputs, Mode mode,
+                   int64_t V)
+      : prompts_(std::move(prompts)), outputs_(std::move(outputs)), mode_(mode), V_(V) {}
+  std::string_view name() const override { return "scripted"; }
+  void propose(std::span<const int32_t> tokens, int max_tokens, std::vector<int32_t>& out) override {
+    out.clear();
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const auto& p = prompts_[i];
+      if (tokens.size() < p.size() || !std::equal(p.begin(), p.end(), tokens.begin())) continue;
+      const size_t done = tokens.size() - p.size();
+      for (size_t j = done; j < outputs_[i].size() && out.size() < static_cast<size_t>(max_tokens); ++j) {
+        int32_t t = outputs_[i][j];
+        if (mode_ == Mode::wrong || (mode_ == Mode::one_wrong && out.size() == 2)) t = static_cast<int32_t>((t + 1) % V_);
+        out.push_back(t);
+      }
+      return;
+    }
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> prompts_, outputs_;
+  Mode mode_;
+  int64_t V_;
+};
+
+struct Outputs {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> texts;
+  std::vector<FinishEvent> finishes;
+  EngineCounters counters;
+};
+
+Outputs run_all(std::unique_ptr<models::Model> model, std::shared_ptr<const text::Tokenizer> tokenizer,
+            std::shared_ptr<Proposer> proposer, const std::vector<GenerateRequest>& requests, int spec_tokens = 4) {
+  EngineOptions options;
+  options.max_sequences = 8;
+  options.context_tokens = 1024;
+  options.proposer = std::move(proposer);
+  options.spec_tokens = spec_tokens;
+  auto engine = Engine::create(std::move(model), std::move(tokenizer), options);
+  EXPECT_TRUE(engine.ok());
+  Outputs r;
+  if (!engine.ok()) return r;
+  std::vector<std::unique_ptr<Generation>> gens;
+  for (const GenerateRequest& req : requests) {
+    auto g = (*engine)->submit(req);
+    EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().message);
+    if (g.ok()) gens.push_back(std::move(g).value());
+  }
+  for (auto& g : gens) {
+    std::vector<int32_t> ids;
+    std::string text;
+    FinishEvent finish;
+    Event e;
+    while (g->next(e)) {
+      if (auto* t = std::get_if<TokenEvent>(&e)) {
+        ids.push_back(t->id);
+        text += t->text;
+      } else {
+        finish = std::get<FinishEvent>(e);
+      }
+    }
+    r.ids.push_back(std::move(ids));
+    r.texts.push_back(std::move(text));
+    r.finishes.push_back(std::move(finish));
+  }
+  r.counters = (*engine)->counters();
+  return r;
+}
+
+std::vector<GenerateRequest> greedy_requests(std::mt19937_64& rng, int64_t V, int n) {
+  std::vector<GenerateRequest> out;
+  for (int i = 0; i < n; ++i) {
+    GenerateRequest r;
+    // A random segment repeated: the n-gram proposer finds matches in it.
+    std::vector<int32_t> segment(5 + rng() % 20);
+    for (int32_t& t : segment) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(V - 1));
+    for (int rep = 0; rep < 3; ++rep) r.prompt_ids.insert(r.prompt_ids.end(), segment.begin(), segment.end());
+    r.sampling.temperature = 0;
+    r.max_tokens = 10 + static_cast<int>(rng() % 30);
+    r.ignore_eos = true;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> prompts_of(const std::vector<GenerateRequest>& requests) {
+  std::vector<std::vector<int32_t>> p;
+  for (const auto& r : requests) p.push_back(r.prompt_ids);
+  return p;
+}
+
+class GreedyIdentical : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GreedyIdentical, WithEveryProposerBatched) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << GetParam() << " seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto probe = load_fixture(GetParam());
+  ASSERT_NE(probe, nullptr);
+  const int64_t V = probe->info().vocab_size;
+  const std::vector<GenerateRequest> requests = greedy_requests(rng, V, 5);
+  const Outputs plain = run_all(load_fixture(GetParam()), nullptr, nullptr, requests);
+  ASSERT_EQ(plain.ids.size(), requests.size());
+  EXPECT_EQ(plain.counters.draft_tokens, 0);
+  using Mode = ScriptedProposer::Mode;
+  struct Case {
+    const char* name;
+    std::shared_ptr<Proposer> proposer;
+  };
+  const Case cases[] = {
+      {"right", std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::right, V)},
+      {"wrong", std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::wrong, V)},
+      {"one_wrong", std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::one_wrong, V)},
+      {"ngram", std::make_shared<NgramProposer>()},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Outputs spec = run_all(load_fixture(GetParam()), nullptr, c.proposer, requests);
+    ASSERT_EQ(spec.ids.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
+      EXPECT_EQ(spec.finishes[i].reason, plain.finishes[i].reason);
+    }
+    const EngineCounters& k = spec.counters;
+    EXPECT_EQ(k.running, 0);
+    if (std::string(c.name) == "right") {
+      EXPECT_GT(k.draft_tokens, 0);
+      EXPECT_EQ(k.draft_tokens_accepted, k.draft_tokens);
+    }
+    if (std::string(c.name) == "wrong") {
+      EXPECT_GT(k.draft_tokens, 0);
+      EXPECT_EQ(k.draft_tokens_accepted, 0);
+    }
+    if (std::string(c.name) == "one_wrong") {
+      EXPECT_GT(k.draft_tokens_accepted, 0);
+      EXPECT_LT(k.draft_tokens_accepted, k.draft_tokens);
+    }
+    int64_t per_request = 0;
+    for (const FinishEvent& f : spec.finishes) per_request += f.stats.draft_tokens;
+    EXPECT_EQ(per_request, k.draft_tokens);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyIdentical,
+                         ::testing::Values("qwen35-dense-tiny", "qwen35-moe-tiny", "qwen3-next-tiny", "nemotron-h-tiny",
+                                           "nemotron-h-latent-tiny"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
+
+// With a proposer that never guesses at random, sampling with proposals is sample-for-sample the
+// same as without (each kept token is one draw from the same distribution in the same order).
+TEST(Speculation, SeededSamplingIsIdentical) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto probe = load_fixture("qwen35-dense-tiny");
+  ASSERT_NE(probe, nullptr);
+  const int64_t V = probe->info().vocab_size;
+  std::vector<GenerateRequest> requests = greedy_requests(rng, V, 4);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].sampling.temperature = 0.9f;
+    requests[i].sampling.top_p = 0.95f;
+    requests[i].sampling.repetition_penalty = 1.1f;
+    requests[i].sampling.seed = seed + i;
+  }
+  const Outputs plain = run_all(load_fixture("qwen35-dense-tiny"), nullptr, nullptr, requests);
+  for (auto mode : {ScriptedProposer::Mode::right, ScriptedProposer::Mode::one_wrong}) {
+    const Outputs spec = run_all(load_fixture("qwen35-dense-tiny"), nullptr,
+                             std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, mode, V), requests);
+    EXPECT_EQ(spec.ids, plain.ids);
+    EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+  }
+}
+
+// The demo model with its tokenizer: stop strings inside an accepted run, grammar-constrained output
+// and a prefix-cache resume give the same text as plain decoding.
+struct Demo {
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::unique_ptr<models::Model> model() const {
+    auto m = models::load_model(testing::test_data_path("../models/demo/target"));
+    EXPECT_TRUE(m.ok());
+    return m.ok() ? std::move(m).value() : nullptr;
+  }
+};
+
+Demo demo() {
+  auto tok = text::Tokenizer::load(testing::test_data_path("../models/demo/target"));
+  EXPECT_TRUE(tok.ok());
+  return Demo{std::make_shared<const text::Tokenizer>(std::move(tok).value())};
+}
+
+GenerateRequest code_request(const text::Tokenizer& tok, const std::string& prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt_ids = tok.encode(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+const char* kCode =
+    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n\n\ndef ";
+
+TEST(Speculation, StopStringInsideAnAcceptedRun) {
+  const Demo d = demo();
+  GenerateRequest base = code_request(*d.tokenizer, kCode, 48);
+  const Outputs plain = run_all(d.model(), d.tokenizer, nullptr, {base});
+  ASSERT_EQ(plain.texts.size(), 1u);
+  ASSERT_GE(plain.texts[0].size(), 12u) << plain.texts[0];
+  // A stop string from the middle of the plain output: the run that crosses it must end there.
+  GenerateRequest stopped = base;
+  stopped.stop_strings = {plain.texts[0].substr(6, 3)};
+  const Outputs plain_stop = run_all(d.model(), d.tokenizer, nullptr, {stopped});
+  const Outputs spec_stop = run_all(d.model(), d.tokenizer,
+                                std::make_shared<ScriptedProposer>(prompts_of({stopped}), plain.ids,
+                                                                   ScriptedProposer::Mode::right, 1 << 30),
+                                {stopped}, 8);
+  EXPECT_EQ(spec_stop.texts, plain_stop.texts);
+  EXPECT_EQ(spec_stop.ids, plain_stop.ids);
+  EXPECT_EQ(spec_stop.finishes[0].reason, FinishReason::stop);
+  EXPECT_EQ(spec_stop.finishes[0].matched_stop, plain_stop.finishes[0].matched_stop);
+  EXPECT_GT(spec_stop.counters.draft_tokens_accepted, 0);
+
+  const Outputs ngram = run_all(d.model(), d.tokenizer, std::make_shared<NgramProposer>(), {base});
+  EXPECT_EQ(ngram.texts, plain.texts);
+  EXPECT_GT(ngram.counters.draft_tokens, 0) << "the code prompt repeats itself: n-grams should match";
+}
+
+TEST(Speculation, GrammarAdvancesOnlyOverKeptTokens) {
+  const Demo d = demo();
+  auto grammar = text::grammar_from_json_schema(Json::parse(
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":12},"n":{"type":"integer"}},"required":["name","n"]})"));
+  ASSERT_TRUE(grammar.ok()) << grammar.error().message;
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 3; ++i) {
+    GenerateRequest r = code_request(*d.tokenizer, "{\"name\": \"ab\", \"n\": 1}\n{\"name\": \"ab\", \"n\": 1}\n", 40);
+    r.grammar = *grammar;
+    r.sampling.temperature = i == 0 ? 0.0f : 0.8f;
+    r.sampling.seed = 11 + static_cast<uint64_t>(i);
+    requests.push_back(std::move(r));
+  }
+  const Outputs plain = run_all(d.model(), d.tokenizer, nullptr, requests);
+  for (auto mode : {ScriptedProposer::Mode::right, ScriptedProposer::Mode::one_wrong}) {
+    const Outputs spec = run_all(d.model(), d.tokenizer,
+                             std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, mode, 100), requests);
+    EXPECT_EQ(spec.texts, plain.texts);
+    EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+  }
+  const Outputs ngram = run_all(d.model(), d.tokenizer, std::make_shared<NgramProposer>(), requests);
+  EXPECT_EQ(ngram.texts, plain.texts);
+}
+
+TEST(Speculation, PrefixCacheResumeIsIdentical) {
+  const Demo d = demo();
+  // Turn 1, then turn 2 continuing turn 1's prompt and reply: the second resumes from the cache.
+  auto two_turns = [&](std::shared_ptr<Proposer> proposer) {
+    EngineOptions options;
+    options.context_tokens = 1024;
+    options.proposer = std::move(proposer);
+    auto engine = Engine::create(d.model(), d.tokenizer, options);
+    EXPECT_TRUE(engine.ok());
+    std::vector<std::vector<int32_t>> outputs;
+    GenerateRequest r = code_request(*d.tokenizer, kCode, 24);
+    for (int turn = 0; turn < 2; ++turn) {
+      auto g = (*engine)->submit(r);
+      EXPECT_TRUE(g.ok());
+      std::vector<int32_t> ids;
+      Event e;
+      while ((*g)->next(e))
+        if (auto* t = std::get_if<TokenEvent>(&e)) ids.push_back(t->id);
+      outputs.push_back(ids);
+      r.prompt_ids.insert(r.prompt_ids.end(), ids.begin(), ids.end());
+      const std::vector<int32_t> more = d.tokenizer->encode("\n\n\ndef div(a, b):\n    return a / b\n\n\ndef ");
+      r.prompt_ids.insert(r.prompt_ids.end(), more.begin(), more.end());
+    }
+    EXPECT_GT((*engine)->counters().prompt_tokens_reused, 0);
+    return outputs;
+  };
+  EXPECT_EQ(two_turns(std::make_shared<NgramProposer>()), two_turns(nullptr));
+}
+
+}  // namespace
+}  // namespace kapitsa::runtime
