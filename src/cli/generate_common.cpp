@@ -159,9 +159,12 @@ void print_stats(const runtime::FinishEvent& f, bool colour) {
                        : f.reason == runtime::FinishReason::length  ? "length"
                        : f.reason == runtime::FinishReason::cancelled ? "cancelled"
                                                                       : "error";
-  std::fprintf(stderr, "%s[%d tokens, %.1f tokens/s, first token %.3f s, prompt %d tokens (%d cached), %s]%s\n",
+  std::string spec;  // speculative decoding: how many guesses were kept
+  if (f.stats.draft_tokens > 0)
+    spec = fmt::format(", {} of {} guessed tokens accepted", f.stats.draft_tokens_accepted, f.stats.draft_tokens);
+  std::fprintf(stderr, "%s[%d tokens, %.1f tokens/s, first token %.3f s, prompt %d tokens (%d cached)%s, %s]%s\n",
                colour ? "\x1b[2m" : "", f.stats.completion_tokens, f.stats.decode_tokens_per_s,
-               f.stats.time_to_first_token_s, f.stats.prompt_tokens, f.stats.cached_prompt_tokens, reason,
+               f.stats.time_to_first_token_s, f.stats.prompt_tokens, f.stats.cached_prompt_tokens, spec.c_str(), reason,
                colour ? "\x1b[0m" : "");
   if (f.reason == runtime::FinishReason::error) std::fprintf(stderr, "error: %s\n", f.error.c_str());
 }

@@ -40,6 +40,9 @@ HttpResponse metrics(Service& service, const HttpRequest&) {
     metric("prefill_tokens_total", "counter", "Prompt tokens computed.", c.prompt_tokens_prefilled);
     metric("prefix_cache_reuse_ratio", "gauge", "Reused / all prompt tokens.",
            c.prompt_tokens > 0 ? static_cast<double>(c.prompt_tokens_reused) / c.prompt_tokens : 0.0);
+    metric("draft_tokens_total", "counter", "Speculative decoding: tokens proposed.", c.draft_tokens);
+    metric("draft_tokens_accepted_total", "counter", "Speculative decoding: proposed tokens accepted.",
+           c.draft_tokens_accepted);
     metric("snapshot_bytes", "gauge", "Bytes held by prefix-cache snapshots.", c.snapshot_bytes);
     metric("queue_depth", "gauge", "Requests waiting for a sequence slot.", c.queued);
     metric("sequences_running", "gauge", "Sequences being decoded.", c.running);

@@ -37,7 +37,11 @@ OJson usage_json(const TurnResult& r, size_t prompt_ids, int reasoning_tokens) {
                {"completion_tokens", s.completion_tokens},
                {"total_tokens", prompt + s.completion_tokens},
                {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}},
-               {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
+               // OpenAI's predicted-outputs fields, here for Kapitsa's own guesses (speculative decoding).
+               {"completion_tokens_details",
+                {{"reasoning_tokens", reasoning_tokens},
+                 {"accepted_prediction_tokens", s.draft_tokens_accepted},
+                 {"rejected_prediction_tokens", s.draft_tokens - s.draft_tokens_accepted}}}};
 }
 
 ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& request, bool& stream) {
