@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
+#include <map>
 #include <random>
 
 namespace kapitsa::runtime {
@@ -250,29 +253,78 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyIdentical,
                            return s;
                          });
 
-// With a proposer that never guesses at random, sampling with proposals is sample-for-sample the
-// same as without (each kept token is one draw from the same distribution in the same order).
-TEST(Speculation, SeededSamplingIsIdentical) {
+// Sampling with guesses has the same distribution as without. Each kept token is one draw from the
+// model's distribution after the tokens kept so far, in the same order as plain decoding, so a seeded
+// request usually gives the very same tokens; not always, since verified rows come from a multi-row
+// matmul whose sums run in another order than the one-row GEMV's (a draw that lands within ~1e-6 of a
+// boundary of the CDF may change). So: a chi-square test of homogeneity over 600 seeds (top-k 3) on
+// tokens 2 and 3 (9 outcomes; token 1 comes from the prompt's step, which has no guesses), against a
+// guess of the greedy token 2 that is often right.
+TEST(Speculation, SamplingHasThePlainDistribution) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937_64 rng(seed);
   auto probe = load_fixture("qwen35-dense-tiny");
   ASSERT_NE(probe, nullptr);
   const int64_t V = probe->info().vocab_size;
-  std::vector<GenerateRequest> requests = greedy_requests(rng, V, 4);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i].sampling.temperature = 0.9f;
-    requests[i].sampling.top_p = 0.95f;
-    requests[i].sampling.repetition_penalty = 1.1f;
-    requests[i].sampling.seed = seed + i;
+  std::vector<GenerateRequest> greedy = greedy_requests(rng, V, 1);
+  greedy[0].max_tokens = 3;
+  const Outputs best = run_all(load_fixture("qwen35-dense-tiny"), nullptr, nullptr, greedy);
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 600; ++i) {
+    GenerateRequest r = greedy[0];
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 3;
+    r.sampling.seed = seed + static_cast<uint64_t>(i);
+    requests.push_back(std::move(r));
   }
+  // Every request guesses the greedy continuation, whatever it sampled so far.
+  class Greedy final : public Proposer {
+   public:
+    Greedy(size_t prompt, std::vector<int32_t> ids) : prompt_(prompt), ids_(std::move(ids)) {}
+    std::string_view name() const override { return "greedy"; }
+    void propose(std::span<const int32_t> tokens, int k, std::vector<int32_t>& out) override {
+      out.clear();
+      for (size_t j = tokens.size() - prompt_; j < ids_.size() && out.size() < static_cast<size_t>(k); ++j)
+        out.push_back(ids_[j]);
+    }
+
+   private:
+    size_t prompt_;
+    std::vector<int32_t> ids_;
+  };
   const Outputs plain = run_all(load_fixture("qwen35-dense-tiny"), nullptr, nullptr, requests);
-  for (auto mode : {ScriptedProposer::Mode::right, ScriptedProposer::Mode::one_wrong}) {
-    const Outputs spec = run_all(load_fixture("qwen35-dense-tiny"), nullptr,
-                             std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, mode, V), requests);
-    EXPECT_EQ(spec.ids, plain.ids);
-    EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+  const Outputs spec = run_all(load_fixture("qwen35-dense-tiny"), nullptr,
+                               std::make_shared<Greedy>(greedy[0].prompt_ids.size(), best.ids[0]), requests);
+  EXPECT_GT(spec.counters.draft_tokens_accepted, 30);
+  std::map<std::pair<int32_t, int32_t>, std::array<int, 2>> counts;
+  int same = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(plain.ids[i].size(), 3u);
+    ASSERT_EQ(spec.ids[i].size(), 3u);
+    ++counts[{plain.ids[i][1], plain.ids[i][2]}][0];
+    ++counts[{spec.ids[i][1], spec.ids[i][2]}][1];
+    same += plain.ids[i] == spec.ids[i] ? 1 : 0;
   }
+  // Outcomes seen fewer than 10 times in both runs together are pooled (the test needs expected
+  // counts of at least 5 per cell).
+  std::vector<std::array<int, 2>> cells(1, {0, 0});
+  for (const auto& [outcome, n] : counts) {
+    if (n[0] + n[1] >= 10) cells.push_back(n);
+    else cells[0] = {cells[0][0] + n[0], cells[0][1] + n[1]};
+  }
+  if (cells[0][0] + cells[0][1] < 10) cells.erase(cells.begin());
+  double chi2 = 0;
+  for (const auto& n : cells) {
+    const double expected = (n[0] + n[1]) / 2.0;  // equal sample sizes
+    chi2 += (n[0] - expected) * (n[0] - expected) / expected + (n[1] - expected) * (n[1] - expected) / expected;
+  }
+  const double df = static_cast<double>(cells.size()) - 1;
+  ASSERT_GE(df, 2);
+  // The chi-square quantile at p = 1e-4 (Wilson–Hilferty: z = 3.719).
+  const double h = 2.0 / (9.0 * df), critical = df * std::pow(1.0 - h + 3.719 * std::sqrt(h), 3.0);
+  EXPECT_LT(chi2, critical) << df << " degrees of freedom";
+  EXPECT_GE(same, 540) << "seeded draws should nearly always agree";
 }
 
 // The demo model with its tokenizer: stop strings inside an accepted run, grammar-constrained output
