@@ -4,6 +4,9 @@
 #include "ops/backend.h"
 #include "ops/cpu/cpu.h"
 #include "ops/ref/ref.h"
+#if KAPITSA_HAVE_CUDA
+#include "ops/cuda/cuda.h"
+#endif
 
 #include <cstdlib>
 #include <string>
@@ -38,6 +41,9 @@ std::span<const BackendTable* const> backends() {
     std::vector<const BackendTable*> v;
     for (const BackendTable* b : {ref::backend(), cpu::backend()})  // ref first: the oracle
       if (b != nullptr) v.push_back(b);
+#if KAPITSA_HAVE_CUDA
+    if (const BackendTable* b = cuda::backend()) v.push_back(b);  // nullptr without a usable GPU
+#endif
     return v;
   }();
   return all;

@@ -3,6 +3,12 @@
 // backend parameterisation: TEST_P(OnBackend, ...) runs once per registered backend other than ref
 // (instantiated in test_backends.cpp), with backend() the one under test and run(b, op, args...)
 // calling an op through ops.h (argument checks included) with b selected.
+// Tests build every input on the host. For a backend whose tensors live on a device (cuda), run()
+// mirrors the call there (DeviceMirror): each host memory range among the tensor arguments (Tensor,
+// Buffer, Linear, lists of Tensors) is uploaded once — overlapping views share one device range, so
+// in-place calls stay in place — the op runs on device views, and the ranges are downloaded back into
+// host memory (only bytes that changed are written, so read-only inputs are never touched). A test
+// thus reads results on the host whatever the backend.
 #pragma once
 
 #include "ops/backend.h"
@@ -10,8 +16,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <ostream>
+#include <span>
+#include <type_traits>
 #include <random>
 #include <string>
 #include <utility>
@@ -46,11 +57,85 @@ inline std::vector<const BackendTable*> backends_under_test() {
   return v;
 }
 
-// op(args...) with backend b selected on this thread.
+// A device backend's memory as the tests reach it: allocation and byte copies. nullptr for host
+// backends; device_memory.cpp registers one per device backend compiled in.
+struct DeviceMemory {
+  std::shared_ptr<void> (*allocate)(size_t bytes);  // .get() is the device address; freed with the last copy
+  void (*upload)(void* device, const void* host, size_t bytes);
+  void (*download)(void* host, const void* device, size_t bytes);  // waits for the backend's queued work
+};
+const DeviceMemory* device_memory(const BackendTable& b);
+
+// The host memory of one op call mirrored on a device (see the header comment). Pass 1: note() every
+// tensor; upload(); pass 2: view() gives each tensor's device view; download() after the op.
+class DeviceMirror {
+ public:
+  explicit DeviceMirror(const DeviceMemory& m) : m_(m) {}
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+  void note(const Tensor& t);
+  void upload();  // merges overlapping ranges, allocates and copies them
+  Tensor view(const Tensor& t) const;
+  void download() const;
+
+ private:
+  struct Range {
+    uintptr_t begin, end;
+    std::shared_ptr<void> device;
+  };
+  const DeviceMemory& m_;
+  std::vector<Range> ranges_;
+};
+
+namespace detail {
+template <class T>
+using Plain = std::remove_cvref_t<T>;
+template <class T>
+constexpr bool is_tensor_like = std::is_same_v<Plain<T>, Tensor> || std::is_same_v<Plain<T>, Buffer>;
+template <class T>
+constexpr bool is_tensor_list = std::is_same_v<Plain<T>, std::vector<Tensor>> ||
+                                std::is_same_v<Plain<T>, std::span<const Tensor>> ||
+                                std::is_same_v<Plain<T>, std::span<Tensor>>;
+
+template <class A>
+void note(DeviceMirror& m, const A& a) {
+  if constexpr (is_tensor_like<A>) m.note(static_cast<const Tensor&>(a));
+  else if constexpr (std::is_same_v<Plain<A>, Linear>) m.note(a.weight());
+  else if constexpr (is_tensor_list<A>)
+    for (const Tensor& t : a) m.note(t);
+}
+
+// The argument as the device backend takes it (tensors → device views; anything else unchanged).
+template <class A>
+decltype(auto) on_device(const DeviceMirror& m, A&& a) {
+  if constexpr (is_tensor_like<A>) return m.view(static_cast<const Tensor&>(a));
+  else if constexpr (std::is_same_v<Plain<A>, Linear>) {
+    KAPITSA_CHECK(a.is_dense(), "DeviceMirror: weight format {} not mirrored yet", weight_format_name(a.format()));
+    return Linear(m.view(a.weight()));
+  } else if constexpr (is_tensor_list<A>) {
+    std::vector<Tensor> v;
+    for (const Tensor& t : a) v.push_back(m.view(t));
+    return v;
+  } else {
+    return std::forward<A>(a);
+  }
+}
+}  // namespace detail
+
+// op(args...) with backend b selected on this thread (mirrored on b's device when it has one).
 template <class Op, class... Args>
 void run(const BackendTable& b, Op op, Args&&... args) {
   ScopedBackend on(b);
-  op(std::forward<Args>(args)...);
+  const DeviceMemory* mem = device_memory(b);
+  if (mem == nullptr) {
+    op(std::forward<Args>(args)...);
+    return;
+  }
+  DeviceMirror mirror(*mem);
+  (detail::note(mirror, args), ...);
+  mirror.upload();
+  op(detail::on_device(mirror, std::forward<Args>(args))...);
+  mirror.download();
 }
 
 // op as a callable that selects b first (for tests that take the op as a parameter).

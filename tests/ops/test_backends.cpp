@@ -79,6 +79,7 @@ TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
     EXPECT_DEATH(add(ta, ta, ty), "add: a is on cpu, backend gpu-like runs on cuda");
   }
   for (const BackendTable* b : backends()) {
+    if (b->device != Device::cpu) continue;  // host tensors: a device backend stops at "is on cpu" first
     ScopedBackend on(b);
     EXPECT_DEATH(add(ta, Tensor(DType::f16, {2, 2}, a), ty), "add: b must be F32");
     EXPECT_DEATH(matmul(ta, Linear(Tensor(DType::f32, {3, 3}, a)), ty), "matmul: x \\[2, 2\\] does not match w \\[3, 3\\]");

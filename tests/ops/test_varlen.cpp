@@ -61,14 +61,15 @@ const std::vector<std::vector<int64_t>> kLengths = {{1, 2, 63, 64, 65, 130}, {1,
 const std::vector<int64_t> kCheckpoints = {0, 1, 2, 5, 16};
 
 // Runs one case: `single(state, a, b)` runs the single-sequence ref op on rows [a, b) of sequence
-// rows with that state (writing outputs into `want`); `varlen(states, batch, out)` is the op under test.
+// rows with that state (writing outputs into `want`); `varlen(b, states, batch, out)` runs the op under
+// test on backend b (through test::run, so device backends get device copies of every tensor).
 // states0: [n_slots, state...]; outputs compared over all rows.
 struct VarlenCase {
   const Ragged& g;
   const Buffer& states0;
   Shape out_shape;
   std::function<void(const Tensor& state, int64_t a, int64_t b, const Tensor& out)> single;
-  std::function<void(const Tensor& states, const SeqBatch& batch, const Tensor& out)> varlen;
+  std::function<void(const BackendTable& b, const Tensor& states, const SeqBatch& batch, const Tensor& out)> varlen;
 };
 
 void check_varlen(const VarlenCase& c, const BackendTable& b) {
@@ -91,10 +92,7 @@ void check_varlen(const VarlenCase& c, const BackendTable& b) {
     }
   }
   Buffer states = test::clone(c.states0), out = Buffer::zeros(DType::f32, c.out_shape);
-  {
-    ScopedBackend on(b);
-    c.varlen(states, g.batch(), out);
-  }
+  c.varlen(b, states, g.batch(), out);
   EXPECT_LE(relative_error(out, want_out), 1e-5) << "outputs";
   std::vector<bool> named(static_cast<size_t>(g.n_slots), false);
   for (int32_t s : g.slots) named[static_cast<size_t>(s)] = true;
@@ -150,8 +148,8 @@ TEST_P(OnBackend, GatedDeltaRuleVarlenMatchesEachSequenceAlone) {
                      test::run(test::ref(), form, q.tensor().rows(a, b), kk.tensor().rows(a, b), v.tensor().rows(a, b),
                                gate.tensor().rows(a, b), beta.tensor().rows(a, b), state, out.rows(a, b));
                    },
-                   [&](const Tensor& states, const SeqBatch& batch, const Tensor& out) {
-                     gated_delta_rule_varlen(q, kk, v, gate, beta, states, batch, out);
+                   [&](const BackendTable& on, const Tensor& states, const SeqBatch& batch, const Tensor& out) {
+                     test::run(on, gated_delta_rule_varlen, q, kk, v, gate, beta, states, batch, out);
                    }};
       for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);
     }
@@ -185,8 +183,9 @@ TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
                        test::run(test::ref(), ssd_scan_chunked, xa, dta, Ba, Ca, A_log, D, dt_bias, 0.0f, inf, chunk,
                                  state, out.rows(a, b));
                    },
-                   [&](const Tensor& states, const SeqBatch& batch, const Tensor& out) {
-                     ssd_scan_varlen(x, dt, B, C, A_log, D, dt_bias, 0.0f, inf, chunk, states, batch, out);
+                   [&](const BackendTable& on, const Tensor& states, const SeqBatch& batch, const Tensor& out) {
+                     test::run(on, ssd_scan_varlen, x, dt, B, C, A_log, D, dt_bias, 0.0f, inf, chunk, states, batch,
+                               out);
                    }};
       for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);
     }
@@ -211,8 +210,8 @@ TEST_P(OnBackend, Conv1dVarlenMatchesEachSequenceAlone) {
                        test::run(test::ref(), conv1d_causal, x.tensor().rows(a, b), w, bias, window, true,
                                  out.rows(a, b));
                      },
-                     [&](const Tensor& windows, const SeqBatch& batch, const Tensor& out) {
-                       conv1d_causal_varlen(x, w, bias, windows, true, batch, out);
+                     [&](const BackendTable& on, const Tensor& windows, const SeqBatch& batch, const Tensor& out) {
+                       test::run(on, conv1d_causal_varlen, x, w, bias, windows, true, batch, out);
                      }};
         for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);
       }
@@ -268,11 +267,10 @@ TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
       for (const BackendTable* b : with_ref(backend())) {
         SCOPED_TRACE(std::string(b->name));
         Buffer kp = test::clone(k_pages), vp = test::clone(v_pages), o = Buffer::zeros(DType::f32, {T, Hq, D});
-        ScopedBackend on(*b);
-        write_paged_rows_varlen(k_new, kp, batch);
-        write_paged_rows_varlen(v_new, vp, batch);
+        test::run(*b, write_paged_rows_varlen, k_new, kp, batch);
+        test::run(*b, write_paged_rows_varlen, v_new, vp, batch);
         EXPECT_TRUE(test::bit_equal(kp, k_want) && test::bit_equal(vp, v_want)) << "pages written";
-        attention_paged_varlen(q, kp, vp, batch, scale, o);
+        test::run(*b, attention_paged_varlen, q, kp, vp, batch, scale, o);
         EXPECT_LE(relative_error(o, o_want), 1e-5);
       }
     }

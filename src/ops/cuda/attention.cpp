@@ -1,10 +1,13 @@
-// CUDA RoPE and causal GQA attention (contiguous and paged): checks, host spans (positions, inv_freq,
-// the block table) copied to the device, the split-K choice for decode, then the kernels of attention.cu.
+// CUDA RoPE, causal GQA attention (contiguous and paged, one sequence or a SeqBatch) and the paged KV
+// store: checks, host spans (positions, inv_freq, block tables, per-row key counts and destinations)
+// copied to the device (a batch's in one transfer), the split-K choice for decode, then the kernels of
+// attention.cu. Pages may be f32, bf16 or f16 (the KV cache dtype).
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace kapitsa::ops::cuda {
 using detail::check_f32;
@@ -48,14 +51,15 @@ kernels::AttentionArgs check_attention(const Tensor& q, const Tensor& o, int64_t
 
 // Split-K when (query, head) blocks alone would leave most multiprocessors idle: enough key ranges of
 // at least kMinKeysPerSplit keys for about two blocks per multiprocessor. Partials go to scratch.
-void choose_splits(kernels::AttentionArgs& a) {
+// max_keys: the most keys any query attends to.
+void choose_splits(kernels::AttentionArgs& a, int64_t max_keys) {
   constexpr int64_t kMinKeysPerSplit = 256;
   static const int64_t sm_count = [] {
     int n = 0;
     detail::check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
     return int64_t{n};
   }();
-  const int64_t blocks = a.T * a.Hq, max_keys = a.q_pos0 + a.T;
+  const int64_t blocks = a.T * a.Hq;
   const int64_t wanted = (2 * sm_count + blocks - 1) / blocks;
   const int64_t splits = std::min(wanted, (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   if (splits <= 1) return;
@@ -73,34 +77,145 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0
                 k.shape().str(), v.shape().str());
   kernels::AttentionArgs a = check_attention(q, o, k.dim(1), k.dim(2), k.dim(0), q_pos0, scale, "attention");
   a.k = k.f32(), a.v = v.f32();
-  choose_splits(a);
+  choose_splits(a, a.q_pos0 + a.T);
   kernels::attention(a, stream());
   check_launch("attention");
 }
 
-// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D];  o: [T, Hq, D].
+namespace {
+// k_pages, v_pages: the same [n_pages, P, Hkv, D] f32|bf16|f16 on the device; returns the page count.
+int64_t check_pages(const Tensor& k_pages, const Tensor& v_pages, const char* op) {
+  KAPITSA_CHECK(k_pages.rank() == 4 && k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype() &&
+                    detail::is_weight_dtype(k_pages.dtype()),
+                "{}: k_pages {} {} and v_pages {} {} must be the same [n_pages, P, Hkv, D] f32|bf16|f16", op,
+                dtype_name(k_pages.dtype()), k_pages.shape().str(), dtype_name(v_pages.dtype()), v_pages.shape().str());
+  detail::check_on_device(k_pages, op, "k_pages"), detail::check_on_device(v_pages, op, "v_pages");
+  KAPITSA_CHECK(k_pages.dim(1) > 0, "{}: pages of {} tokens", op, k_pages.dim(1));
+  return k_pages.dim(0);
+}
+
+// The first `n` positions' pages of block_table exist: a bad id would be an out-of-bounds access on the GPU.
+void check_table(std::span<const int32_t> block_table, int64_t n, int64_t P, int64_t n_pages, const char* op) {
+  const int64_t used = (n + P - 1) / P;
+  KAPITSA_CHECK(n >= 0 && static_cast<int64_t>(block_table.size()) >= used,
+                "{}: {} pages of {} tokens do not hold {} positions", op, block_table.size(), P, n);
+  for (int64_t i = 0; i < used; ++i)
+    KAPITSA_CHECK(block_table[static_cast<size_t>(i)] >= 0 && block_table[static_cast<size_t>(i)] < n_pages,
+                  "{}: page id {} outside [0, {})", op, block_table[static_cast<size_t>(i)], n_pages);
+}
+}  // namespace
+
+// q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D] f32|bf16|f16;  o: [T, Hq, D].
 void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, std::span<const int32_t> block_table,
                      int64_t n_kv, int64_t q_pos0, float scale, const Tensor& o) {
-  check_f32(k_pages, "attention_paged", "k_pages"), check_f32(v_pages, "attention_paged", "v_pages");
-  KAPITSA_CHECK(k_pages.rank() == 4 && k_pages.shape() == v_pages.shape(),
-                "attention_paged: k_pages {} and v_pages {} must be the same [n_pages, P, Hkv, D]",
-                k_pages.shape().str(), v_pages.shape().str());
-  const int64_t n_pages = k_pages.dim(0), P = k_pages.dim(1);
-  KAPITSA_CHECK(P > 0 && n_kv >= 0 && static_cast<int64_t>(block_table.size()) * P >= n_kv,
-                "attention_paged: {} pages of {} tokens do not hold {} keys", block_table.size(), P, n_kv);
-  const int64_t used_pages = (n_kv + P - 1) / P;
-  for (int64_t i = 0; i < used_pages; ++i)  // checked here: a bad id would be an out-of-bounds read on the GPU
-    KAPITSA_CHECK(block_table[static_cast<size_t>(i)] >= 0 && block_table[static_cast<size_t>(i)] < n_pages,
-                  "attention_paged: page id {} outside [0, {})", block_table[static_cast<size_t>(i)], n_pages);
+  const int64_t n_pages = check_pages(k_pages, v_pages, "attention_paged"), P = k_pages.dim(1);
+  check_table(block_table, n_kv, P, n_pages, "attention_paged");
   kernels::AttentionArgs a =
       check_attention(q, o, k_pages.dim(2), k_pages.dim(3), n_kv, q_pos0, scale, "attention_paged");
   if (a.T == 0) return;
-  a.k = k_pages.f32(), a.v = v_pages.f32();
-  a.block_table = upload(block_table.first(static_cast<size_t>(used_pages)), Slot::span0);
+  a.k = k_pages.data(), a.v = v_pages.data();
+  a.kv_type = detail::elem_type(k_pages.dtype());
+  a.block_table = upload(block_table.first(static_cast<size_t>((n_kv + P - 1) / P)), Slot::span0);
   a.page_tokens = P;
-  choose_splits(a);
+  choose_splits(a, q_pos0 + a.T);
   kernels::attention(a, stream());
   check_launch("attention_paged");
+}
+
+// q, o: [T, Hq, D];  pages as attention_paged. Each query row gets its key count and the offset of its
+// sequence's block table (host arrays built here, uploaded with the tables in one transfer).
+void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,
+                            float scale, const Tensor& o) {
+  const char* op = "attention_paged_varlen";
+  const int64_t n_pages = check_pages(k_pages, v_pages, op), P = k_pages.dim(1);
+  const int64_t T = q.rank() == 3 ? q.dim(0) : 0;
+  std::vector<int64_t> row_keys(static_cast<size_t>(T));
+  std::vector<int32_t> row_table(static_cast<size_t>(T));
+  int64_t max_keys = 0;
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
+    const int64_t pos0 = batch.positions0[size_t(i)];
+    check_table(batch.block_table(i), pos0 + r1 - r0, P, n_pages, op);
+    for (int64_t t = r0; t < r1; ++t) {
+      row_keys[size_t(t)] = pos0 + (t - r0) + 1;
+      row_table[size_t(t)] = batch.block_offsets[size_t(i)];
+    }
+    max_keys = std::max(max_keys, pos0 + r1 - r0);
+  }
+  // Key counts are per sequence (checked against its table above); T keys at q_pos0 0 only passes the
+  // shared shape checks.
+  kernels::AttentionArgs a = check_attention(q, o, k_pages.dim(2), k_pages.dim(3), T, 0, scale, op);
+  if (a.T == 0) return;
+  KAPITSA_CHECK(batch.row_offsets.back() == T, "{}: the batch has {} rows, q {}", op, batch.row_offsets.back(), T);
+  detail::HostPack pack;
+  const size_t keys_at = pack.add(std::span<const int64_t>(row_keys));
+  const size_t table_at = pack.add(std::span<const int32_t>(row_table));
+  const size_t tables_at = pack.add(batch.block_tables);
+  pack.upload();
+  a.k = k_pages.data(), a.v = v_pages.data();
+  a.kv_type = detail::elem_type(k_pages.dtype());
+  a.row_keys = pack.at<int64_t>(keys_at);
+  a.row_table = pack.at<int32_t>(table_at);
+  a.block_table = pack.at<int32_t>(tables_at);
+  a.page_tokens = P;
+  choose_splits(a, max_keys);
+  kernels::attention(a, stream());
+  check_launch(op);
+}
+
+namespace {
+// rows: [T, Hkv, D] f32 into pages: [n_pages, P, Hkv, D]; dest: each row's page row (page · P + pos % P).
+void store_rows(const Tensor& rows, const Tensor& pages, std::span<const int64_t> dest, const char* op) {
+  check_f32(rows, op, "rows");
+  detail::check_on_device(pages, op, "pages");
+  KAPITSA_CHECK(pages.rank() == 4 && detail::is_weight_dtype(pages.dtype()) && rows.rank() == 3 &&
+                    rows.dim(1) == pages.dim(2) && rows.dim(2) == pages.dim(3),
+                "{}: rows {} into pages {} {} (f32|bf16|f16)", op, rows.shape().str(), dtype_name(pages.dtype()),
+                pages.shape().str());
+  const int64_t T = rows.dim(0);
+  if (T == 0) return;
+  const int64_t* d_dest = upload(dest, Slot::span1);
+  kernels::write_paged_rows(rows.f32(), pages.data(), detail::elem_type(pages.dtype()), d_dest, T,
+                            rows.dim(1) * rows.dim(2), stream());
+  check_launch(op);
+}
+}  // namespace
+
+// rows: [T, Hkv, D] f32;  pages: [n_pages, P, Hkv, D] f32|bf16|f16;  positions pos0 … pos0 + T - 1.
+void write_paged_rows(const Tensor& rows, const Tensor& pages, std::span<const int32_t> block_table, int64_t pos0) {
+  const char* op = "write_paged_rows";
+  KAPITSA_CHECK(pages.rank() == 4 && pages.dim(1) > 0 && rows.rank() == 3, "{}: rows {}, pages {}", op,
+                rows.shape().str(), pages.shape().str());
+  const int64_t P = pages.dim(1), T = rows.dim(0);
+  KAPITSA_CHECK(pos0 >= 0, "{}: start position {}", op, pos0);
+  check_table(block_table, pos0 + T, P, pages.dim(0), op);
+  std::vector<int64_t> dest(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = pos0 + t;
+    dest[size_t(t)] = int64_t{block_table[size_t(pos / P)]} * P + pos % P;
+  }
+  store_rows(rows, pages, dest, op);
+}
+
+// rows: [T, Hkv, D];  each sequence's rows at positions positions0[i] … through its block table.
+void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqBatch& batch) {
+  const char* op = "write_paged_rows_varlen";
+  KAPITSA_CHECK(pages.rank() == 4 && pages.dim(1) > 0 && rows.rank() == 3, "{}: rows {}, pages {}", op,
+                rows.shape().str(), pages.shape().str());
+  const int64_t P = pages.dim(1), T = rows.dim(0);
+  KAPITSA_CHECK(batch.row_offsets.back() == T, "{}: the batch has {} rows, rows {}", op, batch.row_offsets.back(), T);
+  std::vector<int64_t> dest(static_cast<size_t>(T));
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
+    const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
+    const int64_t pos0 = batch.positions0[size_t(i)];
+    const std::span<const int32_t> table = batch.block_table(i);
+    check_table(table, pos0 + r1 - r0, P, pages.dim(0), op);
+    for (int64_t t = r0; t < r1; ++t) {
+      const int64_t pos = pos0 + (t - r0);
+      dest[size_t(t)] = int64_t{table[size_t(pos / P)]} * P + pos % P;
+    }
+  }
+  store_rows(rows, pages, dest, op);
 }
 
 }  // namespace kapitsa::ops::cuda

@@ -1,4 +1,6 @@
-// Kernels of partial NeoX RoPE and causal GQA attention (contiguous or paged KV).
+// Kernels of partial NeoX RoPE, causal GQA attention (contiguous or paged KV; f32, bf16 or f16 pages
+// widened as read; one sequence, or a batch with per-row key counts and block tables), and the paged
+// KV store (rows converted to the pages' dtype, round to nearest even, as the host conversions).
 // RoPE computes angle = float32(pos · inv_freq) and its cos/sin in double rounded to f32, as the
 // reference (logits at long positions are sensitive to the angle's rounding).
 // Attention is a plain, correct kernel, not yet a flash kernel: one block per (query, head, key range);
@@ -33,6 +35,7 @@ __global__ void rope_neox_kernel(float* x, const int32_t* positions, const float
 constexpr int kAttnWarps = 4;
 constexpr int kSlots = static_cast<int>(kAttentionMaxHeadDim / 32);  // output columns per lane
 
+template <typename KV>
 __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a) {
   __shared__ float q_s[kAttentionMaxHeadDim];
   __shared__ float acc_s[kAttnWarps][kAttentionMaxHeadDim];
@@ -43,20 +46,23 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) q_s[d] = a.q[(t * a.Hq + h) * D + d];
   __syncthreads();
 
-  const int64_t n_keys = a.q_pos0 + t + 1, split = blockIdx.z;
+  const int64_t n_keys = a.row_keys != nullptr ? a.row_keys[t] : a.q_pos0 + t + 1, split = blockIdx.z;
+  const int32_t* table = a.row_table != nullptr ? a.block_table + a.row_table[t] : a.block_table;
+  const KV* k = static_cast<const KV*>(a.k);
+  const KV* v = static_cast<const KV*>(a.v);
   const int64_t key_begin = a.splits > 1 ? split * a.keys_per_split : 0;
   const int64_t key_end = a.splits > 1 ? min(n_keys, key_begin + a.keys_per_split) : n_keys;
   float m = -INFINITY, l = 0.0f, acc[kSlots] = {};
   for (int64_t s = key_begin + warp; s < key_end; s += kAttnWarps) {
     const int64_t row =
-        a.block_table == nullptr ? s : int64_t{a.block_table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
-    const float* ks = a.k + (row * a.Hkv + g) * D;
-    const float* vs = a.v + (row * a.Hkv + g) * D;
+        table == nullptr ? s : int64_t{table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
+    const KV* ks = k + (row * a.Hkv + g) * D;
+    const KV* vs = v + (row * a.Hkv + g) * D;
     float part = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSlots; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < D) part += q_s[d] * ks[d];
+      if (d < D) part += q_s[d] * to_float(ks[d]);
     }
     const float score = warp_sum(part) * a.scale;
     const float m_new = fmaxf(m, score);
@@ -65,7 +71,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
 #pragma unroll
     for (int j = 0; j < kSlots; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < D) acc[j] = acc[j] * correction + p * vs[d];
+      if (d < D) acc[j] = acc[j] * correction + p * to_float(vs[d]);
     }
     m = m_new;
   }
@@ -123,7 +129,41 @@ __global__ void attention_combine_kernel(AttentionArgs a) {
   }
 }
 
+template <typename P>
+__global__ void write_paged_rows_kernel(const float* rows, P* pages, const int64_t* dest_rows, int64_t row) {
+  const int64_t t = blockIdx.y;
+  P* dst = pages + dest_rows[t] * row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < row; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = rows[t * row + i];
+    if constexpr (std::is_same_v<P, __half>) dst[i] = __float2half_rn(v);
+    else if constexpr (std::is_same_v<P, __nv_bfloat16>) dst[i] = __float2bfloat16_rn(v);
+    else dst[i] = v;
+  }
+}
+
+template <typename P>
+void launch_write_paged_rows(const float* rows, P* pages, const int64_t* dest_rows, int64_t T, int64_t row,
+                             cudaStream_t s) {
+  constexpr int kThreads = 256;
+  const unsigned x_blocks = static_cast<unsigned>((row + kThreads - 1) / kThreads);
+  for (int64_t t0 = 0; t0 < T; t0 += 65535) {  // gridDim.y is at most 65535
+    const int64_t n = T - t0 < 65535 ? T - t0 : 65535;
+    write_paged_rows_kernel<<<dim3(x_blocks, static_cast<unsigned>(n)), kThreads, 0, s>>>(rows + t0 * row, pages,
+                                                                                          dest_rows + t0, row);
+  }
+}
+
 }  // namespace
+
+void write_paged_rows(const float* rows, void* pages, ElemType type, const int64_t* dest_rows, int64_t T, int64_t row,
+                      cudaStream_t s) {
+  if (T == 0 || row == 0) return;
+  switch (type) {
+    case ElemType::f16: launch_write_paged_rows(rows, static_cast<__half*>(pages), dest_rows, T, row, s); break;
+    case ElemType::bf16: launch_write_paged_rows(rows, static_cast<__nv_bfloat16*>(pages), dest_rows, T, row, s); break;
+    default: launch_write_paged_rows(rows, static_cast<float*>(pages), dest_rows, T, row, s); break;
+  }
+}
 
 void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t H, int64_t D, int half,
                cudaStream_t s) {
@@ -144,9 +184,14 @@ void attention(const AttentionArgs& a, cudaStream_t s) {
     part.q = a.q + t0 * a.Hq * a.D;
     part.o = a.o + t0 * a.Hq * a.D;
     part.q_pos0 = a.q_pos0 + t0;
+    if (a.row_keys != nullptr) part.row_keys = a.row_keys + t0, part.row_table = a.row_table + t0;
     if (a.splits > 1) part.partials = a.partials + t0 * a.Hq * a.splits * (a.D + 2);
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T), static_cast<unsigned>(a.splits));
-    attention_kernel<<<grid, kAttnWarps * 32, 0, s>>>(part);
+    switch (a.kv_type) {
+      case ElemType::f16: attention_kernel<__half><<<grid, kAttnWarps * 32, 0, s>>>(part); break;
+      case ElemType::bf16: attention_kernel<__nv_bfloat16><<<grid, kAttnWarps * 32, 0, s>>>(part); break;
+      default: attention_kernel<float><<<grid, kAttnWarps * 32, 0, s>>>(part); break;
+    }
     if (a.splits > 1)
       attention_combine_kernel<<<dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), 128, 0, s>>>(part);
   }

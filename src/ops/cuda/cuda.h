@@ -13,8 +13,15 @@
 #include <span>
 #include <string>
 
+namespace kapitsa::ops {
+struct BackendTable;
+}
+
 namespace kapitsa::ops::cuda {
 #include "ops/op_list.inc"
+
+// This backend's table (ops/backend.h), or nullptr when no usable GPU is present.
+const BackendTable* backend();
 
 // True when a CUDA driver and at least one device are usable; false (never an abort) on a machine
 // without a GPU, so callers can skip or fall back.

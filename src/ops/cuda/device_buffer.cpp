@@ -51,4 +51,13 @@ void DeviceBuffer::download(const Tensor& host) const {
   check(cudaStreamSynchronize(stream()), "download (sync)");
 }
 
+void copy_to_device(void* device, const void* host, size_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream()), "copy_to_device");
+}
+
+void copy_to_host(void* host, const void* device, size_t bytes) {
+  if (bytes > 0) check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream()), "copy_to_host");
+  check(cudaStreamSynchronize(stream()), "copy_to_host (sync)");
+}
+
 }  // namespace kapitsa::ops::cuda

@@ -35,4 +35,9 @@ class DeviceBuffer {
   Tensor view_;
 };
 
+// Raw byte copies between host and device memory, stream-ordered with the ops; copy_to_host waits for
+// them (for code that manages its own device ranges, e.g. the op tests' mirrors of host arguments).
+void copy_to_device(void* device, const void* host, size_t bytes);
+void copy_to_host(void* host, const void* device, size_t bytes);
+
 }  // namespace kapitsa::ops::cuda

@@ -1,6 +1,7 @@
-// CUDA Gated DeltaNet: gates and the delta rule. Both the recurrent and the chunked op run the
-// token-by-token kernel (gated_delta_rule.cu): the op contract makes them the same function, so this is
-// correct; a chunked (WY) kernel for fast prefill is still to come.
+// CUDA Gated DeltaNet: gates and the delta rule, for one sequence or a SeqBatch (its spans copied to the
+// device in one transfer). The recurrent, chunked and varlen ops all run the token-by-token kernel
+// (gated_delta_rule.cu): the op contract makes them the same function, so this is correct; a chunked
+// (WY) kernel for fast prefill is still to come.
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
@@ -23,9 +24,9 @@ void gdn_gates(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tens
 }
 
 namespace {
-// q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv].
-void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
-                const Tensor& state, const Tensor& o) {
+// q, k: [T, Hk, Dk];  v, o: [T, Hv, Dv];  g, beta: [T, Hv];  state: [Hv, Dk, Dv] (for a batch: one slot of it).
+kernels::GdnArgs delta_rule_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                 const Tensor& beta, const Tensor& state, const Tensor& o) {
   for (const Tensor* t : {&q, &k, &v, &g, &beta, &state, &o}) check_f32(*t, "gated_delta_rule", "input");
   KAPITSA_CHECK(q.rank() == 3 && k.shape() == q.shape(), "gated_delta_rule: q {} k {}", q.shape().str(), k.shape().str());
   KAPITSA_CHECK(v.rank() == 3 && o.shape() == v.shape() && v.dim(0) == q.dim(0), "gated_delta_rule: v {} o {} q {}",
@@ -38,8 +39,12 @@ void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
                 g.shape().str(), beta.shape().str(), T, Hv);
   KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == Hv && state.dim(1) == Dk && state.dim(2) == Dv,
                 "gated_delta_rule: state {} for Hv={} Dk={} Dv={}", state.shape().str(), Hv, Dk, Dv);
-  const kernels::GdnArgs a{q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), o.f32(), T, Hk, Hv, Dk, Dv};
-  kernels::gated_delta_rule(a, detail::stream());
+  return kernels::GdnArgs{q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), o.f32(), T, Hk, Hv, Dk, Dv, {}};
+}
+
+void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                const Tensor& state, const Tensor& o) {
+  kernels::gated_delta_rule(delta_rule_args(q, k, v, g, beta, state, o), detail::stream());
   detail::check_launch("gated_delta_rule");
 }
 }  // namespace
@@ -52,6 +57,20 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
 void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, const Tensor& state, const Tensor& o) {
   delta_rule(q, k, v, g, beta, state, o);
+}
+
+// states: [n_slots, Hv, Dk, Dv] (checked with the batch in ops.cpp).
+void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                             const Tensor& states, const SeqBatch& batch, const Tensor& o) {
+  if (states.dim(0) == 0 || batch.n_seqs() == 0) return;
+  kernels::GdnArgs a = delta_rule_args(q, k, v, g, beta, states.index(0), o);
+  a.state = states.f32();
+  detail::HostPack pack;
+  const detail::SeqsInPack at = detail::add_seqs(pack, batch);
+  pack.upload();
+  a.seqs = detail::device_seqs(pack, at, batch);
+  kernels::gated_delta_rule(a, detail::stream());
+  detail::check_launch("gated_delta_rule_varlen");
 }
 
 }  // namespace kapitsa::ops::cuda

@@ -27,6 +27,11 @@ void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, i
 // matmul.cu — y: [T, N] = x: [T, K] · wᵀ, w: [N, K] of `type`, f32 accumulation; for small T (decode).
 void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s);
 constexpr int64_t kGemvMaxTokens = 8;
+// x: [n] f32 → parts: [3, n] bf16 with x = parts[0] + parts[1] + parts[2] exactly (each the bf16 rounding
+// of what the earlier ones leave), so three bf16 products on the tensor cores carry x's full f32 precision.
+void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s);
+// y[i] = (parts[2n + i] + parts[n + i]) + parts[i]: the three partial products, smallest first.
+void sum3(const float* parts, float* y, int64_t n, cudaStream_t s);
 
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,
@@ -44,15 +49,20 @@ void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_
                cudaStream_t s);
 // Causal GQA attention. Key/value row of key s: s itself (block_table == nullptr: k, v: [S, Hkv, D]) or
 // block_table[s / page_tokens] · page_tokens + s % page_tokens (k, v: [n_pages, P, Hkv, D]).
+// Query t attends to keys 0 … q_pos0 + t, or, with row_keys (a batch of sequences, varlen), to keys
+// 0 … row_keys[t] - 1 through the block table starting at block_table + row_table[t].
 struct AttentionArgs {
   const float* q;  // [T, Hq, D]
-  const float* k;
-  const float* v;
+  const void* k;   // of kv_type
+  const void* v;
   float* o;  // [T, Hq, D]
   int64_t T, Hq, Hkv, D, q_pos0;
   float scale;
   const int32_t* block_table;
   int64_t page_tokens;
+  ElemType kv_type = ElemType::f32;
+  const int64_t* row_keys = nullptr;   // [T] or nullptr
+  const int32_t* row_table = nullptr;  // [T] offsets into block_table, with row_keys
   // Split-K (decode): splits > 1 divides each query's keys into ranges of keys_per_split, one block
   // each, whose partial results go to `partials` ([T, Hq, splits, D + 2] floats) and are then combined.
   int64_t splits = 1, keys_per_split = 0;
@@ -60,11 +70,27 @@ struct AttentionArgs {
 };
 constexpr int64_t kAttentionMaxHeadDim = 256;
 void attention(const AttentionArgs& a, cudaStream_t s);
+// Paged KV store: pages row dest_rows[t] (= page · P + position % P) := rows[t, :] converted to `type`
+// (round to nearest even).  rows: [T, row] f32;  pages: [n_pages · P, row] of `type`.
+void write_paged_rows(const float* rows, void* pages, ElemType type, const int64_t* dest_rows, int64_t T, int64_t row,
+                      cudaStream_t s);
 
-// conv1d.cu — x, y: [T, C];  w: [C, K];  bias: [C] or nullptr;  window: [K-1, C] in/out.
+// A batch of sequences for the recurrent kernels (ops/seq_batch.h), device copies of its spans. Sequence
+// i has rows [row_offsets[i], row_offsets[i+1]) and its state in slot state_slots[i]; the state after each
+// of its last ckpt_offsets[i+1] - ckpt_offsets[i] tokens also goes to slot ckpt_slots[ckpt_offsets[i] + j].
+// One sequence of all T rows in slot 0 without checkpoints: every pointer null (the single-sequence ops).
+struct Seqs {
+  int64_t n_seqs = 1;
+  const int64_t* row_offsets = nullptr;   // [n_seqs + 1], or null: [0, T]
+  const int32_t* state_slots = nullptr;   // [n_seqs], or null: slot 0
+  const int32_t* ckpt_offsets = nullptr;  // [n_seqs + 1], or null: no checkpoints
+  const int32_t* ckpt_slots = nullptr;
+};
+
+// conv1d.cu — x, y: [T, C];  w: [C, K];  bias: [C] or nullptr;  windows: [n_slots, K-1, C] in/out.
 constexpr int64_t kConvMaxWidth = 8;
-void conv1d_causal(const float* x, const float* w, const float* bias, float* window, bool silu, float* y, int64_t T,
-                   int64_t C, int64_t K, cudaStream_t s);
+void conv1d_causal(const float* x, const float* w, const float* bias, float* windows, bool silu, float* y, int64_t T,
+                   int64_t C, int64_t K, const Seqs& seqs, cudaStream_t s);
 
 // gated_delta_rule.cu
 // a, b, g, beta: [n / Hv, Hv];  A_log, dt_bias: [Hv].
@@ -74,9 +100,10 @@ struct GdnArgs {
   const float *q, *k;     // [T, Hk, Dk]
   const float* v;         // [T, Hv, Dv]
   const float *g, *beta;  // [T, Hv]
-  float* state;           // [Hv, Dk, Dv] in/out
+  float* state;           // [n_slots, Hv, Dk, Dv] in/out
   float* o;               // [T, Hv, Dv]
   int64_t T, Hk, Hv, Dk, Dv;
+  Seqs seqs;
 };
 constexpr int64_t kGdnMaxKeyDim = 256;
 void gated_delta_rule(const GdnArgs& a, cudaStream_t s);
@@ -88,9 +115,10 @@ struct SsdArgs {
   const float *B, *C;                 // [T, G, N]
   const float *A_log, *D, *dt_bias;   // [H]
   float dt_min, dt_max;
-  float* state;                       // [H, P, N] in/out
+  float* state;                       // [n_slots, H, P, N] in/out
   float* y;                           // [T, H, P]
   int64_t T, H, P, G, N;
+  Seqs seqs;
 };
 constexpr int64_t kSsdMaxStateDim = 256;
 void ssd_scan(const SsdArgs& a, cudaStream_t s);

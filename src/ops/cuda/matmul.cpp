@@ -1,7 +1,10 @@
 // CUDA matmul y = x·wᵀ: a GEMV kernel for up to kGemvMaxTokens rows (decode; f32 accumulation, reads
-// the weight once), cuBLAS above that. f32 weights: SGEMM in plain f32. f16/bf16 weights: x is rounded
-// to the weight's dtype in scratch and multiplied on the tensor cores with f32 accumulation and output
-// (cuBLAS has no f32 × bf16 product), so prefill rows carry bf16/f16 rounding of the activations.
+// the weight once), cuBLAS above that, always with x in full f32 precision (the op's contract, as ref
+// and cpu). f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16 product,
+// so x is split exactly into three bf16 parts (hi + mid + lo) and one bf16 GEMM of 3T rows on the tensor
+// cores (f32 accumulation) gives the three partial products, summed smallest first: 3× the tensor-core
+// work of a plain bf16 GEMM, none of its rounding of x. f16 weights (rare in checkpoints): f16 cannot
+// split x exactly (its range), so the weight is widened to f32 in scratch and SGEMM runs: exact, slow.
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
@@ -37,13 +40,24 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
           "matmul (cublasSgemm)");
     return;
   }
-  const cudaDataType_t type = w.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  void* x_narrow = detail::scratch(detail::Slot::temp0, static_cast<size_t>(T * K) * 2);
-  kernels::convert(x.f32(), kernels::ElemType::f32, x_narrow, detail::elem_type(w.dtype()), T * K, stream());
-  check_launch("matmul (convert x)");
-  check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &one, w.data(), type, k, x_narrow, type, k,
-                     &zero, y.f32(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  if (w.dtype() == DType::f16) {
+    float* w32 = static_cast<float*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(N * K) * sizeof(float)));
+    kernels::convert(w.data(), kernels::ElemType::f16, w32, kernels::ElemType::f32, N * K, stream());
+    check_launch("matmul (widen f16 w)");
+    check(cublasSgemm(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &one, w32, k, x.f32(), k, &zero, y.f32(), n),
+          "matmul (cublasSgemm, f16 w)");
+    return;
+  }
+  // bf16: parts [3, T, K] bf16 → partial products [3, T, N] f32 → y.
+  void* parts = detail::scratch(detail::Slot::temp0, static_cast<size_t>(3 * T * K) * 2);
+  float* partial = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(3 * T * N) * sizeof(float)));
+  kernels::split_bf16x3(x.f32(), parts, T * K, stream());
+  check_launch("matmul (split x)");
+  check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, 3 * t, k, &one, w.data(), CUDA_R_16BF, k, parts,
+                     CUDA_R_16BF, k, &zero, partial, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "matmul (cublasGemmEx)");
+  kernels::sum3(partial, y.f32(), T * N, stream());
+  check_launch("matmul (sum parts)");
 }
 
 }  // namespace kapitsa::ops::cuda

@@ -88,7 +88,31 @@ void launch_gemv(const float* x, const W* w, float* y, int64_t T, int64_t K, int
   else gemv_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
 }
 
+__global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = x[i];
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    const float r1 = __fsub_rn(v, __bfloat162float(hi));  // exact: v and hi share the top bits
+    const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
+    const float r2 = __fsub_rn(r1, __bfloat162float(mid));
+    parts[i] = hi, parts[n + i] = mid, parts[2 * n + i] = __float2bfloat16_rn(r2);
+  }
+}
+
+__global__ void sum3_kernel(const float* parts, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __fadd_rn(__fadd_rn(parts[2 * n + i], parts[n + i]), parts[i]);
+}
+
 }  // namespace
+
+void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s) {
+  if (n > 0) split_bf16x3_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, static_cast<__nv_bfloat16*>(parts), n);
+}
+
+void sum3(const float* parts, float* y, int64_t n, cudaStream_t s) {
+  if (n > 0) sum3_kernel<<<grid_for(n, 256), 256, 0, s>>>(parts, y, n);
+}
 
 void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s) {
   if (T == 0 || N == 0) return;

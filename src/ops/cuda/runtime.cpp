@@ -58,6 +58,35 @@ void* scratch(Slot slot, size_t bytes) {
   return r.data;
 }
 
+void HostPack::upload() {
+  if (bytes_.empty()) return;
+  device_ = static_cast<unsigned char*>(scratch(Slot::pack, bytes_.size()));
+  check(cudaMemcpyAsync(device_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice, stream()), "upload (batch)");
+}
+
+SeqsInPack add_seqs(HostPack& pack, const SeqBatch& batch) {
+  KAPITSA_CHECK(batch.n_seqs() <= 65535, "cuda: a batch of {} sequences (at most 65535 per launch)", batch.n_seqs());
+  SeqsInPack at{};
+  at.rows = pack.add(batch.row_offsets);
+  at.slots = pack.add(batch.state_slots);
+  at.has_ckpts = !batch.ckpt_offsets.empty();
+  at.ckpt_offsets = pack.add(batch.ckpt_offsets);
+  at.ckpt_slots = pack.add(batch.ckpt_slots);
+  return at;
+}
+
+kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqBatch& batch) {
+  kernels::Seqs s;
+  s.n_seqs = batch.n_seqs();
+  s.row_offsets = pack.at<int64_t>(at.rows);
+  s.state_slots = pack.at<int32_t>(at.slots);
+  if (at.has_ckpts) {
+    s.ckpt_offsets = pack.at<int32_t>(at.ckpt_offsets);
+    s.ckpt_slots = pack.at<int32_t>(at.ckpt_slots);
+  }
+  return s;
+}
+
 void check_on_device(const Tensor& t, const char* op, const char* name) {
   KAPITSA_CHECK(t.numel() == 0 || (t.device() == Device::cuda && t.data() != nullptr),
                 "{}: {} must be a tensor on the cuda device", op, name);

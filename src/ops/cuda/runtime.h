@@ -11,8 +11,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "ops/seq_batch.h"
+
 #include <cstddef>
+#include <cstring>
 #include <span>
+#include <vector>
 
 namespace kapitsa::ops::cuda::detail {
 
@@ -26,7 +30,7 @@ void check(cublasStatus_t status, const char* what);
 void check_launch(const char* op);
 
 // Scratch slots: one per distinct temporary an op may hold at once.
-enum class Slot { span0, span1, span2, temp0, count };
+enum class Slot { span0, span1, span2, temp0, temp1, pack, count };
 // At least `bytes` of device memory in `slot`, valid until the next call for the same slot.
 void* scratch(Slot slot, size_t bytes);
 // Copies a host span to the device (stream-ordered) and returns the device pointer.
@@ -37,6 +41,39 @@ const T* upload(std::span<const T> host, Slot slot) {
   check(cudaMemcpyAsync(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream()), "upload span");
   return static_cast<const T*>(d);
 }
+
+// Several host arrays (an op's batch metadata) copied to the device in one transfer: add() each, then
+// upload() once into Slot::pack; at(i) is then array i's device pointer (valid until the next pack).
+class HostPack {
+ public:
+  template <typename T>
+  size_t add(std::span<const T> v) {
+    const size_t at = (bytes_.size() + 7) / 8 * 8;  // 8-byte aligned arrays
+    bytes_.resize(at + v.size_bytes());
+    if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size_bytes());
+    offsets_.push_back(at);
+    return offsets_.size() - 1;
+  }
+  void upload();
+  template <typename T>
+  const T* at(size_t i) const {
+    return reinterpret_cast<const T*>(device_ + offsets_[i]);
+  }
+
+ private:
+  std::vector<unsigned char> bytes_;
+  std::vector<size_t> offsets_;
+  unsigned char* device_ = nullptr;
+};
+
+// The device form of a SeqBatch's recurrent-layer metadata (rows, state and checkpoint slots), packed
+// into `pack` (uploaded by the caller).
+struct SeqsInPack {
+  size_t rows, slots, ckpt_offsets, ckpt_slots;
+  bool has_ckpts;
+};
+SeqsInPack add_seqs(HostPack& pack, const SeqBatch& batch);
+kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqBatch& batch);
 
 // Argument checks every op shares: the tensor lives on the GPU (or is empty with no elements).
 void check_on_device(const Tensor& t, const char* op, const char* name);

@@ -1,6 +1,7 @@
-// CUDA Mamba-2 selective scan. Both the recurrent and the chunked op run the token-by-token kernel
-// (ssm.cu): the op contract makes them the same function, so this is correct (chunk_size only changes
-// rounding in the reference); a chunked SSD kernel for fast prefill is still to come.
+// CUDA Mamba-2 selective scan, for one sequence or a SeqBatch (its spans copied to the device in one
+// transfer). The recurrent, chunked and varlen ops all run the token-by-token kernel (ssm.cu): the op
+// contract makes them the same function, so this is correct (chunk_size only changes rounding in the
+// reference); a chunked SSD kernel for fast prefill is still to come.
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
@@ -8,9 +9,11 @@
 namespace kapitsa::ops::cuda {
 
 namespace {
-// x, y: [T, H, P];  dt: [T, H];  B, C: [T, G, N];  A_log, D, dt_bias: [H];  state: [H, P, N].
-void scan(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log, const Tensor& D,
-          const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state, const Tensor& y) {
+// x, y: [T, H, P];  dt: [T, H];  B, C: [T, G, N];  A_log, D, dt_bias: [H];  state: [H, P, N] (for a batch:
+// one slot of it).
+kernels::SsdArgs scan_args(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                           const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
+                           const Tensor& y) {
   for (const Tensor* t : {&x, &dt, &B, &C, &A_log, &D, &dt_bias, &state, &y}) detail::check_f32(*t, "ssd_scan", "input");
   KAPITSA_CHECK(x.rank() == 3 && y.shape() == x.shape(), "ssd_scan: x {} y {}", x.shape().str(), y.shape().str());
   const int64_t T = x.dim(0), H = x.dim(1), P = x.dim(2);
@@ -25,9 +28,13 @@ void scan(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, c
                 D.shape().str(), dt_bias.shape().str(), T, H);
   KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == H && state.dim(1) == P && state.dim(2) == N,
                 "ssd_scan: state {} for H={} P={} N={}", state.shape().str(), H, P, N);
-  const kernels::SsdArgs a{x.f32(), dt.f32(), B.f32(), C.f32(), A_log.f32(), D.f32(), dt_bias.f32(), dt_min, dt_max,
-                           state.f32(), y.f32(), T, H, P, G, N};
-  kernels::ssd_scan(a, detail::stream());
+  return kernels::SsdArgs{x.f32(),  dt.f32(), B.f32(), C.f32(), A_log.f32(), D.f32(), dt_bias.f32(), dt_min, dt_max,
+                          state.f32(), y.f32(), T, H, P, G, N, {}};
+}
+
+void scan(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log, const Tensor& D,
+          const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state, const Tensor& y) {
+  kernels::ssd_scan(scan_args(x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y), detail::stream());
   detail::check_launch("ssd_scan");
 }
 }  // namespace
@@ -43,6 +50,22 @@ void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const 
                       const Tensor& state, const Tensor& y) {
   KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_chunked: chunk_size {}", chunk_size);
   scan(x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, state, y);
+}
+
+// states: [n_slots, H, P, N] (checked with the batch in ops.cpp).
+void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
+                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
+                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+  KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_varlen: chunk_size {}", chunk_size);
+  if (states.dim(0) == 0 || batch.n_seqs() == 0) return;
+  kernels::SsdArgs a = scan_args(x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, states.index(0), y);
+  a.state = states.f32();
+  detail::HostPack pack;
+  const detail::SeqsInPack at = detail::add_seqs(pack, batch);
+  pack.upload();
+  a.seqs = detail::device_seqs(pack, at, batch);
+  kernels::ssd_scan(a, detail::stream());
+  detail::check_launch("ssd_scan_varlen");
 }
 
 }  // namespace kapitsa::ops::cuda

@@ -1,0 +1,81 @@
+// CUDA-specific tests (every op against ref is a shared op test in tests/ops, run on cuda through the
+// backend table): the device report, the backend's registration, DeviceBuffer and the raw copies, and
+// the error for a host tensor handed to the cuda backend. Each test needing a GPU skips visibly without one.
+#include "ops/backend.h"
+#include "ops/cuda/cuda.h"
+#include "ops/cuda/device_buffer.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace kapitsa::ops {
+namespace {
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device: " << cuda::device_description();
+  }
+};
+
+TEST(CudaBackend, ReportsItsDevice) {
+  // Runs everywhere: says what it found, so a GPU run's log names the device and a CPU run says why not.
+  const std::string what = cuda::device_description();
+  std::printf("cuda: %s\n", what.c_str());
+  EXPECT_EQ(cuda::device_available(), what.rfind("no CUDA device", 0) != 0);
+  // Registered exactly when usable, so CPU-only machines see no cuda backend.
+  EXPECT_EQ(find_backend("cuda") != nullptr, cuda::device_available());
+}
+
+TEST_F(Cuda, BackendFillsEveryEntry) {
+  const BackendTable* b = find_backend("cuda");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->device, Device::cuda);
+#define KAPITSA_OP(op) EXPECT_NE(b->op, nullptr) << "cuda lacks " #op;
+#include "ops/op_names.inc"
+#undef KAPITSA_OP
+}
+
+// Fresh random bytes survive upload → device-to-device copy (the copy op) → download, through both
+// DeviceBuffer and the raw copies; zeros() is zero.
+TEST_F(Cuda, DeviceBufferRoundTrips) {
+  std::mt19937_64 gen(kapitsa::testing::fresh_seed());
+  for (DType dt : {DType::f32, DType::bf16, DType::i32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Buffer host = kapitsa::testing::random_buffer(gen, dt == DType::i32 ? DType::f32 : dt, {37, 5});
+    const Tensor bytes(dt, {37, 5}, host.tensor().data());
+    cuda::DeviceBuffer a = cuda::DeviceBuffer::upload(bytes), b = cuda::DeviceBuffer::allocate(dt, {37, 5});
+    ASSERT_EQ(a.tensor().device(), Device::cuda);
+    {
+      ScopedBackend on(find_backend("cuda"));
+      ops::copy(a.tensor(), b.tensor());  // qualified: the cuda namespace has a copy too
+    }
+    Buffer back = Buffer::allocate(dt, {37, 5});
+    b.download(back);
+    EXPECT_EQ(std::memcmp(back.tensor().data(), host.tensor().data(), host.tensor().nbytes()), 0);
+    std::vector<uint8_t> raw(host.tensor().nbytes());
+    cuda::copy_to_device(b.tensor().data(), raw.data(), raw.size());  // zeros in
+    cuda::copy_to_host(back.tensor().data(), b.tensor().data(), raw.size());
+    EXPECT_EQ(std::memcmp(back.tensor().data(), raw.data(), raw.size()), 0);
+    cuda::DeviceBuffer z = cuda::DeviceBuffer::zeros(dt, {3, 4});
+    Buffer zb = Buffer::allocate(dt, {3, 4});
+    std::memset(zb.tensor().data(), 0xff, zb.tensor().nbytes());
+    z.download(zb);
+    for (size_t i = 0; i < zb.tensor().nbytes(); ++i) ASSERT_EQ(static_cast<uint8_t*>(zb.tensor().data())[i], 0);
+  }
+}
+
+TEST_F(Cuda, HostTensorIsAClearError) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  float a[4] = {1, 2, 3, 4}, y[4] = {};
+  const Tensor ta(DType::f32, {2, 2}, a), ty(DType::f32, {2, 2}, y);
+  ScopedBackend on(find_backend("cuda"));
+  EXPECT_DEATH(ops::add(ta, ta, ty), "add: a is on cpu, backend cuda runs on cuda");
+}
+
+}  // namespace
+}  // namespace kapitsa::ops
