@@ -129,6 +129,8 @@ void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor
   const char* op = "attention_paged_varlen";
   const int64_t n_pages = check_pages(k_pages, v_pages, op), P = k_pages.dim(1);
   const int64_t T = q.rank() == 3 ? q.dim(0) : 0;
+  KAPITSA_CHECK(!batch.row_offsets.empty() && batch.row_offsets.back() == T, "{}: the batch does not cover the {} rows of q",
+                op, T);
   std::vector<int64_t> row_keys(static_cast<size_t>(T));
   std::vector<int32_t> row_table(static_cast<size_t>(T));
   int64_t max_keys = 0;
@@ -146,7 +148,6 @@ void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor
   // shared shape checks.
   kernels::AttentionArgs a = check_attention(q, o, k_pages.dim(2), k_pages.dim(3), T, 0, scale, op);
   if (a.T == 0) return;
-  KAPITSA_CHECK(batch.row_offsets.back() == T, "{}: the batch has {} rows, q {}", op, batch.row_offsets.back(), T);
   detail::HostPack pack;
   const size_t keys_at = pack.add(std::span<const int64_t>(row_keys));
   const size_t table_at = pack.add(std::span<const int32_t>(row_table));
@@ -203,7 +204,8 @@ void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqB
   KAPITSA_CHECK(pages.rank() == 4 && pages.dim(1) > 0 && rows.rank() == 3, "{}: rows {}, pages {}", op,
                 rows.shape().str(), pages.shape().str());
   const int64_t P = pages.dim(1), T = rows.dim(0);
-  KAPITSA_CHECK(batch.row_offsets.back() == T, "{}: the batch has {} rows, rows {}", op, batch.row_offsets.back(), T);
+  KAPITSA_CHECK(!batch.row_offsets.empty() && batch.row_offsets.back() == T, "{}: the batch does not cover the {} rows",
+                op, T);
   std::vector<int64_t> dest(static_cast<size_t>(T));
   for (int64_t i = 0; i < batch.n_seqs(); ++i) {
     const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
