@@ -100,7 +100,10 @@ constexpr bool is_tensor_list = std::is_same_v<Plain<T>, std::vector<Tensor>> ||
 template <class A>
 void note(DeviceMirror& m, const A& a) {
   if constexpr (is_tensor_like<A>) m.note(static_cast<const Tensor&>(a));
-  else if constexpr (std::is_same_v<Plain<A>, Linear>) m.note(a.weight());
+  else if constexpr (std::is_same_v<Plain<A>, Linear>) {
+    m.note(a.weight());
+    m.note(a.scales()), m.note(a.biases());  // empty for dense
+  }
   else if constexpr (is_tensor_list<A>)
     for (const Tensor& t : a) m.note(t);
 }
@@ -110,8 +113,13 @@ template <class A>
 decltype(auto) on_device(const DeviceMirror& m, A&& a) {
   if constexpr (is_tensor_like<A>) return m.view(static_cast<const Tensor&>(a));
   else if constexpr (std::is_same_v<Plain<A>, Linear>) {
-    KAPITSA_CHECK(a.is_dense(), "DeviceMirror: weight format {} not mirrored yet", weight_format_name(a.format()));
-    return Linear(m.view(a.weight()));
+    switch (a.format()) {
+      case WeightFormat::dense: return Linear(m.view(a.weight()));
+      case WeightFormat::affine:
+        return Linear::affine(m.view(a.weight()), m.view(a.scales()), m.view(a.biases()), a.bits(), a.group_size());
+    }
+    KAPITSA_CHECK(false, "DeviceMirror: weight format {} not mirrored yet", weight_format_name(a.format()));
+    return Linear();
   } else if constexpr (is_tensor_list<A>) {
     std::vector<Tensor> v;
     for (const Tensor& t : a) v.push_back(m.view(t));

@@ -33,6 +33,19 @@ void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s);
 // y[i] = (parts[2n + i] + parts[n + i]) + parts[i]: the three partial products, smallest first.
 void sum3(const float* parts, float* y, int64_t n, cudaStream_t s);
 
+// dequantize.cu — MLX affine rows as f32: out[r, :] = row rows[r] (r itself when rows is null) of
+// the weight, w[k] = fma(scale[g], q_k, bias[g]) with g = k / group_size (one rounding, as ref).
+// words: [N, words_per_row] u32, each row one little-endian bit stream of K codes of `bits` bits;
+// scales, biases: [N, K / group_size] of sb_type;  out: [R, K].
+struct AffineArgs {
+  const uint32_t* words;
+  const void *scales, *biases;
+  ElemType sb_type;
+  int bits, group_size;
+  int64_t K, words_per_row;
+};
+void dequantize_affine(const AffineArgs& a, const int32_t* rows, float* out, int64_t R, cudaStream_t s);
+
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,
               cudaStream_t s);

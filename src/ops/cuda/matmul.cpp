@@ -15,9 +15,25 @@ using detail::check_f32;
 using detail::check_launch;
 using detail::stream;
 
-// x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened).
+namespace {
+void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
+}
+
+// x: [T, K] f32;  w: [N, K] f32|f16|bf16, or MLX affine (dequantized to f32 in scratch, then the f32
+// path: correct, not fast; a fused dequantize-GEMV is the fast path to come);  y: [T, N] f32.
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
-  const Tensor& w = linear.dense("matmul");
+  if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
+  const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
+  const int64_t N = linear.rows(), K = linear.cols();
+  float* w32 = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(N * K) * sizeof(float)));
+  kernels::dequantize_affine(a, nullptr, w32, N, stream());
+  check_launch("matmul (dequantize affine)");
+  dense_matmul(x, Tensor(DType::f32, {N, K}, w32, Device::cuda), y);
+}
+
+namespace {
+// x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened).
+void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");
   KAPITSA_CHECK(w.rank() == 2 && detail::is_weight_dtype(w.dtype()), "matmul: w {} {} must be [N, K] f32|f16|bf16",
                 dtype_name(w.dtype()), w.shape().str());
@@ -59,5 +75,6 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   kernels::sum3(partial, y.f32(), T * N, stream());
   check_launch("matmul (sum parts)");
 }
+}  // namespace
 
 }  // namespace kapitsa::ops::cuda

@@ -87,6 +87,19 @@ kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqB
   return s;
 }
 
+kernels::AffineArgs affine_args(const Linear& w, const char* op) {
+  KAPITSA_CHECK(w.format() == WeightFormat::affine && w.weight().rank() == 2 && w.weight().dtype() == DType::u32,
+                "{}: weight format {} {} (dense or a 2-D affine)", op, weight_format_name(w.format()),
+                w.weight().shape().str());
+  check_on_device(w.weight(), op, "codes"), check_on_device(w.scales(), op, "scales");
+  check_on_device(w.biases(), op, "biases");
+  KAPITSA_CHECK(is_weight_dtype(w.scales().dtype()) && w.biases().dtype() == w.scales().dtype(),
+                "{}: affine scales {} and biases {} (f32, f16 or bf16)", op, dtype_name(w.scales().dtype()),
+                dtype_name(w.biases().dtype()));
+  return kernels::AffineArgs{static_cast<const uint32_t*>(w.weight().data()), w.scales().data(), w.biases().data(),
+                             elem_type(w.scales().dtype()), w.bits(), w.group_size(), w.cols(), w.weight().dim(1)};
+}
+
 void check_on_device(const Tensor& t, const char* op, const char* name) {
   KAPITSA_CHECK(t.numel() == 0 || (t.device() == Device::cuda && t.data() != nullptr),
                 "{}: {} must be a tensor on the cuda device", op, name);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ops/cuda/kernels.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 
 #include <cublas_v2.h>
@@ -74,6 +75,10 @@ struct SeqsInPack {
 };
 SeqsInPack add_seqs(HostPack& pack, const SeqBatch& batch);
 kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqBatch& batch);
+
+// An MLX affine Linear's kernel arguments (dequantize.cu), after checking that its codes, scales and
+// biases live on the GPU. `op` names the caller in errors.
+kernels::AffineArgs affine_args(const Linear& w, const char* op);
 
 // Argument checks every op shares: the tensor lives on the GPU (or is empty with no elements).
 void check_on_device(const Tensor& t, const char* op, const char* name);
