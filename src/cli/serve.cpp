@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string grammar_file;
   std::string kv_dtype = "bf16";
   SpecFlags spec;
+  int64_t max_output_tokens = 32768;
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -59,6 +60,7 @@ int run_serve(const ServeOptions& o) {
   so.model_ids = o.aliases.empty() ? std::vector<std::string>{served_model_id(*dir)} : o.aliases;
   so.accept_any_model = o.accept_any_model;
   so.keepalive = std::chrono::milliseconds(std::max(100, o.keepalive_ms));
+  so.max_output_tokens = o.max_output_tokens;
   if (!o.template_kwargs.empty()) {
     so.template_kwargs = server::OJson::parse(o.template_kwargs, nullptr, false);
     if (!so.template_kwargs.is_object()) {
@@ -91,6 +93,11 @@ int run_serve(const ServeOptions& o) {
   to.cors = o.cors;
   to.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1024 * 1024);
   to.threads = o.threads;
+  if (to.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+    std::fprintf(stderr,
+                 "kapitsa serve: warning: binding %s without --api-key: anyone who can reach this address can use "
+                 "the model\n",
+                 o.host.c_str());
   server::HttpServer http(service, to);
   std::string bind_error;
   if (!http.bind(bind_error)) {
@@ -165,6 +172,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--grammar-file", o->grammar_file,
                   "GBNF grammar every reply follows unless its request sets its own constraint (the whole output, "
                   "reasoning included: combine with --no-think)");
+  cmd->add_option("--max-output-tokens", o->max_output_tokens,
+                  "Output budget of a request that names none (max_tokens etc.)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
   o->spec.add_to(cmd);
   cmd->callback([o] { exit_code() = run_serve(*o); });
 }

@@ -156,6 +156,19 @@ ApiResult<NormalizedTools> normalize_tools(const OJson& tools, const std::string
   return c.out;
 }
 
+std::optional<ApiError> check_text_parts(const OJson& parts, const std::string& where) {
+  for (size_t j = 0; j < parts.size(); ++j) {
+    if (!parts[j].is_object()) continue;
+    const std::string type = string_field(parts[j], "type");
+    // Images, audio and files would be dropped without a word: the models served take text only.
+    if (type == "image_url" || type == "input_image" || type == "image" || type == "input_audio" || type == "audio" ||
+        type == "file" || type == "input_file" || type == "document" || type == "video" || type == "video_url")
+      return invalid_request(fmt::format("{}[{}] is a content part of type '{}': this model reads text only", where, j, type),
+                             fmt::format("{}[{}]", where, j));
+  }
+  return std::nullopt;
+}
+
 ApiResult<OJson> normalize_messages(const OJson& messages) {
   if (!messages.is_array()) return invalid_request("messages must be an array", "messages");
   OJson out = OJson::array();
@@ -173,6 +186,8 @@ ApiResult<OJson> normalize_messages(const OJson& messages) {
     const OJson* content = find(m, "content");
     if (content && !content->is_null() && !content->is_string() && !content->is_array())
       return invalid_request(where + ".content must be a string or an array of content parts", where + ".content");
+    if (content && content->is_array())
+      if (auto e = check_text_parts(*content, where + ".content")) return *e;
     std::string text = content ? content_text(*content) : std::string();
 
     if (role == "system") {

@@ -46,6 +46,9 @@ ApiResult<OJson> normalize_messages(const OJson& messages);
 // The text of a content value: a string, null (""), or a parts array whose text-like parts
 // (text, input_text, output_text, refusal) are concatenated; images and unknown parts are skipped.
 std::string content_text(const OJson& content);
+// An error naming the first content part (of an array of parts at `where`) the model cannot read:
+// images, audio, video, files — the models served take text only.
+std::optional<ApiError> check_text_parts(const OJson& parts, const std::string& where);
 
 // Removes lines that change on every request and would defeat the prefix cache
 // (Claude Code's "x-anthropic-billing-header: …; cch=<nonce>;").

@@ -118,7 +118,7 @@ ApiResult<size_t> Service::count_chat_tokens(const ChatInput& input) const {
 
 int Service::max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) const {
   const int64_t room = std::max<int64_t>(1, context_tokens() - static_cast<int64_t>(prompt_tokens));
-  int64_t n = requested && *requested > 0 ? std::min(*requested, room) : room;
+  int64_t n = std::min(requested && *requested > 0 ? *requested : std::max<int64_t>(1, options_.max_output_tokens), room);
   return static_cast<int>(std::min<int64_t>(n, 1 << 30));
 }
 

@@ -32,6 +32,9 @@ struct ServiceOptions {
   OJson template_kwargs = OJson::object();            // defaults under each request's own kwargs
   // Every reply that carries no constraint of its own follows this grammar (kapitsa serve --grammar-file).
   std::shared_ptr<const text::Grammar> default_grammar;
+  // The budget of a request that names none (kapitsa serve --max-output-tokens): one client that sends
+  // no max_tokens cannot hold a sequence until the context is full.
+  int64_t max_output_tokens = 32768;
 };
 
 // A conversation ready to render: normalised messages and tools plus template variables.
@@ -82,7 +85,8 @@ class Service {
   // Tokens for count_tokens-style endpoints (rendered prompt, generation prompt included).
   ApiResult<size_t> count_chat_tokens(const ChatInput& input) const;
 
-  // The completion budget: the request's (clamped to what the context leaves), or all of it.
+  // The completion budget: the request's, or max_output_tokens when it names none; clamped to what the
+  // context leaves.
   int max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) const;
 
   // Submits to the engine; the Generation is tracked until destroyed so shutdown can cancel it.

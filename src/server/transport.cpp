@@ -1,9 +1,12 @@
 // HttpServer over cpp-httplib (see transport.h).
 #include "server/transport.h"
 
+#include "server/port_owner.h"
+
 #include "base/log.h"
 #include "server/api/api.h"
 #include "server/api/common.h"
+#include "server/port_owner.h"
 
 #include <httplib.h>
 
@@ -47,6 +50,19 @@ HttpServer::HttpServer(Service& service, TransportOptions options)
 
 HttpServer::~HttpServer() { stop(); }
 
+namespace {
+
+// Compares every byte whatever the first difference, so the time taken does not tell how much of a
+// guessed key was right.
+bool same_secret(const std::string& given, const std::string& secret) {
+  unsigned char diff = given.size() == secret.size() ? 0 : 1;
+  for (size_t i = 0; i < secret.size(); ++i)
+    diff |= static_cast<unsigned char>(secret[i] ^ (i < given.size() ? given[i] : 0));
+  return diff == 0;
+}
+
+}  // namespace
+
 HttpResponse HttpServer::route(const HttpRequest& req) {
   const std::string& path = req.path;
   if (req.method == "OPTIONS") {
@@ -65,7 +81,7 @@ HttpResponse HttpServer::route(const HttpRequest& req) {
           return std::tolower(static_cast<unsigned char>(a)) == b;
         }))
       key = auth.substr(7);
-    if (key != options_.api_key)
+    if (!same_secret(key, options_.api_key))
       return error_for(path, ApiError{ErrorKind::unauthenticated, "invalid or missing API key (send Authorization: "
                                                                  "Bearer KEY or x-api-key: KEY)"});
   }
@@ -95,6 +111,13 @@ bool HttpServer::bind(std::string& error) {
   svr.set_read_timeout(60, 0);
   svr.set_write_timeout(60, 0);
   svr.set_tcp_nodelay(true);
+  // httplib's default also sets SO_REUSEPORT, which lets a second server (or any local process) bind
+  // the same port and take a share of the connections. SO_REUSEADDR alone only allows a restart while
+  // old connections linger in TIME_WAIT.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
 
   auto handler = [this](const httplib::Request& hreq, httplib::Response& hres) {
     HttpRequest req;
@@ -150,7 +173,11 @@ bool HttpServer::bind(std::string& error) {
     }
   } else {
     if (!svr.bind_to_port(options_.host, options_.port)) {
-      error = "cannot bind " + options_.host + ":" + std::to_string(options_.port) + " (in use, or not a local address?)";
+      const std::string owner = port_owner(options_.port);
+      error = owner.empty() ? "cannot bind " + options_.host + ":" + std::to_string(options_.port) +
+                                  " (the port is in use, or the address is not one of this machine's)"
+                            : "port " + std::to_string(options_.port) + " is in use by " + owner +
+                                  " (stop it, or choose another port with --port)";
       return false;
     }
     port_ = options_.port;

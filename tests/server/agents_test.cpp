@@ -211,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(Templates, AgentReplay, ::testing::Values("qwen3.5.jinj
 TEST(Conversation, Normalisation) {
   OJson msgs = {{{"role", "developer"}, {"content", "A"}},
                 {{"role", "system"}, {"content", {{{"type", "text"}, {"text", "B"}}}}},
-                {{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "q"}}, {{"type", "image_url"}, {"image_url", "x"}}}}},
+                {{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "q"}}, {{"type", "refusal"}, {"refusal", ""}}}}},
                 {{"role", "system"}, {"content", "mid"}},
                 {{"role", "assistant"}, {"content", nullptr}, {"reasoning", "r"}},
                 {{"role", "system"}, {"content", "after assistant"}},

@@ -233,3 +233,65 @@ TEST_F(ServerTest, ModelsHealthMetrics) {
 
 }  // namespace
 }  // namespace kapitsa::server::testing
+
+namespace kapitsa::server::testing {
+namespace {
+
+// Issue 16: output budgets below 1 are refused on every endpoint (0 once meant "no limit").
+TEST_F(ServerTest, OutputBudgetsBelowOneAreRefused) {
+  for (int bad : {0, -5}) {
+    expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"max_tokens", bad}}),
+                        400, "invalid_request_error", "max_tokens must be at least 1");
+    expect_openai_error(
+        call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"max_completion_tokens", bad}}), 400,
+        "invalid_request_error", "max_completion_tokens");
+    expect_openai_error(call("/v1/completions", {{"model", "kapitsa-test"}, {"prompt", "hi"}, {"max_tokens", bad}}), 400,
+                        "invalid_request_error", "max_tokens");
+    expect_openai_error(call("/v1/responses", {{"model", "kapitsa-test"}, {"input", "hi"}, {"max_output_tokens", bad}}),
+                        400, "invalid_request_error", "max_output_tokens");
+    expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"}, {"messages", kUser}, {"max_tokens", bad}}), 400,
+                           "invalid_request_error", "max_tokens");
+  }
+  EXPECT_TRUE(engine->requests().empty());
+}
+
+// A request without a budget gets the server's default (ServiceOptions::max_output_tokens), not the
+// whole context.
+TEST_F(ServerTest, NoBudgetMeansTheServersDefault) {
+  ServiceOptions opts;
+  opts.max_output_tokens = 77;
+  make("qwen3.5.jinja", 4096, opts);
+  ASSERT_EQ(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}}).status, 200);
+  ASSERT_EQ(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}, {"max_tokens", 500}}).status, 200);
+  ASSERT_EQ(engine->requests().size(), 2u);
+  EXPECT_EQ(engine->requests()[0].max_tokens, 77);
+  EXPECT_EQ(engine->requests()[1].max_tokens, 500);  // the request's own budget wins
+}
+
+// Images, audio and files are refused with a message naming the part: the models read text only.
+TEST_F(ServerTest, NonTextContentPartsAreRefused) {
+  const OJson image_url = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64,AAAA"}}}};
+  const OJson chat_msgs = {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "what is this?"}}, image_url}}}};
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", chat_msgs}}), 400,
+                      "invalid_request_error", "messages[0].content[1] is a content part of type 'image_url'");
+  const OJson audio_msgs = {{{"role", "user"}, {"content", {{{"type", "input_audio"}, {"input_audio", OJson::object()}}}}}};
+  expect_openai_error(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", audio_msgs}}), 400,
+                      "invalid_request_error", "input_audio");
+  const OJson input = {{{"role", "user"}, {"content", {{{"type", "input_image"}, {"image_url", "data:,"}}}}}};
+  expect_openai_error(call("/v1/responses", {{"model", "kapitsa-test"}, {"input", input}}), 400, "invalid_request_error",
+                      "input[0].content[0] is a content part of type 'input_image'");
+  const OJson image_block = {{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", "image/png"}, {"data", "AAAA"}}}};
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"},
+                                               {"max_tokens", 5},
+                                               {"messages", {{{"role", "user"}, {"content", {image_block}}}}}}),
+                         400, "invalid_request_error", "messages[0].content[0]");
+  const OJson tool_result = {{"type", "tool_result"}, {"tool_use_id", "t1"}, {"content", {image_block}}};
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"},
+                                               {"max_tokens", 5},
+                                               {"messages", {{{"role", "user"}, {"content", {tool_result}}}}}}),
+                         400, "invalid_request_error", "messages[0].content[0].content[0]");
+  EXPECT_TRUE(engine->requests().empty());
+}
+
+}  // namespace
+}  // namespace kapitsa::server::testing

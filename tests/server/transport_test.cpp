@@ -236,3 +236,23 @@ TEST_F(LiveServer, FiftyConcurrentStreamsAThirdDisconnecting) {
 
 }  // namespace
 }  // namespace kapitsa::server::testing
+
+namespace kapitsa::server::testing {
+namespace {
+
+// Issue 16: a second server on a port in use fails to bind (no SO_REUSEPORT sharing), and says who
+// holds the port.
+TEST_F(LiveServer, BusyPortIsAnErrorNamingItsHolder) {
+  start();
+  TransportOptions t;
+  t.port = http->port();
+  t.log_requests = false;
+  HttpServer second(*service, t);
+  std::string err;
+  EXPECT_FALSE(second.bind(err));
+  EXPECT_NE(err.find("port " + std::to_string(http->port()) + " is in use by"), std::string::npos) << err;
+  EXPECT_NE(err.find("pid " + std::to_string(::getpid())), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace kapitsa::server::testing

@@ -50,6 +50,13 @@ ApiResult<OJson> to_chat_messages(const OJson& body) {
       return invalid_request(where + ".role must be user or assistant", where + ".role");
     if (!content.is_string() && !content.is_array())
       return invalid_request(where + ".content must be a string or an array of content blocks", where + ".content");
+    if (content.is_array()) {
+      if (auto e = check_text_parts(content, where + ".content")) return *e;
+      for (size_t j = 0; j < content.size(); ++j)  // a tool result may carry images too
+        if (const OJson& b = content[j]; b.is_object() && b.value("type", "") == "tool_result" && b.contains("content") &&
+                                         b["content"].is_array())
+          if (auto e = check_text_parts(b["content"], fmt::format("{}.content[{}].content", where, j))) return *e;
+    }
     if (content.is_string() || role == "system") {
       out.push_back({{"role", role}, {"content", content.is_string() ? content.get<std::string>() : content_text(content)}});
       continue;

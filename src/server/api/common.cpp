@@ -27,6 +27,13 @@ ApiResult<std::optional<int64_t>> opt_int(const OJson& body, const char* key) {
   return invalid_request(fmt::format("{} must be an integer", key), key);
 }
 
+ApiResult<std::optional<int64_t>> opt_token_budget(const OJson& body, const char* key) {
+  auto v = opt_int(body, key);
+  if (const auto* n = std::get_if<std::optional<int64_t>>(&v); n && *n && **n < 1)
+    return invalid_request(fmt::format("{} must be at least 1, got {}", key, **n), key);
+  return v;
+}
+
 ApiResult<std::optional<double>> opt_number(const OJson& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::optional<double>();

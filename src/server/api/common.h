@@ -33,6 +33,8 @@ ApiResult<OJson> parse_body(const HttpRequest& request);
 
 // Optional typed fields: absent or null → nullopt; a wrong type → an error naming the field.
 ApiResult<std::optional<int64_t>> opt_int(const OJson& body, const char* key);
+// An output budget (max_tokens, max_completion_tokens, max_output_tokens): absent, or an integer >= 1.
+ApiResult<std::optional<int64_t>> opt_token_budget(const OJson& body, const char* key);
 ApiResult<std::optional<double>> opt_number(const OJson& body, const char* key);
 ApiResult<std::optional<bool>> opt_bool(const OJson& body, const char* key);
 

@@ -72,9 +72,9 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
   if (auto* e = failed(sampling)) return *e;
   auto stops = stop_strings(body, "stop");
   if (auto* e = failed(stops)) return *e;
-  auto max_c = opt_int(body, "max_completion_tokens");
+  auto max_c = opt_token_budget(body, "max_completion_tokens");
   if (auto* e = failed(max_c)) return *e;
-  auto max_t = opt_int(body, "max_tokens");
+  auto max_t = opt_token_budget(body, "max_tokens");
   if (auto* e = failed(max_t)) return *e;
   auto logprobs = opt_bool(body, "logprobs");
   if (auto* e = failed(logprobs)) return *e;

@@ -80,7 +80,7 @@ HttpResponse openai_completions(Service& service, const HttpRequest& request) {
   if (auto* e = failed(sampling)) return openai_error(*e);
   auto stops = stop_strings(body, "stop");
   if (auto* e = failed(stops)) return openai_error(*e);
-  auto max_t = opt_int(body, "max_tokens");
+  auto max_t = opt_token_budget(body, "max_tokens");
   if (auto* e = failed(max_t)) return openai_error(*e);
   auto logprobs = opt_int(body, "logprobs");
   if (auto* e = failed(logprobs)) return openai_error(*e);

@@ -57,6 +57,8 @@ ApiResult<OJson> to_chat_messages(const OJson& body) {
     if (type == "message") {
       const std::string role = item.value("role", "");
       const OJson content = item.value("content", OJson(""));
+      if (content.is_array())
+        if (auto e = check_text_parts(content, where + ".content")) return *e;
       if (role == "assistant") {
         // A new assistant message after calls starts a new turn only if the last one has calls.
         if (!out.empty() && out.back()["role"] == "assistant" && !out.back().contains("tool_calls")) {
@@ -313,7 +315,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   input.kwargs = thinking_kwargs(body);
   auto sampling = sampling_params(body, service.default_sampling());
   if (auto* e = failed(sampling)) return openai_error(*e);
-  auto max_out = opt_int(body, "max_output_tokens");
+  auto max_out = opt_token_budget(body, "max_output_tokens");
   if (auto* e = failed(max_out)) return openai_error(*e);
   auto stream = opt_bool(body, "stream");
   if (auto* e = failed(stream)) return openai_error(*e);
