@@ -133,8 +133,9 @@ int run_serve(const ServeOptions& o) {
     std::shared_ptr<const text::ChatTemplate> tmpl;
     if (loaded->chat_template) tmpl = std::make_shared<const text::ChatTemplate>(std::move(*loaded->chat_template));
     service.set_model(std::shared_ptr<runtime::Engine>(std::move(loaded->engine)), tmpl, loaded->default_sampling);
+    // The engine's context: --ctx capped at the model's own limit.
     std::fprintf(stderr, "kapitsa serve: model ready (%lld-token context, %d sequences)\n",
-                 static_cast<long long>(o.context_tokens), o.parallel);
+                 static_cast<long long>(service.engine().options().context_tokens), o.parallel);
   });
   std::thread server_thread([&] { http.run(); });
 

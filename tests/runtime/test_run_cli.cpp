@@ -1,7 +1,8 @@
 // `kapitsa run` and `kapitsa chat` end to end on the bundled demo model (a trained tiny Qwen3.5 with
 // tokenizer and chat template): text comes out, --output json ids equal `kapitsa logits --generate`'s
 // greedy ids with the same --kv-dtype (run's default bf16, logits' default f32, each either way), the
-// chat reuses the prefix cache on its second turn, and bad input (also a bad --kv-dtype) fails clearly.
+// chat reuses the prefix cache on its second turn, --spec ngram gives the same ids, and bad input (also a
+// bad --kv-dtype, --spec or --spec-k) fails clearly.
 #include "models/cli_runner.h"
 #include "test_util.h"
 #include "weights/safetensors.h"
@@ -70,6 +71,8 @@ TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
   expect_run_ids_equal_logits_greedy("", " --kv-dtype bf16");
   expect_run_ids_equal_logits_greedy(" --kv-dtype f32", "");
   expect_run_ids_equal_logits_greedy(" --kv-dtype f16", " --kv-dtype f16");
+  // Speculative decoding changes nothing in the output.
+  expect_run_ids_equal_logits_greedy(" --spec ngram --spec-k 6", " --kv-dtype bf16");
 }
 
 TEST(RunCli, ChatReusesTheCacheOnTheSecondTurn) {
@@ -129,6 +132,13 @@ TEST(RunCli, BadInputFailsClearly) {
     EXPECT_NE(kv.exit_code, 0) << command;
     EXPECT_NE(kv.output.find("--kv-dtype"), std::string::npos) << command << ": " << kv.output;
     EXPECT_NE(kv.output.find("q8"), std::string::npos) << command << ": " << kv.output;
+    // Speculative decoding flags: an unknown proposer and an out-of-range k are named.
+    CommandResult spec = run_kapitsa(command + " --model " + demo_dir() + " --spec draft" + (command == "run" ? " hi" : ""));
+    EXPECT_NE(spec.exit_code, 0) << command;
+    EXPECT_NE(spec.output.find("--spec must be 'none' or 'ngram', got 'draft'"), std::string::npos) << command << ": " << spec.output;
+    CommandResult k = run_kapitsa(command + " --model " + demo_dir() + " --spec ngram --spec-k 0" + (command == "run" ? " hi" : ""));
+    EXPECT_NE(k.exit_code, 0) << command;
+    EXPECT_NE(k.output.find("--spec-k must be between 1 and 32"), std::string::npos) << command << ": " << k.output;
   }
 }
 
