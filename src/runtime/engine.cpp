@@ -248,7 +248,7 @@ class EngineImpl final : public Engine {
       if (!work[i].samples) continue;
       Sequence& seq = *seqs_.at(work[i].id);
       if (!seq.draft.empty()) {
-        verified(seq, verify_draft(seq, executor_, i, emitter_));
+        verified(seq, verify_draft(seq, executor_, i, emitter_, options_.spec_tokens));
         continue;
       }
       std::variant<TokenEvent, Ending> choice = choose_token(seq, executor_.logits(i));

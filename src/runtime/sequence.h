@@ -61,6 +61,9 @@ struct Sequence {
   std::vector<int64_t> boundaries;                // snapshot positions in the prompt, ascending
   std::vector<int32_t> draft;                     // this step's guesses of the tokens after `tokens`
   CheckpointSlots checkpoints;                    // draft.size() + 1 of them while it has a draft
+  int draft_length = 0;  // guesses to ask for next (adapted to how many were accepted; 0: the most)
+  int draft_misses = 0;  // drafts in a row of which nothing was accepted
+  int draft_pause = 0;   // steps left without guesses (they did not pay)
   bool admitted_once = false;
   GenerationStats stats;
   Clock::time_point submitted, first_token, last_token;

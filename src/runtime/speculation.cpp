@@ -10,17 +10,42 @@ namespace kapitsa::runtime {
 void propose_draft(Sequence& seq, Proposer& proposer, int max_tokens) {
   seq.draft.clear();
   if (!seq.state || seq.state->slot_pool() == nullptr) return;
+  if (seq.draft_pause > 0) {
+    --seq.draft_pause;
+    return;
+  }
   // Room: the scheduled token plus the draft fit the state; a draft past the token budget is wasted.
   const int64_t room = seq.state->capacity() - seq.state->n_past() - 1;
   const int64_t budget = seq.max_new - seq.generated - 1;
-  const int k = static_cast<int>(std::min<int64_t>({max_tokens, room, budget}));
+  const int wanted = seq.draft_length > 0 ? std::min(seq.draft_length, max_tokens) : max_tokens;
+  const int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
   if (k <= 0) return;
   proposer.propose(seq.tokens, k, seq.draft);
   if (seq.draft.size() > static_cast<size_t>(k)) seq.draft.resize(static_cast<size_t>(k));
   if (!seq.draft.empty()) seq.checkpoints.reserve(*seq.state->slot_pool(), seq.draft.size() + 1);
 }
 
-Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter) {
+namespace {
+
+void adapt_draft_length(Sequence& seq, size_t proposed, size_t accepted, int max_tokens) {
+  const int current = seq.draft_length > 0 ? seq.draft_length : max_tokens;
+  if (accepted == proposed) {
+    seq.draft_length = std::min(current + 1, max_tokens);
+  } else {
+    seq.draft_length = std::max(1, static_cast<int>(accepted) + 1);
+  }
+  if (accepted > 0) {
+    seq.draft_misses = 0;
+  } else if (++seq.draft_misses >= kMissesBeforePause) {
+    seq.draft_misses = 0;
+    seq.draft_pause = kPauseSteps;
+  }
+}
+
+}  // namespace
+
+Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter,
+                      int max_tokens) {
   const size_t k = seq.draft.size();
   const int64_t folded_from = seq.state->n_past() - static_cast<int64_t>(k) - 1;  // before the step
   Verified v;
@@ -53,6 +78,7 @@ Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, 
   v.extra_folded = static_cast<int64_t>(keep);
   seq.stats.draft_tokens += static_cast<int>(k);
   seq.stats.draft_tokens_accepted += static_cast<int>(v.accepted);
+  adapt_draft_length(seq, k, v.accepted, max_tokens);
   seq.draft.clear();
   return v;
 }

@@ -21,7 +21,12 @@
 namespace kapitsa::runtime {
 
 // Sets seq.draft (empty: decode plainly) and reserves its checkpoint slots. Only for a sequence whose
-// next step folds its one newest token and samples.
+// next step folds its one newest token and samples. The draft length adapts per sequence: up by one
+// after a draft that was accepted whole, down to (accepted + 1) after one that was not; after
+// kMissesBeforePause drafts in a row with nothing accepted, no guesses for kPauseSteps steps (wrong
+// guesses cost extra rows in the step).
+inline constexpr int kMissesBeforePause = 4;
+inline constexpr int kPauseSteps = 16;
 void propose_draft(Sequence& seq, Proposer& proposer, int max_tokens);
 
 struct Verified {
@@ -32,7 +37,8 @@ struct Verified {
 };
 
 // After the step: chooses and emits the run for work item `item` of `executor` and rolls seq's state
-// back to what it keeps. Clears seq.draft.
-Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter);
+// back to what it keeps; adapts the next draft's length (at most max_tokens). Clears seq.draft.
+Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter,
+                      int max_tokens);
 
 }  // namespace kapitsa::runtime

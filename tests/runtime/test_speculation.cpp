@@ -253,6 +253,34 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GreedyIdentical,
                            return s;
                          });
 
+// The draft length adapts: guesses that are always wrong shrink to one token and then pause (so they
+// cost few extra rows), guesses that are always right keep the longest drafts.
+TEST(Speculation, DraftLengthAdaptsToAcceptance) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto probe = load_fixture("qwen35-dense-tiny");
+  ASSERT_NE(probe, nullptr);
+  const int64_t V = probe->info().vocab_size;
+  std::vector<GenerateRequest> requests = greedy_requests(rng, V, 1);
+  requests[0].max_tokens = 80;
+  const Outputs plain = run_all(load_fixture("qwen35-dense-tiny"), nullptr, nullptr, requests);
+  using Mode = ScriptedProposer::Mode;
+  const Outputs wrong = run_all(load_fixture("qwen35-dense-tiny"), nullptr,
+                                std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::wrong, V),
+                                requests, 8);
+  EXPECT_EQ(wrong.ids, plain.ids);
+  // Without adaptation: about 8 guesses for each of the 79 decode steps (632).
+  EXPECT_GT(wrong.counters.draft_tokens, 0);
+  EXPECT_LT(wrong.counters.draft_tokens, 60);
+  const Outputs right = run_all(load_fixture("qwen35-dense-tiny"), nullptr,
+                                std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::right, V),
+                                requests, 8);
+  EXPECT_EQ(right.ids, plain.ids);
+  // 79 tokens after the first, 9 per step at most: at least 70 of them were guesses.
+  EXPECT_GE(right.counters.draft_tokens_accepted, 70);
+}
+
 // Sampling with guesses has the same distribution as without. Each kept token is one draw from the
 // model's distribution after the tokens kept so far, in the same order as plain decoding, so a seeded
 // request usually gives the very same tokens; not always, since verified rows come from a multi-row
