@@ -22,6 +22,7 @@ enum class ErrorKind {
   unauthenticated,   // missing or wrong credentials
   too_large,         // an input over a size limit (a request body)
   unavailable,       // not now: the model is still loading, the server is shutting down
+  overloaded,        // too many requests at once: try again later
   internal,          // a failure that is not the caller's fault
 };
 

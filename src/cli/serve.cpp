@@ -40,6 +40,7 @@ struct ServeOptions {
   std::string kv_dtype = "bf16";
   SpecFlags spec;
   int64_t max_output_tokens = 32768;
+  int max_queue = 256;
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -61,6 +62,7 @@ int run_serve(const ServeOptions& o) {
   so.accept_any_model = o.accept_any_model;
   so.keepalive = std::chrono::milliseconds(std::max(100, o.keepalive_ms));
   so.max_output_tokens = o.max_output_tokens;
+  so.max_queued = o.max_queue;
   if (!o.template_kwargs.empty()) {
     so.template_kwargs = server::OJson::parse(o.template_kwargs, nullptr, false);
     if (!so.template_kwargs.is_object()) {
@@ -176,6 +178,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-output-tokens", o->max_output_tokens,
                   "Output budget of a request that names none (max_tokens etc.)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", o->max_queue,
+                  "Requests that may wait for a sequence slot; more are answered 429 with Retry-After")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   o->spec.add_to(cmd);
   cmd->callback([o] { exit_code() = run_serve(*o); });

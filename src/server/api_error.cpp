@@ -13,6 +13,7 @@ int ApiError::status() const {
     case ErrorKind::not_found: return 404;
     case ErrorKind::too_large: return 413;
     case ErrorKind::unavailable: return 503;
+    case ErrorKind::overloaded: return 429;
     case ErrorKind::internal: return 500;
   }
   return 500;
@@ -31,6 +32,7 @@ std::string openai_error_json(const ApiError& e) {
       break;
     case ErrorKind::too_large: code = "request_too_large"; break;
     case ErrorKind::unavailable: type = "unavailable_error"; code = "model_loading"; break;
+    case ErrorKind::overloaded: type = "rate_limit_error"; code = "rate_limit_exceeded"; break;
     case ErrorKind::internal: type = "server_error"; break;
   }
   nlohmann::json j = {{"error",
@@ -50,6 +52,7 @@ std::string anthropic_error_json(const ApiError& e) {
     case ErrorKind::not_found: type = "not_found_error"; break;
     case ErrorKind::too_large: type = "request_too_large"; break;
     case ErrorKind::unavailable: type = "overloaded_error"; break;
+    case ErrorKind::overloaded: type = "rate_limit_error"; break;
     case ErrorKind::internal: type = "api_error"; break;
   }
   nlohmann::json j = {{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};

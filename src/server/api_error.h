@@ -19,7 +19,7 @@ struct ApiError {
   std::string param;  // the offending field, when one is to blame
 
   // invalid_argument, context_too_long 400; unauthenticated 401; not_found 404; too_large 413;
-  // internal 500; unavailable 503.
+  // overloaded 429 (with Retry-After); internal 500; unavailable 503.
   int status() const;
 };
 

@@ -124,10 +124,19 @@ int Service::max_tokens(std::optional<int64_t> requested, size_t prompt_tokens) 
 
 ApiResult<std::unique_ptr<runtime::Generation>> Service::submit(runtime::GenerateRequest request) {
   if (shutting_down()) return ApiError{ErrorKind::unavailable, "the server is shutting down"};
+  // One lock from the count to the insert, so concurrent requests cannot overshoot the bound.
+  std::lock_guard lock(mutex_);
+  const size_t limit =
+      static_cast<size_t>(engine_->options().max_sequences) + static_cast<size_t>(std::max(0, options_.max_queued));
+  if (running_.size() >= limit) {
+    ++metrics_.rejected_overloaded;
+    return ApiError{ErrorKind::overloaded,
+                    fmt::format("the server is busy: {} generations running or queued (at most {}); try again shortly",
+                                running_.size(), limit)};
+  }
   auto g = engine_->submit(std::move(request));
   if (!g.ok()) return api_error(g.error());
   auto tracked = std::make_unique<Tracked>(this, std::move(*g));
-  std::lock_guard lock(mutex_);
   running_.insert(tracked.get());
   if (shutting_down()) tracked->cancel();  // raced with shutdown(): end it at once
   return std::unique_ptr<runtime::Generation>(std::move(tracked));

@@ -35,6 +35,9 @@ struct ServiceOptions {
   // The budget of a request that names none (kapitsa serve --max-output-tokens): one client that sends
   // no max_tokens cannot hold a sequence until the context is full.
   int64_t max_output_tokens = 32768;
+  // Generations waiting for a sequence slot beyond the engine's max_sequences (kapitsa serve
+  // --max-queue): one more is answered 429 with Retry-After instead of waiting without bound.
+  int max_queued = 256;
 };
 
 // A conversation ready to render: normalised messages and tools plus template variables.
@@ -57,6 +60,7 @@ struct Metrics {
   std::atomic<int64_t> prompt_tokens{0}, cached_prompt_tokens{0}, completion_tokens{0};
   std::atomic<int64_t> streams_active{0}, client_disconnects{0};
   std::atomic<int64_t> decode_tokens{0}, decode_micros{0};  // for the mean decode rate
+  std::atomic<int64_t> rejected_overloaded{0};               // answered 429: the queue was full
   std::mutex mutex;
   std::map<std::string, int64_t> requests;  // "endpoint status" → count
   void count_request(const std::string& endpoint, int status);

@@ -295,3 +295,34 @@ TEST_F(ServerTest, NonTextContentPartsAreRefused) {
 
 }  // namespace
 }  // namespace kapitsa::server::testing
+
+namespace kapitsa::server::testing {
+namespace {
+
+// Issue 16: generations in flight are bounded (max_sequences + max_queued); one more is a 429 with
+// Retry-After in each API's error shape, counted in /metrics; a slot freed admits the next.
+TEST_F(ServerTest, FullQueueIsA429WithRetryAfter) {
+  ServiceOptions opts;
+  opts.max_queued = 0;
+  make("qwen3.5.jinja", 4096, opts);
+  const int slots = engine->options().max_sequences;
+  const OJson chat = {{"model", "kapitsa-test"}, {"messages", kUser}, {"stream", true}};
+  std::vector<HttpResponse> held;  // streamed answers not yet sent: their generations stay in flight
+  for (int i = 0; i < slots; ++i) {
+    held.push_back(call("/v1/chat/completions", chat));
+    ASSERT_EQ(held.back().status, 200) << held.back().body;
+  }
+  const HttpResponse busy = call("/v1/chat/completions", chat);
+  expect_openai_error(busy, 429, "rate_limit_exceeded", "the server is busy");
+  const bool retry_after = std::any_of(busy.headers.begin(), busy.headers.end(),
+                                       [](const auto& h) { return h.first == "Retry-After" && h.second == "1"; });
+  EXPECT_TRUE(retry_after);
+  expect_anthropic_error(call("/v1/messages", {{"model", "kapitsa-test"}, {"max_tokens", 5}, {"messages", kUser}}), 429,
+                         "rate_limit_error");
+  EXPECT_NE(call_raw("/metrics", "", {}, "GET").body.find("kapitsa_requests_rejected_overloaded_total 2"), std::string::npos);
+  held.pop_back();  // one generation ends
+  EXPECT_EQ(call("/v1/chat/completions", {{"model", "kapitsa-test"}, {"messages", kUser}}).status, 200);
+}
+
+}  // namespace
+}  // namespace kapitsa::server::testing

@@ -254,7 +254,7 @@ HttpResponse respond_whole(Service& service, MessagesCall& call) {
 
 }  // namespace
 
-HttpResponse anthropic_error(const ApiError& e) { return json_response(e.status(), anthropic_error_json(e)); }
+HttpResponse anthropic_error(const ApiError& e) { return with_retry_after(e, json_response(e.status(), anthropic_error_json(e))); }
 
 HttpResponse anthropic_messages(Service& service, const HttpRequest& request) {
   auto body_r = parse_body(request);

@@ -22,6 +22,8 @@ HttpResponse metrics(Service& service, const HttpRequest& request);             
 
 // Error responses in each API's shape (also used by the transport for 401 / 404 / 413).
 HttpResponse openai_error(const ApiError& e);
+// An overloaded answer (429) tells the client when to try again: Retry-After, in seconds.
+HttpResponse with_retry_after(const ApiError& e, HttpResponse r);
 HttpResponse anthropic_error(const ApiError& e);
 
 }  // namespace kapitsa::server::api

@@ -175,4 +175,9 @@ OJson logprob_entry(const text::Tokenizer& tokenizer, const runtime::TokenEvent&
 
 std::string dump(const OJson& j) { return j.dump(-1, ' ', false, OJson::error_handler_t::replace); }
 
+HttpResponse with_retry_after(const ApiError& e, HttpResponse r) {
+  if (e.kind == ErrorKind::overloaded) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
 }  // namespace kapitsa::server::api

@@ -31,6 +31,8 @@ HttpResponse metrics(Service& service, const HttpRequest&) {
          micros > 0 ? 1e6 * m.decode_tokens.load() / micros : 0.0);
   metric("streams_active", "gauge", "Streamed responses in progress.", m.streams_active.load());
   metric("client_disconnects_total", "counter", "Streams ended by the client going away.", m.client_disconnects.load());
+  metric("requests_rejected_overloaded_total", "counter", "Requests answered 429: the queue was full.",
+         m.rejected_overloaded.load());
   metric("ready", "gauge", "1 once the model is loaded.", service.ready() ? 1 : 0);
   if (service.ready()) {
     const runtime::EngineCounters c = service.engine().counters();

@@ -227,7 +227,7 @@ HttpResponse respond_whole(Service& service, ChatCall& call) {
 
 }  // namespace
 
-HttpResponse openai_error(const ApiError& e) { return json_response(e.status(), openai_error_json(e)); }
+HttpResponse openai_error(const ApiError& e) { return with_retry_after(e, json_response(e.status(), openai_error_json(e))); }
 
 HttpResponse openai_chat(Service& service, const HttpRequest& request) {
   bool stream = false;
