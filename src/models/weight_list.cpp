@@ -67,6 +67,18 @@ Expected<Linear> WeightLoader::affine(const std::string& name, const std::string
   return l;
 }
 
+Expected<Buffer> WeightLoader::conv_weight(const std::string& name, int64_t channels, int64_t kernel) const {
+  const Shape stored = is_mlx_conv(name) ? Shape{channels, kernel, 1} : Shape{channels, 1, kernel};
+  KAPITSA_TRY(Buffer conv, checkpoint_.get_f32(name, stored));
+  conv.tensor() = conv.tensor().reshape({channels, kernel});
+  return conv;
+}
+
+bool WeightLoader::is_mlx_conv(const std::string& name) const {
+  const weights::TensorEntry* entry = checkpoint_.find(name);  // null for synthesized checkpoints
+  return entry != nullptr && entry->shape.size() == 3 && entry->shape[2] == 1 && entry->shape[1] != 1;
+}
+
 void WeightLoader::count(const Linear& linear) {
   if (linear.empty()) return;
   const void* data = linear.weight().data();

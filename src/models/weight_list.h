@@ -39,6 +39,12 @@ class WeightLoader {
     return checkpoint_.get_f32(name, shape);
   }
   bool contains(const std::string& name) const { return checkpoint_.contains(name); }
+  // A depthwise conv1d weight as f32 [C, K]. Hugging Face stores it [C, 1, K]; mlx-lm's sanitize moves
+  // the axis to [C, K, 1] (same order of values). Either is accepted.
+  Expected<Buffer> conv_weight(const std::string& name, int64_t channels, int64_t kernel) const;
+  // Whether tensor `name` is stored in mlx-lm's sanitized layout ([C, K, 1] conv weights): the sign that
+  // a Qwen3.5 / Qwen3-Next folder was written by mlx-lm, whose RMSNorm weights are then stored as 1 + w.
+  bool is_mlx_conv(const std::string& name) const;
 
   // Linears loaded while a Share lives are read by `per_token` of the tokens (routed experts: k/E;
   // an embedding table: 0, it is gathered from).

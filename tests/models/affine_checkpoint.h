@@ -1,5 +1,6 @@
 // Test helper: writes an MLX-affine-quantized copy of a checkpoint folder — every matrix the models
-// load through WeightLoader::linear (rank-2 "*.weight" but norms, fused 3-D experts) whose input
+// load through WeightLoader::linear (rank-2 "*.weight" but norms, fused 3-D experts, mlx-lm's stacked
+// "switch_mlp" experts) whose input
 // width is a multiple of the group size becomes codes ("<name>", U32), "<module>.scales" and
 // "<module>.biases" (bf16), and config.json gets mlx-lm's "quantization" section. The quantizer is the
 // usual min/max one (scale = (max − min) / (2^bits − 1), bias = min, q = round((w − bias) / scale)),
@@ -90,7 +91,8 @@ inline Status write_affine_checkpoint(const std::string& src, const std::string&
     const bool is_weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
     const std::string module = is_weight ? name.substr(0, name.size() - 7) : name;
     const bool matrix = (is_weight && t.rank() == 2 && name.find("norm") == std::string::npos) ||
-                        (t.rank() == 3 && name.find("experts.") != std::string::npos && !is_weight);
+                        (t.rank() == 3 && name.find("experts.") != std::string::npos && !is_weight) ||
+                        (t.rank() == 3 && name.find(".switch_mlp.") != std::string::npos);  // mlx-lm stacks
     int bits = recipe.bits, gs = recipe.group_size;
     bool quantize = matrix && name.find("visual") == std::string::npos && name.rfind("mtp.", 0) != 0;
     if (auto it = recipe.modules.find(module); it != recipe.modules.end()) {

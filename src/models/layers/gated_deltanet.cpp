@@ -20,9 +20,7 @@ Expected<GdnWeights> GdnWeights::load(WeightLoader& loader, const std::string& p
     KAPITSA_TRY(w.in_proj_b, loader.linear(prefix + "in_proj_b.weight", {Hv, H}));
     KAPITSA_TRY(w.in_proj_a, loader.linear(prefix + "in_proj_a.weight", {Hv, H}));
   }
-  KAPITSA_TRY(Buffer conv, loader.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.conv_kernel}));
-  w.conv = std::move(conv);
-  w.conv.tensor() = w.conv.tensor().reshape({c.conv_dim(), c.conv_kernel});
+  KAPITSA_TRY(w.conv, loader.conv_weight(prefix + "conv1d.weight", c.conv_dim(), c.conv_kernel));
   KAPITSA_TRY(w.A_log, loader.get_f32(prefix + "A_log", {Hv}));
   KAPITSA_TRY(w.dt_bias, loader.get_f32(prefix + "dt_bias", {Hv}));
   KAPITSA_TRY(w.norm, loader.get_f32(prefix + "norm.weight", {c.v_head_dim}));

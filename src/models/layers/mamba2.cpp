@@ -20,9 +20,7 @@ Expected<Mamba2Weights> Mamba2Weights::load(WeightLoader& loader, const std::str
   Mamba2Weights w;
   const int64_t H = c.hidden_size, Hm = c.n_heads;
   KAPITSA_TRY(w.in_proj, loader.linear(prefix + "in_proj.weight", {c.in_proj_dim(), H}));
-  KAPITSA_TRY(Buffer conv, loader.get_f32(prefix + "conv1d.weight", {c.conv_dim(), 1, c.d_conv}));
-  w.conv = std::move(conv);
-  w.conv.tensor() = w.conv.tensor().reshape({c.conv_dim(), c.d_conv});
+  KAPITSA_TRY(w.conv, loader.conv_weight(prefix + "conv1d.weight", c.conv_dim(), c.d_conv));
   if (c.conv_bias) {
     KAPITSA_TRY(w.conv_bias, loader.get_f32(prefix + "conv1d.bias", {c.conv_dim()}));
   }

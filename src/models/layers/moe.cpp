@@ -11,8 +11,13 @@ Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const 
   const int64_t E = c.n_experts, H = c.hidden_size, I = c.expert_dim;
   KAPITSA_TRY(w.router, loader.linear(prefix + "gate.weight", {E, H}));
   WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
-  const std::string fused = prefix + "experts.gate_up_proj";
-  if (loader.contains(fused)) {
+  const std::string fused = prefix + "experts.gate_up_proj", stacked = prefix + "switch_mlp.";
+  if (loader.contains(stacked + "gate_proj.weight")) {  // mlx-lm: experts stacked, gate and up apart
+    KAPITSA_TRY(const Linear gate, loader.linear(stacked + "gate_proj.weight", {E, I, H}));
+    KAPITSA_TRY(const Linear up, loader.linear(stacked + "up_proj.weight", {E, I, H}));
+    KAPITSA_TRY(const Linear down, loader.linear(stacked + "down_proj.weight", {E, H, I}));
+    for (int64_t e = 0; e < E; ++e) w.experts.push_back(SwiGluWeights{gate.expert(e), up.expert(e), down.expert(e)});
+  } else if (loader.contains(fused)) {
     KAPITSA_TRY(const Linear gate_up, loader.linear(fused, {E, 2 * I, H}));
     KAPITSA_TRY(const Linear down, loader.linear(prefix + "experts.down_proj", {E, H, I}));
     for (int64_t e = 0; e < E; ++e) {

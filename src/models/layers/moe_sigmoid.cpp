@@ -19,8 +19,12 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
     w.correction_bias = Buffer::zeros(DType::f32, {E});  // transformers' buffer starts at zero
   }
   WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
-  const std::string fused_up = prefix + "experts.up_proj";
-  if (loader.contains(fused_up)) {
+  const std::string fused_up = prefix + "experts.up_proj", stacked = prefix + "switch_mlp.";
+  if (loader.contains(stacked + "fc1.weight")) {  // mlx-lm: experts stacked, fc1 = up, fc2 = down
+    KAPITSA_TRY(const Linear up, loader.linear(stacked + "fc1.weight", {E, I, W}));
+    KAPITSA_TRY(const Linear down, loader.linear(stacked + "fc2.weight", {E, W, I}));
+    for (int64_t e = 0; e < E; ++e) w.experts.push_back(Relu2MlpWeights{up.expert(e), down.expert(e)});
+  } else if (loader.contains(fused_up)) {
     KAPITSA_TRY(const Linear up, loader.linear(fused_up, {E, I, W}));
     KAPITSA_TRY(const Linear down, loader.linear(prefix + "experts.down_proj", {E, W, I}));
     for (int64_t e = 0; e < E; ++e) w.experts.push_back(Relu2MlpWeights{up.expert(e), down.expert(e)});

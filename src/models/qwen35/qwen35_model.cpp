@@ -11,6 +11,7 @@
 #include "ops/ops.h"
 #include "weights/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -59,15 +60,27 @@ Status Qwen35Model::load_weights() {
                                  c.norm_topk_prob};
 
   WeightLoader loader(checkpoint_, c.quantization);
-  const std::string prefix =
-      checkpoint_.contains("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
+  // Hugging Face names the text model "model.language_model." (Qwen3.5, with a vision tower) or "model."
+  // (Qwen3-Next, text-only checkpoints); mlx-lm's sanitize renames the former "language_model.model."
+  // and the head "language_model.lm_head".
+  std::string prefix = "model.", head = "lm_head.weight";
+  if (checkpoint_.contains("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
+  if (checkpoint_.contains("language_model.model.embed_tokens.weight"))
+    prefix = "language_model.model.", head = "language_model.lm_head.weight";
+  // mlx-lm also stores the zero-centred RMSNorm weights (block, final, q/k norms) as 1 + w, and marks
+  // its folders by conv1d weights stored [C, K, 1]; the norms then multiply by the stored weight as is.
+  const auto first_gdn = std::find(c.layer_kinds.begin(), c.layer_kinds.end(), LayerKind::linear_attention);
+  const bool mlx_norms =
+      first_gdn != c.layer_kinds.end() &&
+      loader.is_mlx_conv(fmt::format("{}layers.{}.linear_attn.conv1d.weight", prefix, first_gdn - c.layer_kinds.begin()));
+  norm_weight_offset_ = mlx_norms ? 0.0f : 1.0f;
+  attention_config_.norm_weight_offset = norm_weight_offset_;
   info_.vocab_size = c.vocab_size;
   info_.hidden_size = H;
   KAPITSA_RETURN_IF_ERROR(
-      load_embedding_and_head(loader, prefix + "embed_tokens.weight", "lm_head.weight", c.tie_word_embeddings));
+      load_embedding_and_head(loader, prefix + "embed_tokens.weight", head, c.tie_word_embeddings));
   KAPITSA_TRY(final_norm_, loader.get_f32(prefix + "norm.weight", {H}));
   norm_eps_ = c.rms_norm_eps;
-  norm_weight_offset_ = 1.0f;
   int64_t n_recurrent = 0, n_attention = 0;
 
   for (int64_t i = 0; i < c.n_layers; ++i) {
