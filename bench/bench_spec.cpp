@@ -1,10 +1,13 @@
 // Speculative decoding benchmark (whole process, not Google Benchmark): greedy decode through the
-// Engine with and without n-gram guesses, on an edit workload (a file in the prompt, the model writes it
-// again with a small change: an agent's typical reply) and on free-running code completion. Prints
-// decode tokens/s, the speed-up, the accepted share of guesses and tokens per forward step, and checks
-// that every run gave the same tokens as plain decoding. Run it by hand:
-//   build/release/bench/bench_spec [--model models/demo/target] [--max-tokens 160] [--spec-k 2 4 8]
+// Engine with and without guesses — n-gram lookup and a draft model — on an edit workload (a file in
+// the prompt, the model writes it again with a small change: an agent's typical reply) and on
+// free-running code completion. Prints decode tokens/s, the speed-up, the accepted share of guesses,
+// tokens per target forward step (= per read of the target's weights) and weight bytes read per
+// token (target and draft), and checks that every run gave the same tokens as plain decoding. By hand:
+//   build/release/bench/bench_spec [--model models/demo/target] [--draft models/demo/draft]
+//       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--proposers ngram draft]
 #include "models/model.h"
+#include "runtime/draft_proposer.h"
 #include "runtime/engine.h"
 #include "runtime/proposer.h"
 #include "text/tokenizer/tokenizer.h"
@@ -12,6 +15,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -95,13 +100,18 @@ Result generate(const std::string& model_dir, std::shared_ptr<const text::Tokeni
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Kapitsa speculative decoding benchmark: n-gram guesses vs plain greedy decoding"};
+  CLI::App app{"Kapitsa speculative decoding benchmark: n-gram and draft-model guesses vs plain greedy decoding"};
   std::string model_dir = "models/demo/target";
   int max_tokens = 160;
-  std::vector<int> ks = {2, 4, 8};
+  std::string draft_dir = "models/demo/draft";
+  std::vector<int> ks = {2, 4, 8}, draft_ks = {2, 3, 4};
+  std::vector<std::string> proposers = {"ngram", "draft"};
   app.add_option("--model", model_dir, "Model folder (with its tokenizer)");
+  app.add_option("--draft", draft_dir, "Draft model folder (same tokenizer)");
   app.add_option("--max-tokens", max_tokens, "Tokens generated per run");
-  app.add_option("--spec-k", ks, "Guesses per step to try");
+  app.add_option("--spec-k", ks, "Guesses per step to try with n-gram");
+  app.add_option("--draft-k", draft_ks, "Guesses per step to try with the draft model");
+  app.add_option("--proposers", proposers, "Which proposers to run: ngram, draft");
   CLI11_PARSE(app, argc, argv);
   auto tok = text::Tokenizer::load(model_dir);
   if (!tok.ok()) {
@@ -109,23 +119,63 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto tokenizer = std::make_shared<const text::Tokenizer>(std::move(tok).value());
-  fmt::print("model {}, greedy, {} tokens per run\n", model_dir, max_tokens);
-  fmt::print("| workload | spec | decode tok/s | speed-up | guesses accepted | tokens per step | same tokens |\n");
-  fmt::print("|---|---|---:|---:|---:|---:|---|\n");
+  auto target_info = models::load_model(model_dir);
+  if (!target_info.ok()) {
+    fmt::print(stderr, "bench_spec: {}\n", target_info.error().message);
+    return 1;
+  }
+  const double target_bytes = static_cast<double>((*target_info)->info().weight_bytes_per_token);
+  double draft_bytes = 0;
+  const bool with_draft = std::find(proposers.begin(), proposers.end(), "draft") != proposers.end();
+  if (with_draft) {
+    auto d = models::load_model(draft_dir);
+    if (!d.ok()) {
+      fmt::print(stderr, "bench_spec: --draft {}: {}\n", draft_dir, d.error().message);
+      return 1;
+    }
+    draft_bytes = static_cast<double>((*d)->info().weight_bytes_per_token);
+  }
+  fmt::print("model {} ({:.1f} MB weights read per step), draft {} ({:.1f} MB), greedy, {} tokens per run\n", model_dir,
+             target_bytes / 1e6, with_draft ? draft_dir : "-", draft_bytes / 1e6, max_tokens);
+  fmt::print("| workload | spec | decode tok/s | speed-up | guesses accepted | tokens per target step | weight MB per token | same tokens |\n");
+  fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
   bool all_same = true;
   for (const Workload& w : workloads()) {
     const Result plain = generate(model_dir, tokenizer, w.prompt, max_tokens, nullptr, 1);
-    fmt::print("| {} | none | {:.1f} | 1.00 | | 1.00 | |\n", w.name, plain.decode_tok_s);
-    for (int k : ks) {
-      const Result spec = generate(model_dir, tokenizer, w.prompt, max_tokens, std::make_shared<runtime::NgramProposer>(), k);
+    fmt::print("| {} | none | {:.1f} | 1.00 | | 1.00 | {:.1f} | |\n", w.name, plain.decode_tok_s, target_bytes / 1e6);
+    struct Run {
+      std::string name;
+      int k;
+      std::function<std::shared_ptr<runtime::Proposer>()> make;
+      bool draft;
+    };
+    std::vector<Run> runs;
+    for (const std::string& p : proposers) {
+      if (p == "ngram")
+        for (int k : ks) runs.push_back({"ngram", k, [] { return std::make_shared<runtime::NgramProposer>(); }, false});
+      if (p == "draft")
+        for (int k : draft_ks)
+          runs.push_back({"draft", k, [&] {
+                            auto m = models::load_model(draft_dir);
+                            if (!m.ok()) throw std::runtime_error(m.error().message);
+                            return std::make_shared<runtime::DraftModelProposer>(std::move(m).value(),
+                                                                                 runtime::DraftModelProposer::Options{});
+                          },
+                          true});
+    }
+    for (const Run& run : runs) {
+      const Result spec = generate(model_dir, tokenizer, w.prompt, max_tokens, run.make(), run.k);
       const bool same = spec.ids == plain.ids;
       all_same = all_same && same;
       // Decode steps: every token after the first comes from a step that emits 1 + its accepted guesses.
-      const double steps = static_cast<double>(spec.ids.size()) - 1 - spec.accepted;
-      fmt::print("| {} | ngram k={} | {:.1f} | {:.2f} | {} of {} ({:.0f}%) | {:.2f} | {} |\n", w.name, k, spec.decode_tok_s,
-                 spec.decode_tok_s / plain.decode_tok_s, spec.accepted, spec.proposed,
-                 spec.proposed > 0 ? 100.0 * spec.accepted / spec.proposed : 0.0,
-                 steps > 0 ? (static_cast<double>(spec.ids.size()) - 1) / steps : 0.0, same ? "yes" : "NO");
+      const double tokens = static_cast<double>(spec.ids.size()) - 1;
+      const double steps = tokens - spec.accepted;
+      // Bytes read per token: the target's weights once per step, the draft's once per guess.
+      const double bytes = tokens > 0 ? (target_bytes * steps + (run.draft ? draft_bytes * spec.proposed : 0)) / tokens : 0;
+      fmt::print("| {} | {} k={} | {:.1f} | {:.2f} | {} of {} ({:.0f}%) | {:.2f} | {:.1f} | {} |\n", w.name, run.name, run.k,
+                 spec.decode_tok_s, spec.decode_tok_s / plain.decode_tok_s, spec.accepted, spec.proposed,
+                 spec.proposed > 0 ? 100.0 * spec.accepted / spec.proposed : 0.0, steps > 0 ? tokens / steps : 0.0,
+                 bytes / 1e6, same ? "yes" : "NO");
     }
   }
   return all_same ? 0 : 1;

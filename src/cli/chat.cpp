@@ -41,6 +41,7 @@ Status chat(const ChatOptions& o) {
   options.max_sequences = 1;
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
+  KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options));
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
   if (!loaded.chat_template) return error("{}: the model has no chat template (use `kapitsa run --no-template`)", dir);
   const bool colour = stdout_is_terminal(), interactive = isatty(0) != 0;
@@ -85,7 +86,7 @@ Status chat(const ChatOptions& o) {
       else finish = std::get<runtime::FinishEvent>(event);
     }
     printer.finish();
-    print_stats(finish, isatty(2) != 0);
+    print_stats(finish, isatty(2) != 0, loaded.engine->counters().proposer);
     if (finish.reason == runtime::FinishReason::error) {
       history.erase(history.end() - 1);  // the turn never happened
       continue;

@@ -3,6 +3,7 @@
 
 #include "base/json.h"
 #include "cli/catalog/catalog.h"
+#include "cli/draft_model.h"
 #include "models/model.h"
 #include "runtime/proposer.h"
 
@@ -94,18 +95,32 @@ runtime::SamplingParams SamplingFlags::apply(runtime::SamplingParams s) const {
 
 void SpecFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--spec", spec,
-                  "Speculative decoding: 'ngram' guesses the next tokens from earlier text of the same "
-                  "conversation and verifies them in one step (output unchanged), 'none' decodes one token a step")
+                  "Speculative decoding (output unchanged, only faster): 'ngram' guesses the next tokens from "
+                  "earlier text of the same conversation, 'draft' asks the --draft model, 'auto' the draft "
+                  "model when one is given, else n-gram; 'none' decodes one token a step")
       ->capture_default_str();
   cmd->add_option("--spec-k", spec_k, "The most guessed tokens verified per step")->capture_default_str();
+  cmd->add_option("--draft", draft, "Draft model folder for --spec draft|auto (the model's tokenizer)");
 }
 
 Status SpecFlags::apply(runtime::EngineOptions& options) const {
   if (spec_k < 1 || spec_k > 32) return error("--spec-k must be between 1 and 32, got {}", spec_k);
   options.spec_tokens = spec_k;
-  if (spec == "none") options.proposer = nullptr;
-  else if (spec == "ngram") options.proposer = std::make_shared<runtime::NgramProposer>();
-  else return error("--spec must be 'none' or 'ngram', got '{}' (draft models and MTP heads are not there yet)", spec);
+  options.proposer = nullptr;
+  if (spec != "none" && spec != "ngram" && spec != "draft" && spec != "auto")
+    return error("--spec must be 'none', 'ngram', 'draft' or 'auto', got '{}' (MTP heads are not there yet)", spec);
+  if (spec == "draft" && draft.empty()) return error("--spec draft needs --draft DIR (a draft model folder)");
+  if (!draft.empty() && (spec == "none" || spec == "ngram"))
+    return error("--draft {} is only used with --spec draft or --spec auto, not --spec {}", draft, spec);
+  if (!draft.empty() && !fs::is_regular_file(fs::path(draft) / "config.json"))
+    return error("--draft {}: not a model folder (no config.json)", draft);
+  if (spec == "ngram" || (spec == "auto" && draft.empty())) options.proposer = std::make_shared<runtime::NgramProposer>();
+  return ok_status();
+}
+
+Status SpecFlags::load_draft(const std::string& target_dir, runtime::EngineOptions& options) const {
+  if (!uses_draft()) return ok_status();
+  KAPITSA_TRY(options.proposer, load_draft_proposer(draft, target_dir, options));
   return ok_status();
 }
 
@@ -154,14 +169,17 @@ void ReplyPrinter::finish() {
   std::fflush(stdout);
 }
 
-void print_stats(const runtime::FinishEvent& f, bool colour) {
+void print_stats(const runtime::FinishEvent& f, bool colour, std::string_view proposer) {
   const char* reason = f.reason == runtime::FinishReason::stop      ? "stop"
                        : f.reason == runtime::FinishReason::length  ? "length"
                        : f.reason == runtime::FinishReason::cancelled ? "cancelled"
                                                                       : "error";
-  std::string spec;  // speculative decoding: how many guesses were kept
+  std::string spec;  // speculative decoding: how many guesses were kept, and per verifying step
   if (f.stats.draft_tokens > 0)
-    spec = fmt::format(", {} of {} guessed tokens accepted", f.stats.draft_tokens_accepted, f.stats.draft_tokens);
+    spec = fmt::format(", {}{} of {} guessed tokens accepted ({:.2f} per step)", proposer.empty() ? "" : std::string(proposer) + ": ",
+                       f.stats.draft_tokens_accepted,
+                       f.stats.draft_tokens,
+                       f.stats.draft_steps > 0 ? static_cast<double>(f.stats.draft_tokens_accepted) / f.stats.draft_steps : 0.0);
   std::fprintf(stderr, "%s[%d tokens, %.1f tokens/s, first token %.3f s, prompt %d tokens (%d cached)%s, %s]%s\n",
                colour ? "\x1b[2m" : "", f.stats.completion_tokens, f.stats.decode_tokens_per_s,
                f.stats.time_to_first_token_s, f.stats.prompt_tokens, f.stats.cached_prompt_tokens, spec.c_str(), reason,

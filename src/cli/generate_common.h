@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kapitsa::cli {
 
@@ -45,13 +46,20 @@ struct SamplingFlags {
   runtime::SamplingParams apply(runtime::SamplingParams base) const;
 };
 
-// Speculative decoding flags (runtime/proposer.h): --spec none|ngram, --spec-k N.
+// Speculative decoding flags (runtime/proposer.h): --spec none|ngram|draft|auto, --spec-k N, --draft DIR.
+// auto: the draft model when --draft is given, else n-gram lookup.
 struct SpecFlags {
   std::string spec = "none";
   int spec_k = 4;
+  std::string draft;  // --draft DIR
   void add_to(CLI::App* cmd);
-  // Sets options.proposer / spec_tokens; an error names a bad value.
+  // Checks the flags and sets options.spec_tokens, and options.proposer for n-gram; an error names a
+  // bad value. Loads nothing.
   Status apply(runtime::EngineOptions& options) const;
+  // With a draft model chosen: loads it (checking its tokenizer against the model in target_dir) into
+  // options.proposer, sized by the other options. Call after apply, once the model folder is known.
+  Status load_draft(const std::string& target_dir, runtime::EngineOptions& options) const;
+  bool uses_draft() const { return spec == "draft" || (spec == "auto" && !draft.empty()); }
 };
 
 // Prints reply text as it streams: content plain, reasoning dim (when the terminal shows colour),
@@ -77,8 +85,9 @@ class ReplyPrinter {
 // offered by run/chat, but a tool call the model writes anyway is shown as one, in its template's syntax.
 text::ParserOptions terminal_parser(const text::ChatPrompt& prompt);
 
-// One line of numbers after a reply, on stderr.
-void print_stats(const runtime::FinishEvent& finish, bool colour);
+// One line of numbers after a reply, on stderr; `proposer` names the speculative proposer (its guesses
+// and how many were accepted are shown when it made any).
+void print_stats(const runtime::FinishEvent& finish, bool colour, std::string_view proposer = {});
 
 // Whether stdout/stderr are terminals (for colour).
 bool stdout_is_terminal();

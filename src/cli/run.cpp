@@ -55,6 +55,7 @@ Status run(const RunOptions& o) {
   options.prefix_cache_bytes = 0;  // one generation: nothing to reuse
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
+  KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options));
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
 
   runtime::GenerateRequest request;
@@ -97,7 +98,7 @@ Status run(const RunOptions& o) {
   } else {
     printer.finish();
   }
-  if (!o.quiet) print_stats(finish, isatty(2) != 0);
+  if (!o.quiet) print_stats(finish, isatty(2) != 0, loaded.engine->counters().proposer);
   if (finish.reason == runtime::FinishReason::error) return error("generation failed: {}", finish.error);
   return ok_status();
 }

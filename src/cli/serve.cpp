@@ -123,6 +123,12 @@ int run_serve(const ServeOptions& o) {
     eo.context_tokens = o.context_tokens;
     eo.max_sequences = o.parallel;
     eo.kv_dtype = kv_dtype_from_name(o.kv_dtype);
+    if (Status s = o.spec.load_draft(*dir, eo); !s.ok()) {
+      std::fprintf(stderr, "kapitsa serve: %s\n", s.error().message.c_str());
+      load_failed = true;
+      g_stop = 1;
+      return;
+    }
     auto loaded = load_for_generation(*dir, eo);
     if (!loaded.ok()) {
       std::fprintf(stderr, "kapitsa serve: %s\n", loaded.error().message.c_str());

@@ -78,6 +78,7 @@ class EngineImpl final : public Engine {
     counters_.kv_bytes_per_token = static_cast<int64_t>(sc.state_bytes_per_token);
     counters_.state_bytes_per_sequence = static_cast<int64_t>(sc.state_fixed_bytes);
     counters_.kv_page_bytes = static_cast<int64_t>(pool->page_bytes());
+    if (options_.proposer) counters_.proposer = std::string(options_.proposer->name());
     scheduler_ = std::make_unique<Scheduler>(sc);
     memory_ = std::make_unique<EngineMemory>(*model_, std::move(pool), options_.prefix_cache_bytes,
                                              2 * static_cast<size_t>(std::max(options_.max_sequences, 1)), *scheduler_, seqs_);
@@ -223,12 +224,16 @@ class EngineImpl final : public Engine {
     dropped.clear();  // preempted for memory: freed before the step runs
     if (!decision.preempt.empty()) memory_->trim();  // pages they shared with snapshots are the cache's now
     std::vector<Scheduler::Work> work = scheduler_->batch();
-    if (options_.proposer)
+    if (options_.proposer) {
+      std::vector<Sequence*> decoding;
       for (const Scheduler::Work& w : work) {
         Sequence& seq = *seqs_.at(w.id);
         seq.draft.clear();
-        if (w.samples && w.n_tokens == 1) propose_draft(seq, *options_.proposer, options_.spec_tokens);
+        seq.draft_q.clear();
+        if (w.samples && w.n_tokens == 1) decoding.push_back(&seq);
       }
+      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size);
+    }
     if (std::optional<std::string> no_room = memory_->make_room(work)) {
       fail(work, *no_room);
       return;
@@ -284,6 +289,7 @@ class EngineImpl final : public Engine {
       counters_.completion_tokens += static_cast<int64_t>(v.emission.events.size());
       counters_.draft_tokens += static_cast<int64_t>(v.proposed);
       counters_.draft_tokens_accepted += static_cast<int64_t>(v.accepted);
+      ++counters_.draft_steps;
     }
     for (TokenEvent& event : v.emission.events) seq.channel->push(std::move(event));
     if (v.emission.ending) {
@@ -305,6 +311,7 @@ class EngineImpl final : public Engine {
                                       emitter_.is_stop_token(seq, seq.tokens.back()));
     scheduler_->remove(seq.id);
     scheduler_->hold_admissions(false);
+    if (options_.proposer) options_.proposer->release(seq.id);
     std::shared_ptr<Channel> channel = seq.channel;
     seqs_.erase(seq.id);
     memory_->trim();  // its pages that snapshots share now count for the cache

@@ -81,8 +81,11 @@ struct EngineCounters {
   // and a sequence's bytes besides KV (recurrent state: conv windows + SSM/DeltaNet state).
   int64_t kv_bytes_per_token = 0;
   int64_t state_bytes_per_sequence = 0;
-  int64_t draft_tokens = 0;           // speculative decoding: proposed
+  // Speculative decoding, by the engine's one proposer (`proposer`: its name, empty when off).
+  std::string proposer;
+  int64_t draft_tokens = 0;           // proposed
   int64_t draft_tokens_accepted = 0;  // of them, kept
+  int64_t draft_steps = 0;            // verifications of a draft (accepted / steps: mean accepted length)
 };
 
 class Engine {

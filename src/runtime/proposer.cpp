@@ -1,4 +1,4 @@
-// NgramProposer: prompt lookup over the sequence's own tokens (see proposer.h).
+// Proposer's default batch and NgramProposer: prompt lookup over the sequence's own tokens (see proposer.h).
 #include "runtime/proposer.h"
 
 #include "base/check.h"
@@ -9,6 +9,13 @@ namespace kapitsa::runtime {
 
 NgramProposer::NgramProposer(int min_ngram, int max_ngram) : min_ngram_(min_ngram), max_ngram_(max_ngram) {
   KAPITSA_CHECK(min_ngram >= 1 && max_ngram >= min_ngram, "n-gram sizes {}..{}", min_ngram, max_ngram);
+}
+
+void Proposer::propose_batch(std::span<const DraftRequest> requests) {
+  for (const DraftRequest& r : requests) {
+    propose(r.tokens, r.max_tokens, *r.out);
+    if (r.q != nullptr) r.q->clear();
+  }
 }
 
 void NgramProposer::propose(std::span<const int32_t> tokens, int max_tokens, std::vector<int32_t>& out) {

@@ -78,6 +78,7 @@ struct GenerationStats {
   double decode_tokens_per_s = 0;
   int draft_tokens = 0;           // speculative decoding: tokens proposed
   int draft_tokens_accepted = 0;  // of them, kept (the model chose the same token)
+  int draft_steps = 0;            // steps that verified a draft
 };
 
 struct FinishEvent {

@@ -159,6 +159,34 @@ int32_t Sampler::sample(std::span<const float> logits, int n_top, TokenEvent* ev
   return chosen;
 }
 
+void Sampler::distribution(std::span<const float> logits, std::span<const uint8_t> allowed, std::vector<float>& probs) {
+  prepare(logits);
+  if (!allowed.empty())
+    for (size_t i = 0; i < work_.size(); ++i)
+      if (!allowed[i]) work_[i] = -std::numeric_limits<float>::infinity();
+  truncate();
+  double z = 0;
+  for (double w : weights_) z += w;
+  probs.assign(work_.size(), 0.0f);
+  if (!(z > 0)) return;
+  for (size_t i = 0; i < candidates_.size(); ++i) probs[static_cast<size_t>(candidates_[i])] = static_cast<float>(weights_[i] / z);
+}
+
+int32_t Sampler::draw(std::span<const float> weights) {
+  double z = 0;
+  for (float w : weights) z += w;
+  const double target = uniform() * z;
+  double acc = 0;
+  int32_t last = 0;  // rounding may leave target at z: the last id with weight
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] <= 0) continue;
+    last = static_cast<int32_t>(i);
+    acc += weights[i];
+    if (target < acc) return last;
+  }
+  return last;
+}
+
 float token_logprob(std::span<const float> logits, int32_t id) {
   const float max = logits[static_cast<size_t>(argmax(logits))];
   return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_sum_exp(logits, max));

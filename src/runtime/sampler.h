@@ -34,6 +34,15 @@ class Sampler {
   int32_t sample(std::span<const float> logits, int top_logprobs = -1, TokenEvent* event = nullptr,
                  std::span<const uint8_t> allowed = {});
 
+  // Speculative sampling (temperature > 0): the distribution sample() draws from — bias, penalties,
+  // mask, temperature, top-k, top-p, min-p — as probabilities summing to 1 into probs [V] (zero
+  // outside what survives).
+  void distribution(std::span<const float> logits, std::span<const uint8_t> allowed, std::vector<float>& probs);
+  // A draw from `weights` ([V], >= 0, not necessarily normalised; their sum must be > 0), walking ids in order.
+  int32_t draw(std::span<const float> weights);
+  // The next uniform number in [0, 1) of this sampler's seeded stream.
+  double uniform();
+
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -41,7 +50,6 @@ class Sampler {
   void prepare(std::span<const float> logits);
   // The candidates left after temperature/top-k/top-p/min-p, with their unnormalised weights.
   void truncate();
-  double uniform();
 
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -44,15 +44,51 @@ void CheckpointSlots::reserve(models::StateSlotPool& pool, size_t n) {
   while (ids_.size() < n) ids_.push_back(pool.allocate());
 }
 
-std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits) {
-  std::span<const uint8_t> allowed;
-  if (seq.constraint) {
-    allowed = seq.constraint->mask();
-    if (allowed.empty()) {  // never emit a token outside the grammar
-      if (seq.constraint->complete() && !seq.constraint->has_end_ids()) return Ending{FinishReason::stop, "", ""};
-      return Ending{FinishReason::error, "", "grammar: no token can continue the output"};
-    }
+namespace {
+
+// The grammar's mask for the next token (empty span: no grammar), or the Ending when nothing is allowed.
+std::variant<std::span<const uint8_t>, Ending> grammar_mask(Sequence& seq) {
+  if (!seq.constraint) return std::span<const uint8_t>();
+  std::span<const uint8_t> allowed = seq.constraint->mask();
+  if (allowed.empty()) {  // never emit a token outside the grammar
+    if (seq.constraint->complete() && !seq.constraint->has_end_ids()) return Ending{FinishReason::stop, "", ""};
+    return Ending{FinishReason::error, "", "grammar: no token can continue the output"};
   }
+  return allowed;
+}
+
+}  // namespace
+
+std::variant<TokenEvent, Ending> choose_token_against_draft(Sequence& seq, std::span<const float> logits, int32_t guess,
+                                                            std::span<const float> q) {
+  auto mask = grammar_mask(seq);
+  if (const Ending* ending = std::get_if<Ending>(&mask)) return *ending;
+  const std::span<const uint8_t> allowed = std::get<std::span<const uint8_t>>(mask);
+  std::vector<float> p;
+  seq.sampler.distribution(logits, allowed, p);
+  const size_t g = static_cast<size_t>(guess);
+  TokenEvent event;
+  // Accept with min(1, p/q): u·q(g) < p(g) for u uniform in [0, 1).
+  if (g < p.size() && q[g] > 0 && seq.sampler.uniform() * static_cast<double>(q[g]) < static_cast<double>(p[g])) {
+    event.id = guess;
+  } else {
+    std::vector<float> residual(p.size());
+    double mass = 0;
+    for (size_t i = 0; i < p.size(); ++i) mass += residual[i] = std::max(0.0f, p[i] - q[i]);
+    // Rounding can leave no mass only when p and q are (nearly) equal: then p itself.
+    event.id = seq.sampler.draw(mass > 0 ? std::span<const float>(residual) : std::span<const float>(p));
+  }
+  if (seq.request.top_logprobs >= 0) {
+    event.logprob = token_logprob(logits, event.id);
+    if (seq.request.top_logprobs > 0) event.top = top_logprobs(logits, seq.request.top_logprobs);
+  }
+  return event;
+}
+
+std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits) {
+  auto mask = grammar_mask(seq);
+  if (const Ending* ending = std::get_if<Ending>(&mask)) return *ending;
+  const std::span<const uint8_t> allowed = std::get<std::span<const uint8_t>>(mask);
   TokenEvent event;
   event.id = seq.sampler.sample(logits, seq.request.top_logprobs, &event, allowed);
   return event;

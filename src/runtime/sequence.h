@@ -60,6 +60,7 @@ struct Sequence {
   std::unique_ptr<GrammarConstraint> constraint;  // request.grammar: masks every sample
   std::vector<int64_t> boundaries;                // snapshot positions in the prompt, ascending
   std::vector<int32_t> draft;                     // this step's guesses of the tokens after `tokens`
+  std::vector<float> draft_q;                     // [draft.size(), V] what they were drawn from; empty: deterministic
   CheckpointSlots checkpoints;                    // draft.size() + 1 of them while it has a draft
   int draft_length = 0;  // guesses to ask for next (adapted to how many were accepted; 0: the most)
   int draft_misses = 0;  // drafts in a row of which nothing was accepted
@@ -97,6 +98,12 @@ struct Ending {
 // The next token of `seq` drawn from `logits` ([V]) under its grammar's mask, with logprobs when the
 // request asked for them (TokenEvent::text empty); an Ending when the grammar allows no token.
 std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits);
+
+// Speculative sampling against a guess drawn from q ([V]): keeps `guess` with probability
+// min(1, p(guess)/q(guess)), where p is what choose_token would draw from; otherwise draws from
+// max(0, p − q) normalised. Either way the token is distributed as p (Leviathan et al. 2023).
+std::variant<TokenEvent, Ending> choose_token_against_draft(Sequence& seq, std::span<const float> logits, int32_t guess,
+                                                            std::span<const float> q);
 
 // The FinishEvent closing `seq`: the ending plus its stats.
 FinishEvent finish_event(const Sequence& seq, const Ending& ending);

@@ -7,22 +7,40 @@
 
 namespace kapitsa::runtime {
 
-void propose_draft(Sequence& seq, Proposer& proposer, int max_tokens) {
-  seq.draft.clear();
-  if (!seq.state || seq.state->slot_pool() == nullptr) return;
-  if (seq.draft_pause > 0) {
-    --seq.draft_pause;
-    return;
+void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size) {
+  std::vector<DraftRequest> requests;
+  std::vector<Sequence*> drafting;
+  for (Sequence* seq : seqs) {
+    seq->draft.clear();
+    seq->draft_q.clear();
+    if (!seq->state || seq->state->slot_pool() == nullptr) continue;
+    if (seq->draft_pause > 0) {
+      --seq->draft_pause;
+      continue;
+    }
+    // Room: the scheduled token plus the draft fit the state; a draft past the token budget is wasted.
+    const int64_t room = seq->state->capacity() - seq->state->n_past() - 1;
+    const int64_t budget = seq->max_new - seq->generated - 1;
+    const int wanted = seq->draft_length > 0 ? std::min(seq->draft_length, max_tokens) : max_tokens;
+    const int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
+    if (k <= 0) continue;
+    requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q});
+    drafting.push_back(seq);
   }
-  // Room: the scheduled token plus the draft fit the state; a draft past the token budget is wasted.
-  const int64_t room = seq.state->capacity() - seq.state->n_past() - 1;
-  const int64_t budget = seq.max_new - seq.generated - 1;
-  const int wanted = seq.draft_length > 0 ? std::min(seq.draft_length, max_tokens) : max_tokens;
-  const int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
-  if (k <= 0) return;
-  proposer.propose(seq.tokens, k, seq.draft);
-  if (seq.draft.size() > static_cast<size_t>(k)) seq.draft.resize(static_cast<size_t>(k));
-  if (!seq.draft.empty()) seq.checkpoints.reserve(*seq.state->slot_pool(), seq.draft.size() + 1);
+  if (requests.empty()) return;
+  proposer.propose_batch(requests);
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    Sequence& seq = *drafting[i];
+    const size_t k = static_cast<size_t>(requests[i].max_tokens);
+    if (seq.draft.size() > k) seq.draft.resize(k);
+    // q goes row for row with the guesses, and only matters when the target samples. Random guesses
+    // without their q cannot be verified exactly: then no draft.
+    const size_t rows_q = seq.draft.size() * static_cast<size_t>(vocab_size);
+    if (seq.request.sampling.temperature <= 0) seq.draft_q.clear();
+    else if (!seq.draft_q.empty() && seq.draft_q.size() < rows_q) seq.draft.clear(), seq.draft_q.clear();
+    else if (!seq.draft_q.empty()) seq.draft_q.resize(rows_q);
+    if (!seq.draft.empty()) seq.checkpoints.reserve(*seq.state->slot_pool(), seq.draft.size() + 1);
+  }
 }
 
 namespace {
@@ -47,11 +65,16 @@ void adapt_draft_length(Sequence& seq, size_t proposed, size_t accepted, int max
 Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, const TokenEmitter& emitter,
                       int max_tokens) {
   const size_t k = seq.draft.size();
+  const size_t V = k > 0 ? seq.draft_q.size() / k : 0;
   const int64_t folded_from = seq.state->n_past() - static_cast<int64_t>(k) - 1;  // before the step
   Verified v;
   v.proposed = k;
   for (size_t j = 0; j <= k; ++j) {
-    std::variant<TokenEvent, Ending> choice = choose_token(seq, executor.logits(item, j));
+    const bool against_q = j < k && !seq.draft_q.empty();
+    std::variant<TokenEvent, Ending> choice =
+        against_q ? choose_token_against_draft(seq, executor.logits(item, j), seq.draft[j],
+                                               std::span<const float>(seq.draft_q).subspan(j * V, V))
+                  : choose_token(seq, executor.logits(item, j));
     if (const Ending* ending = std::get_if<Ending>(&choice)) {
       v.emission.ending = *ending;
       break;
@@ -78,8 +101,10 @@ Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, 
   v.extra_folded = static_cast<int64_t>(keep);
   seq.stats.draft_tokens += static_cast<int>(k);
   seq.stats.draft_tokens_accepted += static_cast<int>(v.accepted);
+  ++seq.stats.draft_steps;
   adapt_draft_length(seq, k, v.accepted, max_tokens);
   seq.draft.clear();
+  seq.draft_q.clear();
   return v;
 }
 

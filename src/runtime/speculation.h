@@ -6,7 +6,9 @@
 // model's own token) or at a stop. So greedy output is identical to decoding without a draft, and with
 // a deterministic proposer sampling is too: sampling t ~ p and keeping it iff t equals the guess is
 // speculative sampling's accept-with-min(1, p/q) rule for a one-hot q, and the rejected case samples
-// from p without the guess. The state then rolls back to the checkpoint after the last kept token
+// from p without the guess. A proposer that drew its guesses from a distribution q (a draft model at
+// temperature > 0) gets the general rule: keep guess g with probability min(1, p(g)/q(g)), otherwise
+// draw from max(0, p − q) normalised — the kept tokens are distributed as plain sampling's. The state then rolls back to the checkpoint after the last kept token
 // but one (the newest token is folded next step, as in plain decoding).
 #pragma once
 
@@ -16,18 +18,20 @@
 #include "runtime/token_emitter.h"
 
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace kapitsa::runtime {
 
-// Sets seq.draft (empty: decode plainly) and reserves its checkpoint slots. Only for a sequence whose
-// next step folds its one newest token and samples. The draft length adapts per sequence: up by one
-// after a draft that was accepted whole, down to (accepted + 1) after one that was not; after
-// kMissesBeforePause drafts in a row with nothing accepted, no guesses for kPauseSteps steps (wrong
-// guesses cost extra rows in the step).
+// Sets each sequence's draft (seq.draft, and seq.draft_q when the proposer drew its guesses at random;
+// empty: decode plainly) in one call of the proposer, and reserves their checkpoint slots. Only for
+// sequences whose next step folds their one newest token and samples. The draft length adapts per
+// sequence: up by one after a draft that was accepted whole, down to (accepted + 1) after one that was
+// not; after kMissesBeforePause drafts in a row with nothing accepted, no guesses for kPauseSteps steps
+// (wrong guesses cost extra rows in the step).
 inline constexpr int kMissesBeforePause = 4;
 inline constexpr int kPauseSteps = 16;
-void propose_draft(Sequence& seq, Proposer& proposer, int max_tokens);
+void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size);
 
 struct Verified {
   Emission emission;       // the kept tokens (at least one unless the generation ended), and the ending

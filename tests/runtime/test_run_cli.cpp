@@ -1,8 +1,8 @@
 // `kapitsa run` and `kapitsa chat` end to end on the bundled demo model (a trained tiny Qwen3.5 with
 // tokenizer and chat template): text comes out, --output json ids equal `kapitsa logits --generate`'s
 // greedy ids with the same --kv-dtype (run's default bf16, logits' default f32, each either way), the
-// chat reuses the prefix cache on its second turn, --spec ngram gives the same ids, and bad input (also a
-// bad --kv-dtype, --spec or --spec-k) fails clearly.
+// chat reuses the prefix cache on its second turn, --spec ngram / draft / auto give the same ids, and bad
+// input (also a bad --kv-dtype, --spec, --spec-k, or a draft with another tokenizer) fails clearly.
 #include "models/cli_runner.h"
 #include "test_util.h"
 #include "weights/safetensors.h"
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace kapitsa::testing {
 namespace {
@@ -73,6 +74,47 @@ TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
   expect_run_ids_equal_logits_greedy(" --kv-dtype f16", " --kv-dtype f16");
   // Speculative decoding changes nothing in the output.
   expect_run_ids_equal_logits_greedy(" --spec ngram --spec-k 6", " --kv-dtype bf16");
+  const std::string draft = test_data_path("../models/demo/draft");
+  expect_run_ids_equal_logits_greedy(" --spec draft --draft " + draft + " --spec-k 3", " --kv-dtype bf16");
+  expect_run_ids_equal_logits_greedy(" --spec auto --draft " + draft, " --kv-dtype bf16");
+}
+
+TEST(RunCli, DraftModelIsNamedInTheSummary) {
+  CommandResult r = run_kapitsa("run --model " + demo_dir() + " --spec draft --draft " + test_data_path("../models/demo/draft") +
+                                " --max-tokens 40 --temperature 0 --ignore-eos --no-template \"def add(a, b):\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("draft: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("guessed tokens accepted"), std::string::npos) << r.output;
+}
+
+// A draft whose tokenizer maps one id to another token is refused, naming the folder and the id.
+TEST(RunCli, DraftWithAnotherTokenizerIsRefused) {
+  ScratchDir dir;
+  const std::filesystem::path draft = test_data_path("../models/demo/draft");
+  std::filesystem::create_directories(dir.path("draft"));
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(draft / f, std::filesystem::path(dir.path("draft")) / f);
+  std::ifstream in(draft / "tokenizer.json");
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Two vocabulary entries swap their ids: "def" and "class" become each other.
+  const size_t a = json.find("\"def\":"), b = json.find("\"class\":");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  const size_t a_end = json.find_first_of(",}", a), b_end = json.find_first_of(",}", b);
+  const std::string a_id = json.substr(a + 6, a_end - a - 6), b_id = json.substr(b + 8, b_end - b - 8);
+  std::string swapped = json;
+  if (a < b) {
+    swapped.replace(b + 8, b_end - b - 8, a_id);
+    swapped.replace(a + 6, a_end - a - 6, b_id);
+  } else {
+    swapped.replace(a + 6, a_end - a - 6, b_id);
+    swapped.replace(b + 8, b_end - b - 8, a_id);
+  }
+  std::ofstream(dir.path("draft/tokenizer.json")) << swapped;
+  CommandResult r = run_kapitsa("run --model " + demo_dir() + " --spec draft --draft " + dir.path("draft") + " hi");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("its tokenizer differs from the model's"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir.path("draft")), std::string::npos) << r.output;
 }
 
 TEST(RunCli, ChatReusesTheCacheOnTheSecondTurn) {
@@ -133,9 +175,13 @@ TEST(RunCli, BadInputFailsClearly) {
     EXPECT_NE(kv.output.find("--kv-dtype"), std::string::npos) << command << ": " << kv.output;
     EXPECT_NE(kv.output.find("q8"), std::string::npos) << command << ": " << kv.output;
     // Speculative decoding flags: an unknown proposer and an out-of-range k are named.
-    CommandResult spec = run_kapitsa(command + " --model " + demo_dir() + " --spec draft" + (command == "run" ? " hi" : ""));
+    CommandResult spec = run_kapitsa(command + " --model " + demo_dir() + " --spec mtp" + (command == "run" ? " hi" : ""));
     EXPECT_NE(spec.exit_code, 0) << command;
-    EXPECT_NE(spec.output.find("--spec must be 'none' or 'ngram', got 'draft'"), std::string::npos) << command << ": " << spec.output;
+    EXPECT_NE(spec.output.find("--spec must be 'none', 'ngram', 'draft' or 'auto', got 'mtp'"), std::string::npos)
+        << command << ": " << spec.output;
+    CommandResult no_draft = run_kapitsa(command + " --model " + demo_dir() + " --spec draft" + (command == "run" ? " hi" : ""));
+    EXPECT_NE(no_draft.exit_code, 0) << command;
+    EXPECT_NE(no_draft.output.find("--spec draft needs --draft DIR"), std::string::npos) << command << ": " << no_draft.output;
     CommandResult k = run_kapitsa(command + " --model " + demo_dir() + " --spec ngram --spec-k 0" + (command == "run" ? " hi" : ""));
     EXPECT_NE(k.exit_code, 0) << command;
     EXPECT_NE(k.output.find("--spec-k must be between 1 and 32"), std::string::npos) << command << ": " << k.output;

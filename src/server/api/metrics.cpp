@@ -1,6 +1,6 @@
 // GET /metrics: Prometheus text exposition — requests by endpoint and status, prompt / cached /
 // completion tokens, mean decode tokens/s, prefix-cache reuse, queue depth and running sequences
-// (from the engine's counters), open streams and client disconnects.
+// (from the engine's counters), speculative decoding per proposer, open streams and client disconnects.
 #include "server/api/api.h"
 #include "server/api/common.h"
 
@@ -42,9 +42,19 @@ HttpResponse metrics(Service& service, const HttpRequest&) {
     metric("prefill_tokens_total", "counter", "Prompt tokens computed.", c.prompt_tokens_prefilled);
     metric("prefix_cache_reuse_ratio", "gauge", "Reused / all prompt tokens.",
            c.prompt_tokens > 0 ? static_cast<double>(c.prompt_tokens_reused) / c.prompt_tokens : 0.0);
-    metric("draft_tokens_total", "counter", "Speculative decoding: tokens proposed.", c.draft_tokens);
-    metric("draft_tokens_accepted_total", "counter", "Speculative decoding: proposed tokens accepted.",
-           c.draft_tokens_accepted);
+    if (!c.proposer.empty()) {
+      // Speculative decoding, labelled by the proposer (ngram, draft).
+      auto by_proposer = [&](const char* name, const char* type, const char* help, double value) {
+        out += fmt::format("# HELP kapitsa_{0} {1}\n# TYPE kapitsa_{0} {2}\nkapitsa_{0}{{proposer=\"{3}\"}} {4}\n", name,
+                           help, type, c.proposer, value);
+      };
+      by_proposer("draft_tokens_total", "counter", "Speculative decoding: tokens proposed.", c.draft_tokens);
+      by_proposer("draft_tokens_accepted_total", "counter", "Speculative decoding: proposed tokens accepted.",
+                  c.draft_tokens_accepted);
+      by_proposer("draft_steps_total", "counter", "Speculative decoding: steps that verified a draft.", c.draft_steps);
+      by_proposer("draft_accepted_per_step", "gauge", "Speculative decoding: mean accepted tokens per verifying step.",
+                  c.draft_steps > 0 ? static_cast<double>(c.draft_tokens_accepted) / c.draft_steps : 0.0);
+    }
     metric("snapshot_bytes", "gauge", "Bytes held by prefix-cache snapshots.", c.snapshot_bytes);
     metric("queue_depth", "gauge", "Requests waiting for a sequence slot.", c.queued);
     metric("sequences_running", "gauge", "Sequences being decoded.", c.running);

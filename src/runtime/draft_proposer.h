@@ -1,0 +1,67 @@
+// DraftModelProposer: a smaller model with the target's tokenizer guesses the next k tokens by running
+// k decode steps of its own, batched across the drafting sequences of an engine step. Each sequence
+// has its own draft state (KV pages in the proposer's own pool, a recurrent-state slot of the draft
+// model's slot pool), kept in step with the target: the draft remembers the tokens it folded, and at
+// the next proposal rolls back to the longest prefix the sequence kept — by swapping in the recurrent
+// checkpoint written after that token and dropping later KV pages, as the target's state does — then
+// folds only the tokens it has not seen (the target's own token, and at the first proposal the
+// prompt). Greedy targets get the draft's argmax; sampling targets get draws from the draft's
+// distribution under the request's bias/temperature/top-k/top-p/min-p, returned as q for
+// speculative sampling (runtime/speculation.h).
+// Memory: the draft's KV and states are outside the engine's memory budget (a draft is a few percent
+// of the target). One engine per proposer (sequence ids are the engine's).
+#pragma once
+
+#include "models/model.h"
+#include "runtime/proposer.h"
+#include "runtime/sampler.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace kapitsa::runtime {
+
+class DraftModelProposer final : public Proposer {
+ public:
+  struct Options {
+    int64_t context_tokens = 32768;  // the most tokens a draft state holds (the engine's context)
+    DType kv_dtype = DType::f32;
+    int64_t kv_page_tokens = 16;
+    int64_t prefill_chunk_tokens = 512;  // catch-up forwards fold at most this many tokens each
+    uint64_t seed = 0;                   // draws for requests without a seed; 0: random
+  };
+  DraftModelProposer(std::unique_ptr<models::Model> draft, Options options);
+  ~DraftModelProposer() override;
+
+  std::string_view name() const override { return "draft"; }
+  // One sequence, greedy (no engine: the guesses of a fresh state after `tokens`).
+  void propose(std::span<const int32_t> tokens, int max_tokens, std::vector<int32_t>& out) override;
+  void propose_batch(std::span<const DraftRequest> requests) override;
+  void release(uint64_t sequence) override;
+
+  const models::Model& model() const { return *model_; }
+  // Tokens the draft model folded (catch-up and guesses), and how often a draft state had to be
+  // rebuilt from the start because the sequence diverged before its checkpoints (should stay 0).
+  int64_t folded_tokens() const;
+  int64_t rebuilds() const;
+
+ private:
+  struct Entry;
+  struct Active;
+  Entry& sync(const DraftRequest& r, std::vector<int32_t>& pending);
+  bool fold_long_catch_up(Entry& e, std::vector<int32_t>& pending);
+  int32_t choose(Entry& e, const DraftRequest& r, std::span<const float> logits);
+
+  std::unique_ptr<models::Model> model_;  // first: outlives the states below
+  Options options_;
+  std::shared_ptr<models::KvPagePool> pool_;
+  std::mutex mu_;
+  std::map<uint64_t, std::unique_ptr<Entry>> entries_;  // by sequence id
+  uint64_t next_seed_;
+  int64_t folded_ = 0, rebuilds_ = 0;
+  std::vector<float> row_;  // [V target] one row of draft logits, padded / cut to the target's vocabulary
+};
+
+}  // namespace kapitsa::runtime
