@@ -2,9 +2,14 @@
 // embedding against values computed here from the format's definition — hand-written words whose bit
 // patterns are known (codes straddling two words for 3/5/6 bits), and a bit-by-byte packer written
 // independently of the kernels — for every bits value, with extreme codes (0 and 2^bits − 1), zero
-// scales and negative biases; then every backend against ref on fresh random weights.
+// scales and negative biases; then every backend against ref on fresh random weights (the cpu
+// backend's int16-activation GEMV within the bound its rounding of x allows).
 #include "op_test_helpers.h"
+#include "ops/cpu/affine.h"
 #include "ops/ref/ref.h"
+
+#include <algorithm>
+#include <cmath>
 
 #include <vector>
 
@@ -149,6 +154,7 @@ struct RandomAffine {
     biases = kapitsa::testing::random_buffer(r.gen, dt, {N, K / gs}, -0.5f, 0.5f);
     w = Linear::affine(Tensor(DType::u32, {N, K * bits / 32}, words.data()), scales, biases, bits, gs);
   }
+  double bias(int64_t n, int64_t g) const { return cpu::affine_param(biases, n * biases.tensor().dim(1) + g); }
 };
 
 // Every backend against ref on fresh random weights and inputs: token counts on both sides of the
@@ -169,14 +175,25 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
           for (int64_t i = 0; i < T * N; ++i) yc.f32()[i] = 1e30f;  // written, not accumulated
           test::run(test::ref(), matmul, x, a.w, yr);
           test::run(backend(), matmul, x, a.w, yc);
-          // f32 accumulation (and s·Σxq + b·Σx regrouping) vs double: relative to Σ|x·w| of the row
+          // f32 accumulation (and s·Σxq + b·Σx regrouping) vs double: relative to Σ|x·w| of the row.
+          // The cpu backend's int16-activation GEMV also rounds x to sx·round(x/sx) per 64 inputs
+          // (sx = max|x|/32767), which moves an output by at most Σ_k |s·q_k| · sx/2.
+          const bool int16 = backend().name == "cpu" && cpu::affine_int16_activations(bits, gs, T);
           std::vector<float> row(static_cast<size_t>(K));
           for (int64_t n = 0; n < N; ++n) {
             ref::dequantize_row(a.w, n, row.data());
             for (int64_t t = 0; t < T; ++t) {
-              double mag = 0;
+              double mag = 0, rounding = 0;
               for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
-              ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
+              for (int64_t p = 0; int16 && p < K / cpu::kActBlock; ++p) {
+                float amax = 0;
+                for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k)
+                  amax = std::max(amax, std::abs(x.f32()[t * K + k]));
+                for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k)  // |s·q| = |w − b|
+                  rounding += std::abs(row[static_cast<size_t>(k)] - a.bias(n, k / gs)) * amax / cpu::kActMax / 2;
+              }
+              ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], 1.0001 * rounding + 2e-6 * mag + 1e-7)
+                  << "t=" << t << " n=" << n << (int16 ? " (int16 activations)" : "");
             }
           }
         }

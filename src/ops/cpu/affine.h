@@ -14,4 +14,24 @@ void matmul_affine(const Tensor& x, const Linear& w, const Tensor& y);
 // table: affine [V, H];  out: [T, H] f32 (rows dequantized).
 void embedding_affine(const Linear& table, std::span<const int32_t> ids, const Tensor& out);
 
+// The int16-activation GEMV (matmul_affine_vnni.cpp): x rounded to int16 per kActBlock inputs, each
+// block with one scale max|x| / kActMax.
+inline constexpr int kActBlock = 64;
+inline constexpr float kActMax = 32767.0f;
+inline constexpr int kActMaxTokens = 8;
+// Whether matmul_affine takes the int16-activation path for these weights and token count: 4 or 8
+// bits, groups of a multiple of 64, at most 8 tokens, on a build with AVX-512 VNNI.
+bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens);
+// y = x·wᵀ with x rounded to int16; only where affine_int16_activations(…, T) holds.
+void matmul_affine_int16(const Tensor& x, const Linear& w, const Tensor& y, int64_t T);
+
+// Element i of a scales / biases tensor (bf16, f16 or f32) as f32.
+inline float affine_param(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::bf16: return bf16_to_f32(t.data_as<const uint16_t>()[i]);
+    case DType::f16: return f16_to_f32(t.data_as<const uint16_t>()[i]);
+    default: return t.data_as<const float>()[i];
+  }
+}
+
 }  // namespace kapitsa::ops::cpu

@@ -8,6 +8,7 @@
 // at one token four rows are decoded per pass (independent FMA chains sharing the x loads). 8- and
 // 4-bit blocks widen bytes / nibbles directly instead of the word-pair permute.
 // Many tokens (prefill): rows are dequantized into an L1 panel and run through the dense dot tiles.
+// 4- and 8-bit weights at ≤ 8 tokens on AVX-512 VNNI builds go to matmul_affine_vnni.cpp instead.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/dot_tile.h"
@@ -26,14 +27,6 @@ constexpr int kBlock = 32;            // codes per block
 constexpr int kChunks = kBlock / kW;  // float vectors per block
 constexpr int kMaxTokens = 4;         // tokens per register pass of the GEMV
 constexpr int kGemvRows = 4;          // rows per pass at T = 1: independent FMA chains, shared x loads
-
-float scalar_param(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::bf16: return bf16_to_f32(t.data_as<const uint16_t>()[i]);
-    case DType::f16: return f16_to_f32(t.data_as<const uint16_t>()[i]);
-    default: return t.data_as<const float>()[i];
-  }
-}
 
 // Per code i of a block: the word it starts in, the next word, and the shifts that bring its bits down.
 template <int BITS>
@@ -127,7 +120,7 @@ void dequantize_row(const AffineView& a, int64_t n, float* out) {
   const uint32_t* row = a.words + n * a.words_per_row;
   const int64_t blocks_per_group = a.group_size / kBlock;
   for (int64_t g = 0; g < a.G; ++g) {
-    const vf s = simd::set1(scalar_param(a.scales, n * a.G + g)), b = simd::set1(scalar_param(a.biases, n * a.G + g));
+    const vf s = simd::set1(affine_param(a.scales, n * a.G + g)), b = simd::set1(affine_param(a.biases, n * a.G + g));
     for (int64_t j = 0; j < blocks_per_group; ++j) {
       const int64_t blk = g * blocks_per_group + j;
       vf q[kChunks];
@@ -162,8 +155,8 @@ void gemv_tile(const AffineView& a, const float* x, const float* xsum, float* y,
     }
     for (int r = 0; r < RB; ++r) {
       const int64_t at = (n0 + r) * a.G + g;
-      const vf s = simd::set1(scalar_param(a.scales, at));
-      const float b = scalar_param(a.biases, at);
+      const vf s = simd::set1(affine_param(a.scales, at));
+      const float b = affine_param(a.biases, at);
       for (int t = 0; t < TB; ++t) {
         acc[t][r] = simd::fma(gacc[t][r], s, acc[t][r]);
         bias_sum[t][r] += b * xsum[t * a.G + g];
@@ -252,6 +245,7 @@ void with_bits(int bits, F&& f) {
 void matmul_affine(const Tensor& x, const Linear& w, const Tensor& y) {
   const int64_t N = w.rows(), K = w.cols(), T = K == 0 ? 0 : x.numel() / K;
   if (T == 0 || N == 0) return;
+  if (affine_int16_activations(w.bits(), w.group_size(), T)) return matmul_affine_int16(x, w, y, T);
   const AffineView a{w.weight().data_as<const uint32_t>(), w.scales(), w.biases(), w.weight().dim(-1), K,
                      w.scales().dim(-1), w.group_size()};
   with_bits(w.bits(), [&]<int BITS>() { matmul_bits<BITS>(a, x.f32(), y.f32(), T, N); });
