@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what Kapitsa needs to build and test on Debian 12 (apt-get; sudo when not root).
+# Installs what Kapitsa needs to build and run on Debian 12 (apt-get; sudo when not root). The tests'
+# extra packages (the SDKs and coding agents from npm) come from scripts/install-test-deps.sh.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -16,21 +17,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "kapitsa: installing ${missing[*]}"
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
-fi
-# The official OpenAI / Anthropic SDKs for tests/server_js (npm ci; --prefer-offline uses the npm cache
-# when there is no network). Without node/npm the SDK tests are skipped, not failed.
-js="$(dirname "$0")/../tests/server_js"
-if command -v npm >/dev/null 2>&1 && [ -f "$js/package-lock.json" ] && [ ! -d "$js/node_modules" ]; then
-  (cd "$js" && npm ci --no-audit --no-fund --prefer-offline) || echo "kapitsa: npm ci in tests/server_js failed; the SDK tests will be skipped"
-fi
-# The four coding agents for tests/agents (exact versions in its package-lock.json; ~1.2 GB, 1-2 min).
-# Install scripts must run: opencode-ai's postinstall puts its native binary in place.
-# `npm install --no-save` when `npm ci` refuses the lock: it lists opencode's native package for
-# linux-x64 only (the registry it was made from had no other platform's), which npm ci calls out of sync.
-# No npm or no registry: the agent tests are skipped (exit 77), install-deps still succeeds.
-agents="$(dirname "$0")/../tests/agents"
-if command -v npm >/dev/null 2>&1 && [ -f "$agents/package-lock.json" ] && [ ! -d "$agents/node_modules" ]; then
-  (cd "$agents" && { npm ci --no-audit --no-fund --prefer-offline 2>/dev/null ||
-                     npm install --no-save --no-audit --no-fund --prefer-offline; }) ||
-    echo "kapitsa: npm install in tests/agents failed; the agent tests will be skipped"
 fi

@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+bash scripts/install-test-deps.sh
 bash scripts/build.sh
 ctest --preset release -j "$(nproc)" --timeout 900

@@ -135,3 +135,27 @@ TEST_F(CliErrors, IdsNotAnArray) {
 
 }  // namespace
 }  // namespace kapitsa::testing
+
+namespace kapitsa::testing {
+namespace {
+
+// `kapitsa` alone says where to start and lists every command; an unknown command names itself and
+// the commands, and fails with the usage exit code.
+TEST(CliStart, NoArgumentsPrintsWhereToStart) {
+  const CommandResult r = run_kapitsa("");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kapitsa run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Commands: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("serve"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("doctor"), std::string::npos) << r.output;
+}
+
+TEST(CliStart, UnknownCommandNamesItselfAndTheCommands) {
+  const CommandResult r = run_kapitsa("frobnicate --model x");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run, chat"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kapitsa::testing

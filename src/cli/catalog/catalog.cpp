@@ -111,8 +111,10 @@ std::optional<fs::path> find_shipped(const std::string& relative, const std::fun
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec)
-    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
       tried.push_back(dir / relative);
+      tried.push_back(dir / "share" / "kapitsa" / relative);  // installed: PREFIX/bin/kapitsa, PREFIX/share/kapitsa
+    }
   tried.push_back(fs::current_path(ec) / relative);
   for (const fs::path& p : tried)
     if (accept(p)) return p;

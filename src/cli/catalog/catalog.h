@@ -56,8 +56,8 @@ Expected<Catalog> parse_catalog(const Json& json, const std::string& where);
 Expected<Catalog> load_catalog();
 
 // `relative` (e.g. "models/catalog.json") under $KAPITSA_HOME, under each folder above the executable
-// (the repository it was built in, or an install prefix), or under the current directory: the first
-// candidate `accept` takes.
+// (the repository it was built in) or that folder's share/kapitsa (an install prefix: PREFIX/bin/kapitsa),
+// or under the current directory: the first candidate `accept` takes.
 std::optional<std::filesystem::path> find_shipped(const std::string& relative,
                                                   const std::function<bool(const std::filesystem::path&)>& accept);
 
