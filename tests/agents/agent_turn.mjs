@@ -57,7 +57,7 @@ if (!spec || !kapitsa) {
 }
 const agentBin = path.join(here, "node_modules", ".bin", spec.bin);
 if (!fs.existsSync(agentBin)) {
-  console.log(`${agentBin} missing (run npm ci --prefix tests/agents; scripts/install-deps.sh does): skipped`);
+  console.log(`${agentBin} missing (run npm ci --prefix tests/agents; scripts/install-test-deps.sh does): skipped`);
   process.exit(77);
 }
 
