@@ -5,7 +5,7 @@
 // tokens per target forward step (= per read of the target's weights) and weight bytes read per
 // token (target and draft), and checks that every run gave the same tokens as plain decoding. By hand:
 //   build/release/bench/bench_spec [--model models/demo/target] [--draft models/demo/draft]
-//       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--proposers ngram draft]
+//       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--proposers ngram draft] [--repeat 5]
 #include "models/model.h"
 #include "runtime/draft_proposer.h"
 #include "runtime/engine.h"
@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--spec-k", ks, "Guesses per step to try with n-gram");
   app.add_option("--draft-k", draft_ks, "Guesses per step to try with the draft model");
   app.add_option("--proposers", proposers, "Which proposers to run: ngram, draft");
+  int repeat = 1;
+  app.add_option("--repeat", repeat, "Runs of every configuration, interleaved; the median tok/s is shown (noisy machines)");
   CLI11_PARSE(app, argc, argv);
   auto tok = text::Tokenizer::load(model_dir);
   if (!tok.ok()) {
@@ -141,8 +143,6 @@ int main(int argc, char** argv) {
   fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
   bool all_same = true;
   for (const Workload& w : workloads()) {
-    const Result plain = generate(model_dir, tokenizer, w.prompt, max_tokens, nullptr, 1);
-    fmt::print("| {} | none | {:.1f} | 1.00 | | 1.00 | {:.1f} | |\n", w.name, plain.decode_tok_s, target_bytes / 1e6);
     struct Run {
       std::string name;
       int k;
@@ -163,8 +163,27 @@ int main(int argc, char** argv) {
                           },
                           true});
     }
-    for (const Run& run : runs) {
-      const Result spec = generate(model_dir, tokenizer, w.prompt, max_tokens, run.make(), run.k);
+    // Every configuration `repeat` times, interleaved (plain first in each round), so that a change in
+    // the machine's load hits all of them alike; the median decode rate of each is shown.
+    std::vector<std::vector<double>> rates(runs.size() + 1);
+    std::vector<Result> results(runs.size() + 1);
+    for (int round = 0; round < std::max(repeat, 1); ++round)
+      for (size_t c = 0; c <= runs.size(); ++c) {
+        results[c] = c == 0 ? generate(model_dir, tokenizer, w.prompt, max_tokens, nullptr, 1)
+                            : generate(model_dir, tokenizer, w.prompt, max_tokens, runs[c - 1].make(), runs[c - 1].k);
+        rates[c].push_back(results[c].decode_tok_s);
+      }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    const Result& plain = results[0];
+    const double plain_rate = median(rates[0]);
+    fmt::print("| {} | none | {:.1f} | 1.00 | | 1.00 | {:.1f} | |\n", w.name, plain_rate, target_bytes / 1e6);
+    for (size_t c = 1; c <= runs.size(); ++c) {
+      const Run& run = runs[c - 1];
+      const Result& spec = results[c];
+      const double rate = median(rates[c]);
       const bool same = spec.ids == plain.ids;
       all_same = all_same && same;
       // Decode steps: every token after the first comes from a step that emits 1 + its accepted guesses.
@@ -173,7 +192,7 @@ int main(int argc, char** argv) {
       // Bytes read per token: the target's weights once per step, the draft's once per guess.
       const double bytes = tokens > 0 ? (target_bytes * steps + (run.draft ? draft_bytes * spec.proposed : 0)) / tokens : 0;
       fmt::print("| {} | {} k={} | {:.1f} | {:.2f} | {} of {} ({:.0f}%) | {:.2f} | {:.1f} | {} |\n", w.name, run.name, run.k,
-                 spec.decode_tok_s, spec.decode_tok_s / plain.decode_tok_s, spec.accepted, spec.proposed,
+                 rate, rate / plain_rate, spec.accepted, spec.proposed,
                  spec.proposed > 0 ? 100.0 * spec.accepted / spec.proposed : 0.0, steps > 0 ? tokens / steps : 0.0,
                  bytes / 1e6, same ? "yes" : "NO");
     }

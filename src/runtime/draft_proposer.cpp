@@ -46,12 +46,12 @@ DraftModelProposer::DraftModelProposer(std::unique_ptr<models::Model> draft, Opt
 DraftModelProposer::~DraftModelProposer() = default;
 
 int64_t DraftModelProposer::folded_tokens() const {
-  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard lock(mu_);
   return folded_;
 }
 
 int64_t DraftModelProposer::rebuilds() const {
-  std::lock_guard lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard lock(mu_);
   return rebuilds_;
 }
 

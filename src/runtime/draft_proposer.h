@@ -57,7 +57,7 @@ class DraftModelProposer final : public Proposer {
   std::unique_ptr<models::Model> model_;  // first: outlives the states below
   Options options_;
   std::shared_ptr<models::KvPagePool> pool_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;  // by sequence id
   uint64_t next_seed_;
   int64_t folded_ = 0, rebuilds_ = 0;

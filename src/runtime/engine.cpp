@@ -94,8 +94,10 @@ class EngineImpl final : public Engine {
     }
     inbox_->cv.notify_all();
     thread_.join();
-    for (auto& [id, seq] : seqs_)
+    for (auto& [id, seq] : seqs_) {
+      if (options_.proposer) options_.proposer->release(id);  // it may outlive the engine
       seq->channel->push(finish_event(*seq, Ending{FinishReason::cancelled, "", "the engine was shut down"}));
+    }
     for (auto& [request, channel] : inbox_->submitted) {
       FinishEvent f;
       f.reason = FinishReason::cancelled;

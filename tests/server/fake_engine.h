@@ -110,9 +110,19 @@ class FakeEngine : public runtime::Engine {
 
   const models::ModelInfo& model_info() const override { return info_; }
   const text::Tokenizer& tokenizer() const override { return *tokenizer_; }
-  runtime::EngineCounters counters() const override {
-    runtime::EngineCounters c;
+  // Speculative-decoding counters the fake reports (proposer name and draft totals), for /metrics.
+  void set_speculation(const runtime::EngineCounters& c) {
     std::lock_guard lock(mutex_);
+    speculation_ = c;
+  }
+
+  runtime::EngineCounters counters() const override {
+    std::lock_guard lock(mutex_);
+    runtime::EngineCounters c;
+    c.proposer = speculation_.proposer;
+    c.draft_tokens = speculation_.draft_tokens;
+    c.draft_tokens_accepted = speculation_.draft_tokens_accepted;
+    c.draft_steps = speculation_.draft_steps;
     c.requests = static_cast<int64_t>(requests_.size());
     c.running = live_->load();
     return c;
@@ -194,6 +204,7 @@ class FakeEngine : public runtime::Engine {
   std::function<Script(const std::string&)> responder_;
   std::optional<Error> submit_error_;
   std::vector<runtime::GenerateRequest> requests_;
+  runtime::EngineCounters speculation_;
   std::shared_ptr<std::atomic<int>> cancelled_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
 };
