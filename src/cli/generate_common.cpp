@@ -47,6 +47,7 @@ Expected<std::string> resolve_model_dir(const std::string& option) {
 }
 
 Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options) {
+  if (dir.ends_with(".gguf")) return models::load_model(dir).error();  // says what is supported, before the tokenizer
   LoadedModel out;
   out.dir = dir;
   KAPITSA_TRY(auto tokenizer, text::Tokenizer::load(dir));

@@ -35,9 +35,13 @@ Expected<Quantization> parse_quantization(const weights::HfConfig& top) {
   std::string key = "quantization";
   if (!json.contains(key) || json[key].is_null()) {
     key = "quantization_config";
-    // mlx-lm writes both keys; GPTQ / AWQ / compressed-tensors configs (quant_method) are other formats
-    if (!json.contains(key) || !json[key].is_object() || !json[key].contains("bits") || json[key].contains("quant_method"))
-      return q;
+    // mlx-lm writes both keys; a quant_method names another format (fp8, modelopt's NVFP4, GPTQ, AWQ,
+    // compressed-tensors, bitsandbytes): say so instead of failing later on a tensor's dtype.
+    if (json.contains(key) && json[key].is_object() && json[key].contains("quant_method"))
+      return error("{}: the checkpoint is quantized with quant_method {}, which Kapitsa does not load yet; it loads "
+                   "bf16/f16/f32 weights and MLX affine quantization (docs/quantization.md)",
+                   top.where(key), json[key]["quant_method"].dump());
+    if (!json.contains(key) || !json[key].is_object() || !json[key].contains("bits")) return q;
   }
   q.where = top.where(key);
   const Json& section = json[key];

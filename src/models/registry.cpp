@@ -60,6 +60,11 @@ std::vector<std::string> known_model_types() {
 }
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
+  if (dir.ends_with(".gguf"))
+    return error("{}: GGUF files are not loaded yet; Kapitsa reads Hugging Face model folders (config.json + "
+                 "safetensors) with bf16/f16/f32 weights or MLX affine quantization (mlx-community's -4bit/-6bit/-8bit "
+                 "folders); see docs/quantization.md",
+                 dir);
   KAPITSA_TRY(weights::HfConfig config, weights::HfConfig::load(dir));
   KAPITSA_TRY(const Entry* entry, find_entry(config));
   KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));
