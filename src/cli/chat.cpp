@@ -1,14 +1,17 @@
 // `kapitsa chat [--model M]`: an interactive multi-turn conversation through the model's chat template.
 // Each turn renders the whole conversation with text::render_chat_prompt (as the server does), which
 // marks where the history ends (before the generation prompt) as a turn boundary, so the engine
-// snapshots there and the next turn prefills only what is new; each request also names the ids the
-// template puts after a reply (end_of_turn_ids), which the engine folds while the user types. Replies
-// are parsed in the template's own reasoning and tool-call formats. Reasoning is shown dim; a line of numbers (tokens/s, cached
-// prompt tokens) follows each reply.
+// snapshots there. After each reply the conversation with the reply as history is rendered as the
+// next turn will render it (text::render_next_turn_history: Qwen3.5 drops the reasoning of an earlier
+// reply) and preloaded (Engine::preload), which the engine folds while the user types, so the next
+// turn prefills only the new message. Replies are parsed in the template's own reasoning and
+// tool-call formats. Reasoning is shown dim; a line of numbers (tokens/s, cached prompt tokens)
+// follows each reply.
 // Commands: /reset (forget the conversation), /exit or end of input.
 #include "cli/commands.h"
 #include "cli/generate_common.h"
 #include "cli/kv_dtype_option.h"
+#include "text/chat/next_turn.h"
 
 #include <cstdio>
 #include <iostream>
@@ -48,6 +51,8 @@ Status chat(const ChatOptions& o) {
   std::fprintf(stderr, "kapitsa chat: %s (%s). /reset starts over, /exit quits.\n", dir.c_str(),
                loaded.engine->model_info().summary.c_str());
 
+  // Each turn's prompt and preload reuse the ids of the last one: encoding grows with the new text only.
+  text::PromptEncoder encoder(loaded.tokenizer);
   text::OrderedJson history = text::OrderedJson::array();
   if (!o.system.empty()) history.push_back({{"role", "system"}, {"content", o.system}});
   std::string line;
@@ -67,12 +72,11 @@ Status chat(const ChatOptions& o) {
     text::ChatRequest request;
     request.messages = history;
     if (o.no_think) request.kwargs["enable_thinking"] = false;
-    KAPITSA_TRY(text::ChatPrompt prompt, text::render_chat_prompt(*loaded.chat_template, *loaded.tokenizer, request));
+    KAPITSA_TRY(text::ChatPrompt prompt, text::render_chat_prompt(*loaded.chat_template, *loaded.tokenizer, request, &encoder));
 
     runtime::GenerateRequest g;
     g.prompt_ids = prompt.ids;
     g.turn_boundary = prompt.turn_boundary;
-    g.end_of_turn_ids = prompt.end_of_turn_ids;
     g.max_tokens = o.max_tokens;
     g.sampling = o.sampling.apply(loaded.default_sampling);
     g.cache_key = "chat";
@@ -93,6 +97,11 @@ Status chat(const ChatOptions& o) {
     }
     text::OrderedJson reply = {{"role", "assistant"}, {"content", printer.content()}};
     if (!printer.reasoning().empty()) reply["reasoning_content"] = printer.reasoning();
+    if (finish.reason == runtime::FinishReason::stop || finish.reason == runtime::FinishReason::length) {
+      // Only a head start: a template that cannot say where the reply's turn ends just goes without.
+      if (auto next = text::render_next_turn_history(*loaded.chat_template, prompt.request, reply); next.ok())
+        (void)loaded.engine->preload(encoder.encode(*next).ids, "chat");
+    }
     history.push_back(std::move(reply));
   }
   return ok_status();

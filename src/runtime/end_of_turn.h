@@ -1,7 +1,10 @@
-// EndOfTurnQueue: finished replies whose end-of-turn ids (GenerateRequest::end_of_turn_ids) are still
-// to be folded into a share of the reply's state and filed in the prefix cache, so that the next turn
-// of the conversation prefills only what is new. Only a head start, never waited for: at most `limit`
-// jobs (the oldest give way), and a job whose KV pages the pool lacks is dropped. Engine thread only.
+// EndOfTurnQueue: conversations to fold into the prefix cache while the engine is idle, so that the
+// next turn prefills only what is new. Two sources: a finished reply whose end-of-turn ids
+// (GenerateRequest::end_of_turn_ids) follow its content, and a preload (Engine::preload: the history
+// as the next request will render it, resumed from the deepest snapshot on its path). A job folds its
+// tokens and files the state in the cache under them. Only a head start, never waited for: at most
+// `limit` jobs (the oldest give way), a job whose KV pages the pool lacks is dropped, and a fold stops
+// between chunks when a request arrives (the job keeps its progress). Engine thread only.
 #pragma once
 
 #include "models/model.h"
@@ -10,6 +13,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,11 +28,18 @@ class EndOfTurnQueue {
   // After a reply that ended (stop or length) with its state: queues its conversation up to the end
   // of the turn. ends_with_stop_token: the last token is EOS / a stop id, which is not content.
   void queue(const Sequence& seq, bool ends_with_stop_token);
+  // Queues `tokens` to be folded from `state` (which holds a prefix of them; capacity ≥ tokens.size()).
+  void queue(std::unique_ptr<models::SequenceState> state, std::vector<int32_t> tokens, std::string group);
   // Whether `tokens` continue a queued conversation (then flush first, so the prefix cache has it).
   bool continued_by(std::span<const int32_t> tokens) const;
-  // Folds every queued job in one forward step and files the states in `cache`; returns the tokens
-  // folded. Runs when the engine is idle, or at once when an admitted prompt continues a conversation.
-  int64_t flush(const models::Model& model, const models::KvPagePool& pool, PrefixCache& cache);
+  // Whether a job already folds exactly `tokens`.
+  bool queued(std::span<const int32_t> tokens) const;
+  // Folds the queued jobs together, `chunk_tokens` per job per forward step, and files each finished
+  // state in `cache`; returns the tokens folded. Between steps, `interrupted()` (may be empty) true
+  // stops early: unfinished jobs stay queued with their progress. Runs when the engine is idle, or
+  // at once (uninterrupted) when an admitted prompt continues a conversation.
+  int64_t flush(const models::Model& model, const models::KvPagePool& pool, PrefixCache& cache, int64_t chunk_tokens,
+                const std::function<bool()>& interrupted = {});
   bool empty() const { return jobs_.empty(); }
   void clear() { jobs_.clear(); }
 

@@ -28,6 +28,7 @@ struct Inbox {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::pair<GenerateRequest, std::shared_ptr<Channel>>> submitted;
+  std::vector<std::pair<std::vector<int32_t>, std::string>> preloads;  // (ids, cache_key)
   bool stop = false;
   bool cancels = false;  // a Generation asked to stop
   int queued = 0;        // submitted, not yet taken by the engine thread
@@ -81,7 +82,8 @@ class EngineImpl final : public Engine {
     if (options_.proposer) counters_.proposer = std::string(options_.proposer->name());
     scheduler_ = std::make_unique<Scheduler>(sc);
     memory_ = std::make_unique<EngineMemory>(*model_, std::move(pool), options_.prefix_cache_bytes,
-                                             2 * static_cast<size_t>(std::max(options_.max_sequences, 1)), *scheduler_, seqs_);
+                                             2 * static_cast<size_t>(std::max(options_.max_sequences, 1)),
+                                             std::max<int64_t>(options_.prefill_chunk_tokens, 1), *scheduler_, seqs_);
     setup_ = SequenceSetup{tokenizer_, model_->info().eos_token_ids, model_->info().vocab_size,
                            options_.snapshot_interval_tokens};
     thread_ = std::thread([this] { loop(); });
@@ -121,6 +123,22 @@ class EngineImpl final : public Engine {
     return std::unique_ptr<Generation>(std::make_unique<GenerationImpl>(channel, [inbox] {
       if (auto in = inbox.lock()) in->wake_for_cancel();
     }));
+  }
+
+  Status preload(std::vector<int32_t> ids, std::string cache_key) override {
+    const int64_t V = model_->info().vocab_size, n = static_cast<int64_t>(ids.size());
+    if (n == 0) return ok_status();
+    if (n >= options_.context_tokens)
+      return error(ErrorKind::context_too_long, "preload: {} tokens do not fit the {}-token context", n, options_.context_tokens);
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[static_cast<size_t>(i)] < 0 || ids[static_cast<size_t>(i)] >= V)
+        return error("preload: token id {} at index {} is outside the vocabulary [0, {})", ids[static_cast<size_t>(i)], i, V);
+    {
+      std::lock_guard lock(inbox_->mu);
+      inbox_->preloads.emplace_back(std::move(ids), std::move(cache_key));
+    }
+    inbox_->cv.notify_all();
+    return ok_status();
   }
 
   const models::ModelInfo& model_info() const override { return model_->info(); }
@@ -178,20 +196,30 @@ class EngineImpl final : public Engine {
   void loop() {
     for (;;) {
       std::vector<std::pair<GenerateRequest, std::shared_ptr<Channel>>> fresh;
+      std::vector<std::pair<std::vector<int32_t>, std::string>> preloads;
       bool check_cancels = false;
       {
         std::unique_lock lock(inbox_->mu);
         inbox_->cv.wait(lock, [&] {
-          return inbox_->stop || !inbox_->submitted.empty() || inbox_->cancels || !seqs_.empty() ||
-                 memory_->has_end_of_turn_jobs();
+          return inbox_->stop || !inbox_->submitted.empty() || !inbox_->preloads.empty() || inbox_->cancels ||
+                 !seqs_.empty() || memory_->has_end_of_turn_jobs();
         });
         if (inbox_->stop) return;
         fresh.swap(inbox_->submitted);
+        preloads.swap(inbox_->preloads);
         inbox_->queued = 0;
         check_cancels = inbox_->cancels;
         inbox_->cancels = false;
       }
-      if (seqs_.empty()) memory_->flush_end_of_turns();  // idle: before anything new is admitted
+      // Preloads queue before the requests that came with them: such a request finds them.
+      for (auto& [ids, key] : preloads) memory_->preload(std::move(ids), key);
+      // Idle: fold before anything new is admitted; a request arriving meanwhile stops the fold
+      // between chunks (it resumes at the next idle moment).
+      if (seqs_.empty() && fresh.empty())
+        memory_->flush_end_of_turns([this] {
+          std::lock_guard lock(inbox_->mu);
+          return !inbox_->submitted.empty() || inbox_->stop;
+        });
       for (auto& [request, channel] : fresh) add(std::move(request), std::move(channel));
       if (check_cancels || !fresh.empty())
         for (auto it = seqs_.begin(); it != seqs_.end();) {

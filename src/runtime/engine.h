@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace kapitsa::text {
 class Tokenizer;
@@ -75,7 +76,7 @@ struct EngineCounters {
   int64_t snapshots = 0;        // snapshots held by the prefix cache
   int64_t sequence_bytes = 0;   // states of running sequences (reserved: own bytes + KV of their capacity)
   int64_t kv_pages_used = 0;    // pages in use in the KV pool (each once, however many share it)
-  int64_t end_of_turn_tokens = 0;  // folded after replies (GenerateRequest::end_of_turn_ids)
+  int64_t end_of_turn_tokens = 0;  // folded in the background (end_of_turn_ids, preload)
   int64_t kv_page_bytes = 0;
   // Fixed at creation: KV bytes one token takes in every attention layer (EngineOptions::kv_dtype),
   // and a sequence's bytes besides KV (recurrent state: conv windows + SSM/DeltaNet state).
@@ -98,6 +99,15 @@ class Engine {
   // Validates and queues a request (errors: empty prompt, prompt longer than the context, ids out of
   // the vocabulary — each named). max_tokens beyond the context is clamped, not rejected.
   virtual Expected<std::unique_ptr<Generation>> submit(GenerateRequest request) = 0;
+
+  // Folds `ids` into the prefix cache in the background, when the engine is idle: a conversation's
+  // history as its next request will render it (after a reply: the reply as the template shows it in
+  // history, e.g. without its reasoning). The fold resumes from the deepest snapshot on the path of
+  // `ids` (where they leave what is cached) and ends in a snapshot after all of them, so a next
+  // request that starts with `ids` prefills only what follows. A request that continues a queued
+  // preload waits for it. Only a head start: dropped when memory is short. Errors: ids out of the
+  // vocabulary or not fitting the context (nothing queued).
+  virtual Status preload(std::vector<int32_t> ids, std::string cache_key) { return ok_status(); }
 
   virtual const models::ModelInfo& model_info() const = 0;
   virtual const text::Tokenizer& tokenizer() const = 0;  // only when has_tokenizer()

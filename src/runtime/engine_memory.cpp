@@ -6,9 +6,10 @@
 namespace kapitsa::runtime {
 
 EngineMemory::EngineMemory(const models::Model& model, std::shared_ptr<models::KvPagePool> pool,
-                           size_t prefix_cache_bytes, size_t end_of_turn_jobs, Scheduler& scheduler, Sequences& seqs)
+                           size_t prefix_cache_bytes, size_t end_of_turn_jobs, int64_t chunk_tokens,
+                           Scheduler& scheduler, Sequences& seqs)
     : model_(model), pool_(std::move(pool)), cache_(prefix_cache_bytes), end_of_turn_(end_of_turn_jobs),
-      scheduler_(scheduler), seqs_(seqs) {
+      scheduler_(scheduler), seqs_(seqs), chunk_tokens_(chunk_tokens) {
   // States that can be resized are cached trimmed to what they hold and grow without recompute.
   resizable_ = model_.new_state(2, pool_)->resized(4) != nullptr;
 }
@@ -30,6 +31,7 @@ void EngineMemory::admit(Sequence& seq, int64_t capacity, std::unique_ptr<models
   scheduler_.on_admitted(seq.id, hit.tokens, seq.state->capacity());
   if (!seq.admitted_once) {
     seq.admitted_once = true;
+    cache_.count_request(seq.request.cache_key);
     seq.stats.cached_prompt_tokens = static_cast<int>(std::min<int64_t>(hit.tokens, static_cast<int64_t>(seq.prompt_len)));
     prompt_tokens_reused_ += seq.stats.cached_prompt_tokens;
   }
@@ -86,6 +88,20 @@ void EngineMemory::keep_finished(Sequence& seq, bool ends_with_stop_token) {
   end_of_turn_.queue(seq, ends_with_stop_token);
 }
 
-void EngineMemory::flush_end_of_turns() { end_of_turn_tokens_ += end_of_turn_.flush(model_, *pool_, cache_); }
+void EngineMemory::preload(std::vector<int32_t> ids, const std::string& group) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n == 0 || cache_.contains(ids, resizable_ ? 0 : n) || end_of_turn_.queued(ids)) return;
+  // Where the history as it will be rendered leaves what is cached (a template that drops an earlier
+  // reply's reasoning diverges at that reply): fold from the deepest snapshot before it.
+  PrefixCache::Hit hit = cache_.lookup(ids, n, resizable_ ? 0 : n, group);
+  std::unique_ptr<models::SequenceState> state;
+  if (hit.snapshot != nullptr) state = resizable_ ? hit.snapshot->resized(n) : hit.snapshot->clone();
+  else state = model_.new_state(n, pool_);
+  end_of_turn_.queue(std::move(state), std::move(ids), group);
+}
+
+void EngineMemory::flush_end_of_turns(const std::function<bool()>& interrupted) {
+  end_of_turn_tokens_ += end_of_turn_.flush(model_, *pool_, cache_, chunk_tokens_, interrupted);
+}
 
 }  // namespace kapitsa::runtime

@@ -2,7 +2,7 @@
 // from its outgrown one, resumed from the deepest prefix-cache snapshot, or fresh); a step short of
 // KV pages makes room (drops queued end-of-turns, evicts snapshots least recently used first, then
 // preempts the youngest running sequence); prompt boundaries and finished replies become snapshots;
-// replies' end-of-turn ids are queued and folded when idle. Owns the KV page pool (every state's and
+// replies' end-of-turn ids and preloads are queued and folded when idle. Owns the KV page pool (every state's and
 // snapshot's KV), the prefix cache and the end-of-turn queue. Engine thread only.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include "runtime/sequence.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,7 +24,7 @@ namespace kapitsa::runtime {
 class EngineMemory {
  public:
   EngineMemory(const models::Model& model, std::shared_ptr<models::KvPagePool> pool, size_t prefix_cache_bytes,
-               size_t end_of_turn_jobs, Scheduler& scheduler, Sequences& seqs);
+               size_t end_of_turn_jobs, int64_t chunk_tokens, Scheduler& scheduler, Sequences& seqs);
 
   // Gives `seq` a state of at least `capacity` tokens and tells the scheduler what it holds.
   // outgrown: its previous state when it is being grown (reused when states can be resized).
@@ -39,8 +40,12 @@ class EngineMemory {
   void keep_finished(Sequence& seq, bool ends_with_stop_token);
   // Pages of finished or preempted sequences that snapshots share now count for the cache.
   void trim() { cache_.trim(); }
+  // Queues `ids` (a conversation's history as its next request will render it) to be folded from the
+  // deepest snapshot on their path and filed in the cache under them; nothing when one is there already.
+  void preload(std::vector<int32_t> ids, const std::string& group);
   bool has_end_of_turn_jobs() const { return !end_of_turn_.empty(); }
-  void flush_end_of_turns();
+  // Folds queued end-of-turns and preloads; `interrupted` (may be empty) stops between chunks.
+  void flush_end_of_turns(const std::function<bool()>& interrupted = {});
 
   const models::KvPagePool& pool() const { return *pool_; }
   const PrefixCache& cache() const { return cache_; }
@@ -54,6 +59,7 @@ class EngineMemory {
   EndOfTurnQueue end_of_turn_;
   Scheduler& scheduler_;
   Sequences& seqs_;
+  int64_t chunk_tokens_;    // tokens per job per end-of-turn forward step
   bool resizable_ = false;  // states can be resized: snapshots are trimmed, growth copies nothing
   int64_t prompt_tokens_reused_ = 0;
   int64_t end_of_turn_tokens_ = 0;

@@ -4,6 +4,7 @@
 #include "base/check.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace kapitsa::runtime {
 
@@ -149,11 +150,26 @@ void PrefixCache::trim() {
   }
 }
 
+void PrefixCache::count_request(const std::string& group) {
+  if (group.empty()) return;
+  ++group_requests_[group];
+  // Groups that never kept a snapshot would pile up: forget the one-request ones now and then.
+  if (group_requests_.size() > 4096)
+    std::erase_if(group_requests_, [&](const auto& g) { return g.second < 2 && !group_used_.contains(g.first); });
+}
+
+bool PrefixCache::long_lived(const Node* node) const {
+  if (node->group.empty()) return false;
+  auto it = group_requests_.find(node->group);
+  return it != group_requests_.end() && it->second >= 2;
+}
+
 bool PrefixCache::evict_lru() {
   if (with_snapshot_.empty()) return false;
-  // Least recently used group (or ungrouped snapshot) first; inside a group, its oldest snapshot.
+  // One-request groups and ungrouped snapshots first, then conversations; least recently used group
+  // (or ungrouped snapshot) first; inside a group, its oldest snapshot.
   evict(*std::min_element(with_snapshot_.begin(), with_snapshot_.end(), [&](const Node* a, const Node* b) {
-    return std::pair(recency(a), a->last_used) < std::pair(recency(b), b->last_used);
+    return std::tuple(long_lived(a), recency(a), a->last_used) < std::tuple(long_lived(b), recency(b), b->last_used);
   }));
   return true;
 }
@@ -164,8 +180,10 @@ void PrefixCache::evict(Node* node) {
   node->snapshot.reset();  // releases its pages
   with_snapshot_.erase(std::find(with_snapshot_.begin(), with_snapshot_.end(), node));
   if (!node->group.empty() &&
-      std::none_of(with_snapshot_.begin(), with_snapshot_.end(), [&](const Node* n) { return n->group == node->group; }))
+      std::none_of(with_snapshot_.begin(), with_snapshot_.end(), [&](const Node* n) { return n->group == node->group; })) {
     group_used_.erase(node->group);
+    group_requests_.erase(node->group);
+  }
   prune(node);
   recount();
 }
@@ -192,6 +210,7 @@ void PrefixCache::clear() {
   with_snapshot_.clear();
   page_refs_.clear();
   group_used_.clear();
+  group_requests_.clear();
   pool_ = nullptr;
   own_bytes_ = 0;
   bytes_ = 0;

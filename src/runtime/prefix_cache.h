@@ -11,7 +11,10 @@
 // finish the engine calls trim().
 // Groups (GenerateRequest::cache_key, one per conversation/session): using one snapshot of a group
 // refreshes the whole group, so a conversation's snapshots age together and go least recently used
-// group first (its oldest snapshot first); snapshots without a group age alone.
+// group first (its oldest snapshot first); snapshots without a group age alone. A group that has
+// served two requests or more (a conversation past its first turn) outranks one-request groups and
+// ungrouped snapshots: an agent's side requests (opencode's title, Claude Code's small calls) are
+// evicted before the main conversation's snapshots, however recent they are.
 #pragma once
 
 #include "models/model.h"
@@ -47,6 +50,8 @@ class PrefixCache {
   // snapshots to stay within the budget; false when the snapshot alone exceeds it (it is dropped).
   bool insert(std::span<const int32_t> ids, std::unique_ptr<models::SequenceState> snapshot,
               const std::string& group = "");
+  // A request of `group` was admitted (counts towards the group's rank; "" → nothing).
+  void count_request(const std::string& group);
   // Whether a snapshot of at least `min_capacity` exists after exactly `ids`.
   bool contains(std::span<const int32_t> ids, int64_t min_capacity = 0) const;
 
@@ -87,6 +92,8 @@ class PrefixCache {
   const models::KvPagePool* pool_ = nullptr;      // of the snapshots' pages (one engine, one pool)
   std::unordered_map<int32_t, int> page_refs_;    // page → references from snapshots
   std::unordered_map<std::string, uint64_t> group_used_;  // group → when one of its snapshots was last used
+  std::unordered_map<std::string, int64_t> group_requests_;  // group → requests admitted (while it has snapshots)
+  bool long_lived(const Node* node) const;  // its group has served two requests or more
   uint64_t clock_ = 0;
   Node root_;
   std::vector<Node*> with_snapshot_;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kapitsa::server {
 namespace {
 
@@ -124,6 +126,20 @@ std::string content_text(const OJson& content) {
     }
   }
   return out;
+}
+
+std::string conversation_key(const std::string& session, const OJson& messages) {
+  // FNV-1a over role and content of the first two messages: stable across processes and runs.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // a separator, so ("ab","c") and ("a","bc") differ
+  };
+  for (size_t i = 0; i < std::min<size_t>(2, messages.size()); ++i) {
+    mix(string_field(messages[i], "role"));
+    mix(string_field(messages[i], "content"));
+  }
+  return fmt::format("{}#{:016x}", session, h);
 }
 
 std::string strip_volatile_lines(const std::string& text) {

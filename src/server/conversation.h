@@ -50,6 +50,12 @@ std::string content_text(const OJson& content);
 // images, audio, video, files — the models served take text only.
 std::optional<ApiError> check_text_parts(const OJson& parts, const std::string& where);
 
+// The prefix-cache group of a request (GenerateRequest::cache_key): the client's session key (may be
+// empty) and a fingerprint of how the conversation starts — its first two normalised messages — so
+// that one session's side requests (opencode's title request, Claude Code's small calls: other
+// system prompts) form groups of their own and cannot age the main conversation's snapshots out.
+std::string conversation_key(const std::string& session, const OJson& messages);
+
 // Removes lines that change on every request and would defeat the prefix cache
 // (Claude Code's "x-anthropic-billing-header: …; cch=<nonce>;").
 std::string strip_volatile_lines(const std::string& text);

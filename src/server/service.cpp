@@ -1,6 +1,8 @@
 // Service (see service.h).
 #include "server/service.h"
 
+#include "base/log.h"
+#include "text/chat/next_turn.h"
 #include "text/tokenizer/tokenizer.h"
 
 #include <fmt/format.h>
@@ -39,6 +41,9 @@ void Service::set_model(std::shared_ptr<runtime::Engine> engine, std::shared_ptr
   engine_ = std::move(engine);
   default_sampling_ = std::move(sampling);
   template_ = std::move(t);
+  encoder_.reset();
+  if (engine_ && engine_->has_tokenizer())
+    encoder_ = std::make_shared<text::PromptEncoder>(std::shared_ptr<const text::Tokenizer>(engine_, &engine_->tokenizer()));
   ready_.store(engine_ != nullptr);
 }
 
@@ -83,7 +88,7 @@ ApiResult<PreparedPrompt> Service::prepare(const ChatInput& input, bool fit_cont
   request.tools = with_tools ? input.tools.tools : OJson(nullptr);
   request.kwargs = options_.template_kwargs;
   for (auto it = input.kwargs.begin(); it != input.kwargs.end(); ++it) request.kwargs[it.key()] = it.value();
-  auto chat = text::render_chat_prompt(*template_, engine_->tokenizer(), std::move(request));
+  auto chat = text::render_chat_prompt(*template_, engine_->tokenizer(), std::move(request), encoder_.get());
   if (!chat.ok()) return api_error(chat.error(), "the chat template rejected the conversation: ");
 
   PreparedPrompt p;
@@ -163,12 +168,12 @@ void Service::shutdown() {
   for (Tracked* g : running_) g->cancel();
 }
 
-TurnResult Service::stream_turn(std::unique_ptr<runtime::Generation>& generation, const text::ParserOptions& parser,
+TurnResult Service::stream_turn(std::unique_ptr<runtime::Generation>& generation, const PreparedPrompt& prompt,
                                 bool opened, const TurnCallbacks& callbacks) {
   metrics_.streams_active++;
   TurnResult r;
   if (opened) {
-    text::OutputParser output(parser);
+    text::OutputParser output(prompt.parser);
     r = run_turn(*generation, output, callbacks, options_.keepalive);
   } else {
     r.client_gone = true;
@@ -178,7 +183,43 @@ TurnResult Service::stream_turn(std::unique_ptr<runtime::Generation>& generation
   record_finish(r.finish);
   metrics_.streams_active--;
   if (r.client_gone) metrics_.client_disconnects++;
+  preload_next_turn(prompt, r);
   return r;
+}
+
+TurnResult Service::whole_turn(std::unique_ptr<runtime::Generation>& generation, const PreparedPrompt& prompt,
+                               const TurnCallbacks& callbacks) {
+  text::OutputParser parser(prompt.parser);
+  TurnResult r = run_turn(*generation, parser, callbacks, options_.keepalive);
+  generation.reset();
+  record_finish(r.finish);
+  preload_next_turn(prompt, r);
+  return r;
+}
+
+void Service::preload_next_turn(const PreparedPrompt& prompt, const TurnResult& r) {
+  // A reply cut by its budget is history too (clients send back what they got).
+  const bool ended = r.finish.reason == runtime::FinishReason::stop || r.finish.reason == runtime::FinishReason::length;
+  if (!template_ || !engine_ || r.client_gone || !ended || prompt.request.messages.empty()) return;
+  // The reply as a client sends it back (OpenAI chat shape), normalised like every request's messages.
+  OJson reply = {{"role", "assistant"}, {"content", r.content}};
+  if (!r.reasoning.empty()) reply["reasoning_content"] = r.reasoning;
+  if (!r.calls.empty()) {
+    OJson calls = OJson::array();
+    for (const text::ToolCall& c : r.calls)
+      calls.push_back({{"id", ""}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    reply["tool_calls"] = std::move(calls);
+  }
+  auto normalized = normalize_messages(OJson::array({std::move(reply)}));
+  if (std::get_if<ApiError>(&normalized)) return;
+  auto text = text::render_next_turn_history(*template_, prompt.request, std::get<OJson>(normalized)[0]);
+  if (!text.ok()) {
+    log::debug("no preload of the next turn: {}", text.error().message);
+    return;
+  }
+  std::vector<int32_t> ids = encoder_ ? encoder_->encode(*text).ids : engine_->tokenizer().encode(*text);
+  if (Status s = engine_->preload(std::move(ids), prompt.cache_key); !s.ok())
+    log::debug("no preload of the next turn: {}", s.error().message);
 }
 
 }  // namespace kapitsa::server

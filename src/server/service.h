@@ -52,6 +52,7 @@ struct ChatInput {
 // The shared chat prompt (text, ids, turn boundary, end-of-turn ids, reply parser; text/chat) plus what
 // only the server adds. A raw completion fills text and ids only.
 struct PreparedPrompt : text::ChatPrompt {
+  std::string cache_key;  // the conversation's session key (GenerateRequest::cache_key), set by the endpoint
   std::set<std::string> custom_tools;
   std::shared_ptr<const text::Grammar> grammar;  // the output constraint, in the model's own formats; or null
 };
@@ -100,8 +101,16 @@ class Service {
   // The part every streaming endpoint shares: when the stream's opening events went out (`opened`), run
   // the generation to its end through the output parser; otherwise cancel it. Then release it and keep
   // the counters (active streams, finishes, client disconnects).
-  TurnResult stream_turn(std::unique_ptr<runtime::Generation>& generation, const text::ParserOptions& parser,
-                         bool opened, const TurnCallbacks& callbacks);
+  // A reply that ended normally is then preloaded as the next turn's history (preload_next_turn).
+  TurnResult stream_turn(std::unique_ptr<runtime::Generation>& generation, const PreparedPrompt& prompt, bool opened,
+                         const TurnCallbacks& callbacks);
+  // The same for a whole (non-streamed) response: run to the end, release, count, preload.
+  TurnResult whole_turn(std::unique_ptr<runtime::Generation>& generation, const PreparedPrompt& prompt,
+                        const TurnCallbacks& callbacks);
+  // After a reply that ended normally (a stop, tool calls included, or its budget): renders the conversation with the
+  // reply as history, as the client's next request will (text/chat/next_turn.h), and asks the engine to
+  // fold it while the client reads. Chat prompts only; failures cost only the head start (logged).
+  void preload_next_turn(const PreparedPrompt& prompt, const TurnResult& result);
 
   // Refuse new requests and cancel every running generation (their streams then end normally).
   void shutdown();
@@ -118,6 +127,9 @@ class Service {
   ServiceOptions options_;
   std::shared_ptr<runtime::Engine> engine_;
   std::shared_ptr<const text::ChatTemplate> template_;
+  // Encodes each chat prompt reusing the ids of an earlier one that shares its prefix (the previous
+  // request of the conversation, or its preloaded history): encoding grows with the new text only.
+  std::shared_ptr<text::PromptEncoder> encoder_;
   runtime::SamplingParams default_sampling_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};

@@ -11,7 +11,12 @@ TurnResult run_turn(runtime::Generation& generation, text::OutputParser& parser,
   auto deliver = [&](const text::ParseEvents& events) {
     for (const auto& e : events) {
       if (e.kind == text::ParseEvent::Kind::warning) continue;  // malformed call: its text came as content
-      if (e.kind == text::ParseEvent::Kind::tool_call) ++result.tool_calls;
+      if (e.kind == text::ParseEvent::Kind::tool_call) {
+        ++result.tool_calls;
+        result.calls.push_back(e.call);
+      }
+      if (e.kind == text::ParseEvent::Kind::content) result.content += e.text;
+      if (e.kind == text::ParseEvent::Kind::reasoning) result.reasoning += e.text;
       if (!cb.on_event(e)) return false;
     }
     return true;

@@ -28,6 +28,9 @@ struct TurnResult {
   runtime::FinishEvent finish;
   bool client_gone = false;
   int tool_calls = 0;
+  // The reply as parsed (what the client gets, and sends back as history next turn).
+  std::string content, reasoning;
+  std::vector<text::ToolCall> calls;
 };
 
 TurnResult run_turn(runtime::Generation& generation, text::OutputParser& parser, const TurnCallbacks& callbacks,

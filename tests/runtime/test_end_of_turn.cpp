@@ -99,6 +99,63 @@ void expect_next_turn_prefills_only_new_tokens(const std::string& fixture, bool 
     EXPECT_NEAR(second.logprobs[i], fresh.logprobs[i], 1e-5 * std::max(1.0f, std::abs(fresh.logprobs[i])));
 }
 
+// A preload: the history as the next request renders it differs from prompt + reply (as when a
+// template drops the reply's reasoning): the engine folds it from the deepest snapshot on its path
+// (here the turn boundary) and the next turn reuses all of it — with the logits of a cold run.
+void expect_preload_reused(const std::string& fixture) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << fixture << " seed " << seed);
+  std::mt19937_64 rng(seed);
+  EngineOptions options;
+  options.prefill_chunk_tokens = 7;  // the preload folds in several chunks
+  auto make = [&] {
+    auto model = models::load_model(testing::test_data_path("fixtures/" + fixture));
+    EXPECT_TRUE(model.ok());
+    return std::move(Engine::create(std::move(model).value(), nullptr, options)).value();
+  };
+  auto warm = make();
+  auto cold = make();
+  const int64_t V = warm->model_info().vocab_size;
+  auto random_ids = [&](size_t n) {
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(V - 1));
+    return v;
+  };
+  const std::vector<int32_t> history = random_ids(20 + rng() % 20), generation_prompt = random_ids(3);
+  std::vector<int32_t> turn1 = history;
+  turn1.insert(turn1.end(), generation_prompt.begin(), generation_prompt.end());
+  GenerateRequest r1 = greedy(turn1, 6);
+  r1.turn_boundary = history.size();
+  r1.cache_key = "conversation";
+  const Reply first = drain(**warm->submit(r1));
+  ASSERT_EQ(first.finish.reason, FinishReason::length);
+
+  // The reply as history: other ids than the ones generated (20 of them: three chunks of 7).
+  std::vector<int32_t> next = history;
+  const std::vector<int32_t> rendered_reply = random_ids(20);
+  next.insert(next.end(), rendered_reply.begin(), rendered_reply.end());
+  ASSERT_TRUE(warm->preload(next, "conversation").ok());
+  std::vector<int32_t> turn2 = next;
+  const std::vector<int32_t> user = random_ids(5);
+  turn2.insert(turn2.end(), user.begin(), user.end());
+  const EngineCounters before = warm->counters();
+  const Reply second = drain(**warm->submit(greedy(turn2, 5)));
+  const EngineCounters after = warm->counters();
+  EXPECT_EQ(after.end_of_turn_tokens - before.end_of_turn_tokens, static_cast<int64_t>(rendered_reply.size()));
+  EXPECT_EQ(second.finish.stats.prompt_tokens, static_cast<int>(turn2.size()));
+  EXPECT_EQ(second.finish.stats.cached_prompt_tokens, static_cast<int>(next.size()));
+  EXPECT_EQ(after.prompt_tokens_prefilled - before.prompt_tokens_prefilled, static_cast<int64_t>(user.size()));
+  const Reply fresh = drain(**cold->submit(greedy(turn2, 5)));
+  ASSERT_EQ(second.ids, fresh.ids);
+  for (size_t i = 0; i < fresh.logprobs.size(); ++i)
+    EXPECT_NEAR(second.logprobs[i], fresh.logprobs[i], 1e-5 * std::max(1.0f, std::abs(fresh.logprobs[i])));
+  // Bad ids are named; nothing is queued.
+  EXPECT_FALSE(warm->preload({static_cast<int32_t>(V)}, "").ok());
+}
+
+TEST(EndOfTurn, PreloadIsReusedQwen35) { expect_preload_reused("qwen35-dense-tiny"); }
+TEST(EndOfTurn, PreloadIsReusedNemotronH) { expect_preload_reused("nemotron-h-tiny"); }
+
 TEST(EndOfTurn, NextTurnPrefillsOnlyNewTokensQwen35) { expect_next_turn_prefills_only_new_tokens("qwen35-dense-tiny", false); }
 TEST(EndOfTurn, NextTurnPrefillsOnlyNewTokensNemotronH) { expect_next_turn_prefills_only_new_tokens("nemotron-h-tiny", false); }
 TEST(EndOfTurn, AfterAStopTokenQwen35) { expect_next_turn_prefills_only_new_tokens("qwen35-dense-tiny", true); }

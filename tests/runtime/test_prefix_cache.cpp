@@ -106,6 +106,36 @@ TEST(PrefixCache, ConversationGroupsAgeTogether) {
   EXPECT_TRUE(cache.contains(ids({5, 5})));
 }
 
+// A conversation that has served two requests outranks side requests of its session (opencode's title
+// request, in a group of its own) and ungrouped snapshots: they go first even when more recent.
+TEST(PrefixCache, SideRequestsGoBeforeAConversation) {
+  PrefixCache cache(30);
+  cache.count_request("main");
+  cache.insert(ids({1, 2}), fake(2), "main");  // turn 1
+  cache.count_request("main");
+  cache.insert(ids({1, 2, 3, 4}), fake(4), "main");  // turn 2: two requests now
+  cache.count_request("title");
+  cache.insert(ids({7, 8}), fake(2), "title");  // a side request, more recent than main
+  cache.insert(ids({9}), fake(1));              // full: the title goes, not main's older snapshot
+  EXPECT_FALSE(cache.contains(ids({7, 8})));
+  EXPECT_TRUE(cache.contains(ids({1, 2})));
+  cache.insert(ids({5, 5}), fake(2));  // full again: the ungrouped {9} goes before main
+  EXPECT_FALSE(cache.contains(ids({9})));
+  EXPECT_TRUE(cache.contains(ids({1, 2})));
+  EXPECT_TRUE(cache.contains(ids({1, 2, 3, 4})));
+  cache.insert(ids({6, 6}), fake(2));  // only main and {5,5} are left: the ungrouped one first
+  EXPECT_FALSE(cache.contains(ids({5, 5})));
+  EXPECT_EQ(cache.snapshots(), 3u);
+  // Once main's snapshots are all gone, its rank goes with them.
+  cache.insert(ids({4, 4, 4}), fake(3, 100, 30));
+  EXPECT_EQ(cache.snapshots(), 1u);
+  cache.insert(ids({1, 2}), fake(2), "main");     // evicts {4,4,4}
+  cache.insert(ids({3, 3}), fake(2));             // ungrouped, newer than main's {1, 2}
+  cache.insert(ids({5}), fake(1, 100, 15));       // full: main no longer outranks, its older snapshot goes
+  EXPECT_FALSE(cache.contains(ids({1, 2})));
+  EXPECT_TRUE(cache.contains(ids({3, 3})));
+}
+
 TEST(PrefixCache, RandomInsertsAndLookupsMatchABruteForceModel) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

@@ -5,10 +5,12 @@
 // input (also a bad --kv-dtype, --spec, --spec-k, or a draft with another tokenizer) fails clearly.
 #include "models/cli_runner.h"
 #include "test_util.h"
+#include "text/tokenizer/tokenizer.h"
 #include "weights/safetensors.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +131,45 @@ TEST(RunCli, ChatReusesTheCacheOnTheSecondTurn) {
   ASSERT_NE(second, std::string::npos) << r.output;
   const size_t open = r.output.rfind('(', second);
   EXPECT_NE(r.output.substr(open, second - open), "(0 ") << r.output;
+}
+
+// Every token prefilled once: after each reply `kapitsa chat` preloads the conversation as the next
+// turn renders it (the reply's reasoning dropped), so turn 2 prefills exactly its new user turn and
+// generation prompt — for the demo model's Qwen3.5 template and Nemotron 3's, thinking on and off.
+TEST(RunCli, ChatTurnTwoPrefillsOnlyTheNewTurn) {
+  namespace fs = std::filesystem;
+  auto tok = text::Tokenizer::load(demo_dir());
+  ASSERT_TRUE(tok.ok());
+  for (const std::string name : {"", "nemotron3-nano"}) {
+    for (const bool think : {true, false}) {
+      SCOPED_TRACE(name + (think ? " thinking" : " no thinking"));
+      ScratchDir dir;
+      std::string model = demo_dir();
+      if (!name.empty()) {
+        model = dir.path("model");
+        fs::create_directories(model);
+        for (const auto& entry : fs::directory_iterator(demo_dir())) fs::create_symlink(entry.path(), fs::path(model) / entry.path().filename());
+        fs::copy_file(test_data_path("text/data/templates/" + name + ".jinja"), fs::path(model) / "chat_template.jinja");
+      }
+      std::ofstream(dir.path("input.txt")) << "Hello! Who are you?\nTell me more.\n";
+      CommandResult r = run_kapitsa("chat --model " + model + (think ? "" : " --no-think") + " --max-tokens 12 --seed 3 < " +
+                                    dir.path("input.txt"));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      // "prompt P tokens (C cached)", twice.
+      std::vector<std::pair<int, int>> turns;
+      for (size_t at = r.output.find("prompt "); at != std::string::npos; at = r.output.find("prompt ", at + 1)) {
+        int p = 0, c = 0;
+        if (std::sscanf(r.output.c_str() + at, "prompt %d tokens (%d cached)", &p, &c) == 2) turns.emplace_back(p, c);
+      }
+      ASSERT_EQ(turns.size(), 2u) << r.output;
+      const std::string generation_prompt = name.empty() ? (think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+                                                         : (think ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think></think>");
+      const size_t new_turn = tok->encode("<|im_start|>user\nTell me more.<|im_end|>\n" + generation_prompt).size();
+      EXPECT_EQ(turns[1].first - turns[1].second, static_cast<int>(new_turn)) << r.output;
+      // At least turn 1's history (its prompt without the generation prompt) is reused.
+      EXPECT_GE(turns[1].second, turns[0].first - static_cast<int>(tok->encode(generation_prompt).size())) << r.output;
+    }
+  }
 }
 
 // The demo model with a Nemotron 3 or Nemotron Nano v2 template instead of its own: `kapitsa chat` renders

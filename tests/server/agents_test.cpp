@@ -53,11 +53,12 @@ TEST_P(AgentReplay, ClaudeCode) {
   EXPECT_NE(prompt1.find("You are a Claude agent"), std::string::npos);
   EXPECT_NE(prompt1.find("Available agent types"), std::string::npos);  // the mid-conversation system text survives
   EXPECT_NE(prompt1.find("file_path"), std::string::npos);              // the tool reached the prompt
-  EXPECT_EQ(engine->last_request().cache_key, "sess-1");
+  EXPECT_TRUE(engine->last_request().cache_key.starts_with("sess-1#")) << engine->last_request().cache_key;
   EXPECT_LT(engine->last_request().max_tokens, 4096);  // 32000 clamped
-  // What the template writes after a reply, which the engine folds after it (end-of-turn prefill).
-  const std::vector<int32_t> end_of_turn = engine->last_request().end_of_turn_ids;
-  EXPECT_FALSE(end_of_turn.empty());
+  // The conversation with the reply as history, as the next turn renders it: preloaded under the session.
+  ASSERT_EQ(engine->preloads().size(), 1u);
+  const std::vector<int32_t> preloaded = engine->preloads().back().first;
+  EXPECT_EQ(engine->preloads().back().second, engine->last_request().cache_key);
 
   // Next turn: the history (with the mid-conversation system message) plus the answer and a new query;
   // a different billing nonce. The first turn's conversation must stay a byte-identical prefix.
@@ -73,9 +74,9 @@ TEST_P(AgentReplay, ClaudeCode) {
   const auto ids2 = engine->last_request().prompt_ids;
   ASSERT_GT(ids2.size(), boundary1);
   EXPECT_TRUE(std::equal(ids1.begin(), ids1.begin() + boundary1, ids2.begin())) << "prefix changed between turns";
-  EXPECT_NE(std::search(ids2.begin() + static_cast<std::ptrdiff_t>(boundary1), ids2.end(), end_of_turn.begin(), end_of_turn.end()),
-            ids2.end())
-      << "the next turn does not contain the end-of-turn ids after the reply";
+  ASSERT_GT(preloaded.size(), boundary1);
+  ASSERT_LT(preloaded.size(), ids2.size());
+  EXPECT_TRUE(std::equal(preloaded.begin(), preloaded.end(), ids2.begin())) << "the preload is not where turn 2 starts";
 
   // count_tokens counts the rendered prompt (system + tools + markers), not raw text.
   OJson count = claude_body(claude_turn1());
@@ -123,7 +124,7 @@ TEST_P(AgentReplay, CodexResponses) {
   EXPECT_NE(prompt.find("apply_patch"), std::string::npos);  // custom tool offered
   EXPECT_NE(prompt.find("tool_search"), std::string::npos);
   EXPECT_EQ(prompt.find("web_search"), std::string::npos);  // hosted tool dropped
-  EXPECT_EQ(engine->last_request().cache_key, "codex-session");
+  EXPECT_TRUE(engine->last_request().cache_key.starts_with("codex-session#")) << engine->last_request().cache_key;
 
   // The retry shape: the previous answer comes back as an assistant item with id and status, then
   // a function call round trip with output given as input_text parts.
@@ -155,14 +156,25 @@ TEST_P(AgentReplay, OpencodeTitleAndMain) {
   auto frames = stream(call("/v1/chat/completions", title, {{"x-session-affinity", "ses_1"}, {"x-session-id", "ses_1"}}));
   ASSERT_GE(frames.size(), 3u);
   EXPECT_EQ(frames[frames.size() - 3].data["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(engine->last_request().cache_key, "ses_1");
+  const std::string title_key = engine->last_request().cache_key;
+  EXPECT_TRUE(title_key.starts_with("ses_1#")) << title_key;
   EXPECT_NE(engine->last_prompt().find("Generate a title"), std::string::npos);
 
+  // The main conversation of the same session is a cache group of its own (the title request cannot
+  // age its snapshots out), and stays that group on its next turn.
   OJson main = title;
   main["messages"] = {{{"role", "system"}, {"content", "You are opencode."}}, {{"role", "user"}, {"content", "\"say hello\""}}};
   main["tools"] = {{{"type", "function"}, {"function", {{"name", "read"}, {"description", "Read a file"}, {"parameters", kReadSchema}}}}};
   main["tool_choice"] = "auto";
-  EXPECT_EQ(stream(call("/v1/chat/completions", main)).back().data, nullptr);
+  const std::map<std::string, std::string> headers = {{"x-session-affinity", "ses_1"}, {"x-session-id", "ses_1"}};
+  EXPECT_EQ(stream(call("/v1/chat/completions", main, headers)).back().data, nullptr);
+  const std::string main_key = engine->last_request().cache_key;
+  EXPECT_TRUE(main_key.starts_with("ses_1#")) << main_key;
+  EXPECT_NE(main_key, title_key);
+  main["messages"].push_back({{"role", "assistant"}, {"content", "Title"}});
+  main["messages"].push_back({{"role", "user"}, {"content", "and now?"}});
+  EXPECT_EQ(stream(call("/v1/chat/completions", main, headers)).back().data, nullptr);
+  EXPECT_EQ(engine->last_request().cache_key, main_key);
 }
 
 TEST_P(AgentReplay, PiDeveloperPartsAndReasoningReplay) {

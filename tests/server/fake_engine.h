@@ -108,6 +108,17 @@ class FakeEngine : public runtime::Engine {
         std::make_unique<Gen>(std::move(s), request, tokenizer_.get(), cancelled_, live_));
   }
 
+  Status preload(std::vector<int32_t> ids, std::string cache_key) override {
+    std::lock_guard lock(mutex_);
+    preloads_.emplace_back(std::move(ids), std::move(cache_key));
+    return ok_status();
+  }
+  // Every preload asked for: (ids, cache_key).
+  std::vector<std::pair<std::vector<int32_t>, std::string>> preloads() const {
+    std::lock_guard lock(mutex_);
+    return preloads_;
+  }
+
   const models::ModelInfo& model_info() const override { return info_; }
   const text::Tokenizer& tokenizer() const override { return *tokenizer_; }
   // Speculative-decoding counters the fake reports (proposer name and draft totals), for /metrics.
@@ -205,6 +216,7 @@ class FakeEngine : public runtime::Engine {
   std::optional<Error> submit_error_;
   std::vector<runtime::GenerateRequest> requests_;
   runtime::EngineCounters speculation_;
+  std::vector<std::pair<std::vector<int32_t>, std::string>> preloads_;
   std::shared_ptr<std::atomic<int>> cancelled_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
 };

@@ -201,7 +201,7 @@ void write_stream(Service& service, MessagesCall& call, StreamSink& sink) {
   cb.on_idle = [&] { return event("ping", OJson::object()); };
 
   const bool opened = event("message_start", {{"message", message}}) && event("ping", OJson::object());
-  const TurnResult r = service.stream_turn(call.generation, call.prompt.parser, opened, cb);
+  const TurnResult r = service.stream_turn(call.generation, call.prompt, opened, cb);
   if (r.client_gone) return;
   // An answer with no block at all reads as a malformed stream to Claude Code: give it an empty text block.
   if (index < 0 && !open_block("text", {{"type", "text"}, {"text", ""}})) return;
@@ -235,10 +235,7 @@ HttpResponse respond_whole(Service& service, MessagesCall& call) {
       content.push_back({{"type", "tool_use"}, {"id", new_id("toolu_")}, {"name", e.call.name}, {"input", tool_input(e.call.arguments)}});
     return true;
   };
-  text::OutputParser parser(call.prompt.parser);
-  TurnResult r = run_turn(*call.generation, parser, cb, service.options().keepalive);
-  call.generation.reset();
-  service.record_finish(r.finish);
+  TurnResult r = service.whole_turn(call.generation, call.prompt, cb);
   const StopKind kind = stop_kind(r, call.stops);
   if (kind == StopKind::error) return anthropic_error(ApiError{ErrorKind::internal, "generation failed: " + r.finish.error});
   OJson out = {{"id", call.id},
@@ -287,8 +284,8 @@ HttpResponse anthropic_messages(Service& service, const HttpRequest& request) {
   g.max_tokens = service.max_tokens(value_of(max_tokens), g.prompt_ids.size());  // 32000 is clamped, not rejected
   g.stop_strings = call->stops;
   g.turn_boundary = call->prompt.turn_boundary;
-  g.end_of_turn_ids = call->prompt.end_of_turn_ids;
-  g.cache_key = session_key(request, body);
+  call->prompt.cache_key = conversation_key(session_key(request, body), call->prompt.request.messages);
+  g.cache_key = call->prompt.cache_key;
   g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return anthropic_error(*e);

@@ -123,6 +123,14 @@ std::string session_key(const HttpRequest& request, const OJson& body) {
   for (const char* h : {"x-session-affinity", "x-claude-code-session-id", "x-session-id", "session-id"})
     if (std::string v = request.header(h); !v.empty()) return v;
   if (auto it = body.find("prompt_cache_key"); it != body.end() && it->is_string()) return it->get<std::string>();
+  // Claude Code also names its session inside metadata.user_id (a JSON string) when no header says it.
+  if (auto m = body.find("metadata"); m != body.end() && m->is_object())
+    if (auto u = m->find("user_id"); u != m->end() && u->is_string()) {
+      const OJson user = OJson::parse(u->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (user.is_object())
+        if (auto id = user.find("session_id"); id != user.end() && id->is_string() && !id->get<std::string>().empty())
+          return id->get<std::string>();
+    }
   return {};
 }
 

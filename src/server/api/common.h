@@ -46,7 +46,8 @@ ApiResult<runtime::SamplingParams> sampling_params(const OJson& body, runtime::S
 ApiResult<std::vector<std::string>> stop_strings(const OJson& body, const char* key);
 
 // The conversation key agents send (x-session-affinity, x-session-id, session-id,
-// X-Claude-Code-Session-Id headers; prompt_cache_key in the body), or "".
+// X-Claude-Code-Session-Id headers; prompt_cache_key in the body; Claude Code's metadata.user_id
+// session_id), or "".
 std::string session_key(const HttpRequest& request, const OJson& body);
 
 // Template variables from the request's thinking controls: chat_template_kwargs (wins), top-level

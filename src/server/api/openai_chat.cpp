@@ -106,8 +106,8 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
   g.stop_strings = call->stops;
   g.top_logprobs = call->logprobs ? static_cast<int>(value_of(top).value_or(0)) : -1;
   g.turn_boundary = call->prompt.turn_boundary;
-  g.end_of_turn_ids = call->prompt.end_of_turn_ids;
-  g.cache_key = session_key(request, body);
+  call->prompt.cache_key = conversation_key(session_key(request, body), call->prompt.request.messages);
+  g.cache_key = call->prompt.cache_key;
   g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return *e;
@@ -163,7 +163,7 @@ void write_stream(Service& service, ChatCall& call, StreamSink& sink) {
   cb.on_idle = [&] { return sink.write(": keep-alive\n\n"); };
 
   const bool opened = chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
-  const TurnResult r = service.stream_turn(call.generation, call.prompt.parser, opened, cb);
+  const TurnResult r = service.stream_turn(call.generation, call.prompt, opened, cb);
   if (r.client_gone) return;
   const StopKind kind = stop_kind(r, call.stops);
   if (!chunk(OJson::object(), finish_reason(kind), call.logprobs && !pending_logprobs.empty() ? take_logprobs() : OJson(nullptr)))
@@ -202,10 +202,7 @@ HttpResponse respond_whole(Service& service, ChatCall& call) {
     }
     return true;
   };
-  text::OutputParser parser(call.prompt.parser);
-  TurnResult r = run_turn(*call.generation, parser, cb, service.options().keepalive);
-  call.generation.reset();
-  service.record_finish(r.finish);
+  TurnResult r = service.whole_turn(call.generation, call.prompt, cb);
   const StopKind kind = stop_kind(r, call.stops);
   if (kind == StopKind::error) return openai_error(ApiError{ErrorKind::internal, "generation failed: " + r.finish.error});
   OJson message = {{"role", "assistant"}, {"content", content.empty() && !calls.empty() ? OJson(nullptr) : OJson(content)}};

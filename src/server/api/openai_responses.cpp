@@ -280,7 +280,7 @@ void write_stream(Service& service, ResponsesCall& call, StreamSink& sink) {
   };
 
   const bool opened = emit("response.created", {{"response", initial}}) && emit("response.in_progress", {{"response", initial}});
-  const TurnResult r = service.stream_turn(call.generation, call.prompt.parser, opened, cb);
+  const TurnResult r = service.stream_turn(call.generation, call.prompt, opened, cb);
   if (r.client_gone) return;
   if (!items.close()) return;
   OJson response;
@@ -347,8 +347,8 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   g.sampling = value_of(sampling);
   g.max_tokens = service.max_tokens(value_of(max_out), g.prompt_ids.size());
   g.turn_boundary = call->prompt.turn_boundary;
-  g.end_of_turn_ids = call->prompt.end_of_turn_ids;
-  g.cache_key = session_key(request, body);
+  call->prompt.cache_key = conversation_key(session_key(request, body), call->prompt.request.messages);
+  g.cache_key = call->prompt.cache_key;
   g.grammar = call->prompt.grammar;
   auto gen = service.submit(std::move(g));
   if (auto* e = failed(gen)) return openai_error(*e);
@@ -362,10 +362,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   TurnCallbacks cb;
   cb.on_token = [&](const runtime::TokenEvent& t) { reasoning.add(t.text); };
   cb.on_event = [&](const text::ParseEvent& e) { return items.on(e); };
-  text::OutputParser parser(call->prompt.parser);
-  TurnResult r = run_turn(*call->generation, parser, cb, service.options().keepalive);
-  call->generation.reset();
-  service.record_finish(r.finish);
+  TurnResult r = service.whole_turn(call->generation, call->prompt, cb);
   items.close();
   OJson response;
   const char* event = nullptr;

@@ -1,6 +1,8 @@
 // render_chat_prompt (see chat_prompt.h).
 #include "text/chat/chat_prompt.h"
 
+#include "text/chat/next_turn.h"
+
 #include <algorithm>
 
 namespace kapitsa::text {
@@ -15,6 +17,19 @@ bool closes_reasoning(std::string_view prompt) {
          prompt.find_first_not_of(" \t\r\n", close + kClose.size()) == std::string_view::npos;
 }
 
+// What add_generation_prompt appends (e.g. "<|im_start|>assistant\n<think>\n"), from a one-message
+// conversation rendered both ways with the same variables; "" when the two do not differ by a suffix.
+std::string generation_prompt_text(const ChatTemplate& chat_template, const OrderedJson& kwargs) {
+  ChatRequest r;
+  r.messages = OrderedJson::array({{{"role", "user"}, {"content", "Hi"}}});
+  r.kwargs = kwargs;
+  auto with = chat_template.render(r);
+  r.add_generation_prompt = false;
+  auto without = chat_template.render(r);
+  if (!with.ok() || !without.ok() || !with->starts_with(*without)) return {};
+  return with->substr(without->size());
+}
+
 }  // namespace
 
 GrammarStart ChatPrompt::grammar_start() const {
@@ -25,25 +40,37 @@ GrammarStart ChatPrompt::grammar_start() const {
 }
 
 Expected<ChatPrompt> render_chat_prompt(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
-                                        ChatRequest request) {
+                                        ChatRequest request, PromptEncoder* encoder) {
   ChatPrompt p;
   request.add_generation_prompt = true;
+  // The one render of the whole conversation; everything else below renders a one-turn conversation.
   KAPITSA_TRY(p.text, chat_template.render(request));
-  p.ids = tokenizer.encode(p.text);
+  std::vector<Tokenizer::Split> splits;
+  if (encoder != nullptr) {
+    PromptEncoder::Encoded e = encoder->encode(p.text);
+    p.ids = std::move(e.ids);
+    splits = std::move(e.splits);
+  } else {
+    p.ids = tokenizer.encode(p.text, {}, &splits);
+  }
 
   // The conversation without the generation prompt: where the prefix cache should keep a snapshot.
-  request.add_generation_prompt = false;
-  if (auto history = chat_template.render(request); history.ok() && p.text.starts_with(*history)) {
-    const std::vector<int32_t> ids = tokenizer.encode(*history);
-    if (ids.size() <= p.ids.size() && std::equal(ids.begin(), ids.end(), p.ids.begin())) p.turn_boundary = ids.size();
+  // The generation prompt does not depend on the conversation, only on the variables; where it starts
+  // with an added token (a split), the history's ids are the ids before it.
+  const std::string generation = generation_prompt_text(chat_template, request.kwargs);
+  if (!generation.empty() && p.text.ends_with(generation)) {
+    const size_t at = p.text.size() - generation.size();
+    auto split = std::find_if(splits.begin(), splits.end(), [&](const Tokenizer::Split& s) { return s.start == at; });
+    if (split != splits.end()) {
+      p.turn_boundary = split->index;
+    } else {
+      const std::vector<int32_t> ids = tokenizer.encode(std::string_view(p.text).substr(0, at));
+      if (ids.size() <= p.ids.size() && std::equal(ids.begin(), ids.end(), p.ids.begin())) p.turn_boundary = ids.size();
+    }
   }
-  // What the template writes after the reply's content (e.g. "<|im_end|>\n"): the engine folds it
-  // after the reply, so the next turn resumes past it.
-  static const std::string marker = "KAPITSA_REPLY_END_MARKER";
-  request.messages.push_back({{"role", "assistant"}, {"content", marker}});
-  if (auto closed = chat_template.render(request); closed.ok())
-    if (const size_t at = closed->rfind(marker); at != std::string::npos)
-      p.end_of_turn_ids = tokenizer.encode(closed->substr(at + marker.size()));
+  // What the template writes after the reply's content (e.g. "<|im_end|>\n").
+  if (std::string end = end_of_turn_text(chat_template, request.kwargs); !end.empty())
+    p.end_of_turn_ids = tokenizer.encode(end);
 
   p.format = chat_template.format();
   p.parser.reasoning = p.format.reasoning;
@@ -52,6 +79,7 @@ Expected<ChatPrompt> render_chat_prompt(const ChatTemplate& chat_template, const
     p.parser.tools = p.format.tools;
     p.parser.tool_schemas = Json(request.tools);
   }
+  p.request = std::move(request);
   return p;
 }
 

@@ -11,6 +11,7 @@
 #include "text/chat/chat_template.h"
 #include "text/grammar/grammar.h"
 #include "text/parse/output_parser.h"
+#include "text/tokenizer/prompt_encoder.h"
 #include "text/tokenizer/tokenizer.h"
 
 #include <cstdint>
@@ -26,6 +27,7 @@ struct ChatPrompt {
   std::optional<size_t> turn_boundary;   // ids of the history alone, when they are a prefix of `ids`
   std::vector<int32_t> end_of_turn_ids;  // what follows a reply's content (e.g. "<|im_end|>\n"); may be empty
   ChatFormat format;                     // the template's formats
+  ChatRequest request;                   // what was rendered (with the generation prompt)
   // For the reply: reasoning as the template does it (starting inside <think> when the prompt opened
   // one); tool calls in the template's syntax when the request offers tools (their schemas type XML
   // arguments), none otherwise.
@@ -36,11 +38,12 @@ struct ChatPrompt {
   GrammarStart grammar_start() const;
 };
 
-// Renders `request` (its add_generation_prompt is ignored: always on) and derives the rest: the
-// boundary from the render without the generation prompt, the end-of-turn ids from a render with a
-// marker reply appended. Errors are the template's (it may reject a conversation); an empty prompt is
-// not an error here.
+// Renders `request` (its add_generation_prompt is ignored: always on) once and derives the rest from
+// one-turn renders with the same variables: the boundary where the generation prompt starts, the
+// end-of-turn ids from a marker reply. `encoder` (optional): encodes the prompt reusing an earlier
+// prompt of the conversation (prompt_encoder.h); the ids are the same either way. Errors are the
+// template's (it may reject a conversation); an empty prompt is not an error here.
 Expected<ChatPrompt> render_chat_prompt(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
-                                        ChatRequest request);
+                                        ChatRequest request, PromptEncoder* encoder = nullptr);
 
 }  // namespace kapitsa::text

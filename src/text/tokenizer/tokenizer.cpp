@@ -160,12 +160,15 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<int32_t>& o
   }
 }
 
-std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, const EncodeOptions& options, bool cached) const {
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, const EncodeOptions& options, bool cached,
+                                            std::vector<Split>* splits) const {
   // PCRE2 and utf8proc need valid UTF-8; invalid runs become U+FFFD (what a Rust String would hold).
   std::string repaired;
+  if (splits) splits->clear();
   if (!utf8_is_valid(text)) {
     repaired = utf8_lossy(text);
     text = repaired;
+    splits = nullptr;  // offsets into the repaired text would not be the caller's
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
@@ -174,6 +177,7 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, const EncodeO
   AddedTokenMatcher::Match m;
   while (added_.find(text, pos, options.allow_special, m)) {
     encode_segment(text.substr(pos, m.start - pos), ids, cached);
+    if (splits) splits->push_back({m.start, m.end, ids.size()});
     ids.push_back(m.id);
     pos = m.end;
   }
@@ -184,6 +188,10 @@ std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, const EncodeO
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
   return encode_impl(text, options, true);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOptions& options, std::vector<Split>* splits) const {
+  return encode_impl(text, options, true, splits);
 }
 
 std::vector<int32_t> Tokenizer::encode_uncached(std::string_view text, const EncodeOptions& options) const {

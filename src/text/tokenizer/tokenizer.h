@@ -36,6 +36,14 @@ class Tokenizer {
   static Expected<Tokenizer> from_json(const Json& tokenizer_json, const Json& config, const std::string& where);
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // Where the text splits at an added token: the bytes the match covers and the index of its id in
+  // the result. The ids before `index` are exactly those of text[0, start) encoded alone (added tokens
+  // are split out before anything else), which lets a caller re-encode only a changed tail.
+  struct Split {
+    size_t start = 0, end = 0, index = 0;
+  };
+  // encode, also listing the splits (none when the text is not valid UTF-8: offsets would not hold).
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options, std::vector<Split>* splits) const;
   // Encodes without the per-piece cache (to benchmark the BPE itself).
   std::vector<int32_t> encode_uncached(std::string_view text, const EncodeOptions& options = {}) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
@@ -61,7 +69,8 @@ class Tokenizer {
   void clear_cache() const { bpe_.clear_cache(); }
 
  private:
-  std::vector<int32_t> encode_impl(std::string_view text, const EncodeOptions& options, bool cached) const;
+  std::vector<int32_t> encode_impl(std::string_view text, const EncodeOptions& options, bool cached,
+                                   std::vector<Split>* splits = nullptr) const;
   void encode_segment(std::string_view segment, std::vector<int32_t>& out, bool cached) const;
 
   Normalizer normalizer_;
