@@ -126,9 +126,11 @@ void BM_PrepareAfter(benchmark::State& state) {
     state.ResumeTiming();
     auto p = or_exit(text::render_chat_prompt(*s.chat_template, *s.tokenizer, parse(s.body), &encoder));
     n = p.ids.size();
-    state.PauseTiming();
-    reused = encoder.encode(p.text).reused_ids;
-    state.ResumeTiming();
+  }
+  {  // how much of the prompt came from the previous request
+    text::PromptEncoder encoder(s.tokenizer);
+    encoder.encode(or_exit(text::render_chat_prompt(*s.chat_template, *s.tokenizer, parse(s.previous_body))).text);
+    reused = encoder.encode(*s.chat_template->render(parse(s.body))).reused_ids;
   }
   state.counters["prompt_tokens"] = static_cast<double>(n);
   state.counters["reused_tokens"] = static_cast<double>(reused);
