@@ -1,9 +1,12 @@
 // Whole-model benchmark: prefill and batch-1 decode tokens/s of a checkpoint (or of a random one
 // written from a config.json), printed beside the memory-bandwidth roofline: the machine's measured
-// read bandwidth ÷ the weight bytes one decode step reads. Not a test; run it by hand:
+// read bandwidth ÷ the weight bytes one decode step reads (on a GPU: its measured device-to-device copy
+// bandwidth, bytes read plus written). Not a test; run it by hand:
 //   build/release/bench/bench_model --config bench/configs/qwen35-0.8b.json [--prompt 512] [--decode 64]
+//   build/release/bench/bench_model --model models/demo/target --device cuda
 #include "base/thread_pool.h"
 #include "models/model.h"
+#include "ops/memory.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -42,6 +45,22 @@ double measure_read_bandwidth_gbs() {
   return best;
 }
 
+// Copy bandwidth of the GPU (bytes read + written) over 1 GiB buffers, best of 5 runs of 4 copies.
+double measure_device_bandwidth_gbs(Device device) {
+  const int64_t n = int64_t{1} << 30;
+  Buffer a = ops::zeros(device, DType::u8, {n}), b = ops::zeros(device, DType::u8, {n});
+  ops::copy_bytes(b.tensor(), a.tensor());
+  ops::synchronize(device);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    for (int i = 0; i < 4; ++i) ops::copy_bytes(i % 2 ? a.tensor() : b.tensor(), i % 2 ? b.tensor() : a.tensor());
+    ops::synchronize(device);
+    best = std::max(best, 4.0 * 2 * static_cast<double>(n) / seconds_since(start) / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,11 +68,13 @@ int main(int argc, char** argv) {
   std::string config, model_dir;
   int prompt = 512, decode = 64;
   uint64_t seed = 1;
+  std::string device_name = "cpu";
   app.add_option("--config", config, "config.json to benchmark a random checkpoint of (written once, cached)");
   app.add_option("--model", model_dir, "Existing model folder (instead of --config)");
   app.add_option("--prompt", prompt, "Prompt tokens for the prefill measurement");
   app.add_option("--decode", decode, "Tokens to decode one at a time");
   app.add_option("--seed", seed, "Seed of the random checkpoint and prompt");
+  app.add_option("--device", device_name, "cpu (default), cuda or cuda:N");
   CLI11_PARSE(app, argc, argv);
   if (config.empty() == model_dir.empty()) {
     fmt::print(stderr, "bench_model: give exactly one of --config or --model\n");
@@ -71,7 +92,17 @@ int main(int argc, char** argv) {
       }
     }
   }
-  auto loaded = models::load_model(model_dir);
+  auto spec = ops::parse_device(device_name);
+  Status selected = spec.ok() ? ops::select_device(*spec) : Status(spec.error());
+  if (!selected.ok()) {
+    fmt::print(stderr, "bench_model: {}\n", selected.error().message);
+    return 2;
+  }
+  models::LoadOptions load_options;
+  load_options.device = spec->device;
+  const auto load_start = Clock::now();
+  auto loaded = models::load_model(model_dir, load_options);
+  const double load_s = seconds_since(load_start);
   if (!loaded.ok()) {
     fmt::print(stderr, "bench_model: {}\n", loaded.error().message);
     return 1;
@@ -103,14 +134,17 @@ int main(int argc, char** argv) {
   }
   const double decode_s = seconds_since(start);
 
-  const double bandwidth = measure_read_bandwidth_gbs();
+  const bool gpu = spec->device != Device::cpu;
+  const double bandwidth = gpu ? measure_device_bandwidth_gbs(spec->device) : measure_read_bandwidth_gbs();
   const double bytes = static_cast<double>(info.weight_bytes_per_token);
   const double roofline = bytes > 0 ? bandwidth * 1e9 / bytes : 0;
   const double decode_tps = decode / decode_s;
 
   fmt::print("model      {}\n", info.summary);
-  fmt::print("threads    {}\n", default_thread_pool().size());
-  fmt::print("bandwidth  {:.1f} GB/s (measured read, all threads)\n", bandwidth);
+  fmt::print("device     {} (loaded in {:.2f} s)\n", ops::device_name(*spec), load_s);
+  if (gpu) fmt::print("gpu        {}\n", ops::cuda_report());
+  else fmt::print("threads    {}\n", default_thread_pool().size());
+  fmt::print("bandwidth  {:.1f} GB/s ({})\n", bandwidth, gpu ? "measured device copy, read + write" : "measured read, all threads");
   fmt::print("weights    {:.1f} MB read per decode token\n", bytes / 1e6);
   fmt::print("| measurement          | tokens/s | roofline tokens/s | of roofline |\n");
   fmt::print("|----------------------|---------:|------------------:|------------:|\n");

@@ -10,6 +10,7 @@
 // Commands: /reset (forget the conversation), /exit or end of input.
 #include "cli/commands.h"
 #include "cli/generate_common.h"
+#include "cli/device_option.h"
 #include "cli/kv_dtype_option.h"
 #include "text/chat/next_turn.h"
 
@@ -27,6 +28,7 @@ struct ChatOptions {
   int64_t context = 32768;
   bool no_think = false;
   std::string kv_dtype = "bf16";
+  std::string device;  // --device; empty: cuda when usable
   SamplingFlags sampling;
   SpecFlags spec;
 };
@@ -45,7 +47,8 @@ Status chat(const ChatOptions& o) {
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
   KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options));
-  KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
+  KAPITSA_TRY(const Device device, choose_device(o.device));
+  KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options, device));
   if (!loaded.chat_template) return error("{}: the model has no chat template (use `kapitsa run --no-template`)", dir);
   const bool colour = stdout_is_terminal(), interactive = isatty(0) != 0;
   std::fprintf(stderr, "kapitsa chat: %s (%s). /reset starts over, /exit quits.\n", dir.c_str(),
@@ -118,6 +121,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--ctx", o->context, "Context size in tokens (default 32768, at most the model's)");
   cmd->add_flag("--no-think", o->no_think, "Ask the template to skip reasoning (enable_thinking=false)");
   add_kv_dtype_option(cmd, o->kv_dtype);
+  add_device_option(cmd, o->device);
   o->sampling.add_to(cmd);
   o->spec.add_to(cmd);
   cmd->callback([o] {

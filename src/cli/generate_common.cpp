@@ -46,7 +46,7 @@ Expected<std::string> resolve_model_dir(const std::string& option) {
                kDemo);
 }
 
-Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options) {
+Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options, Device device) {
   if (dir.ends_with(".gguf")) return models::load_model(dir).error();  // says what is supported, before the tokenizer
   LoadedModel out;
   out.dir = dir;
@@ -66,7 +66,9 @@ Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime:
     if (g.contains("repetition_penalty") && g["repetition_penalty"].is_number())
       s.repetition_penalty = g["repetition_penalty"].get<float>();
   }
-  KAPITSA_TRY(auto model, models::load_model(dir));
+  models::LoadOptions load;
+  load.device = device;
+  KAPITSA_TRY(auto model, models::load_model(dir, load));
   KAPITSA_TRY(out.engine, runtime::Engine::create(std::move(model), out.tokenizer, options));
   return out;
 }

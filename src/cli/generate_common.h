@@ -35,7 +35,9 @@ struct LoadedModel {
   runtime::SamplingParams default_sampling;         // from generation_config.json
   std::unique_ptr<runtime::Engine> engine;
 };
-Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options);
+// device: where the model runs (cli/device_option.h: already selected).
+Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options,
+                                          Device device = Device::cpu);
 
 // Sampler flags; a flag left unset keeps the model's default.
 struct SamplingFlags {

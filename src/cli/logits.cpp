@@ -3,6 +3,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "cli/kv_dtype_option.h"
 #include "models/model.h"
 #include "ops/ops.h"
@@ -23,6 +24,7 @@ struct LogitsOptions {
   bool hidden_states = false;
   std::string backend = "cpu";
   bool rope_bf16 = false;
+  std::string device = "cpu";  // --device: the test/debug interface stays on the cpu unless told
   std::string kv_dtype = "f32";  // exact by default: this is the test/debug interface
 };
 
@@ -52,7 +54,10 @@ Status run_logits(const LogitsOptions& o) {
   else if (o.backend != "cpu") return error("--backend must be 'cpu' or 'ref', got '{}'", o.backend);
   if (o.generate < 0) return error("--generate must be non-negative, got {}", o.generate);
   KAPITSA_TRY(std::vector<int32_t> ids, read_ids(o.ids_file));
-  KAPITSA_TRY(std::unique_ptr<models::Model> model, models::load_model(o.model_dir, models::LoadOptions{o.rope_bf16}));
+  KAPITSA_TRY(const Device device, choose_device(o.device));
+  models::LoadOptions load{o.rope_bf16};
+  load.device = device;
+  KAPITSA_TRY(std::unique_ptr<models::Model> model, models::load_model(o.model_dir, load));
   const auto& info = model->info();
   log::info("{}", info.summary);
   for (size_t i = 0; i < ids.size(); ++i)
@@ -111,6 +116,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_flag("--rope-bf16", options->rope_bf16,
                 "Round RoPE frequencies through bf16 as transformers does for bf16-loaded checkpoints");
   add_kv_dtype_option(cmd, options->kv_dtype);
+  add_device_option(cmd, options->device)->default_str("cpu");
   cmd->callback([options] {
     Status status = run_logits(*options);
     if (!status.ok()) {

@@ -5,6 +5,7 @@
 #include "base/json.h"
 #include "cli/commands.h"
 #include "cli/generate_common.h"
+#include "cli/device_option.h"
 #include "cli/kv_dtype_option.h"
 
 #include <cstdio>
@@ -26,6 +27,7 @@ struct RunOptions {
   bool ignore_eos = false;
   bool quiet = false;
   std::string kv_dtype = "bf16";
+  std::string device;  // --device; empty: cuda when usable
   std::vector<std::string> stop;
   SamplingFlags sampling;
   SpecFlags spec;
@@ -56,7 +58,8 @@ Status run(const RunOptions& o) {
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
   KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options));
-  KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options));
+  KAPITSA_TRY(const Device device, choose_device(o.device));
+  KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options, device));
 
   runtime::GenerateRequest request;
   text::ParserOptions parser;  // no template: the text as it comes
@@ -121,6 +124,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep going past end-of-sequence tokens");
   cmd->add_flag("--quiet", o->quiet, "No statistics line on stderr");
   add_kv_dtype_option(cmd, o->kv_dtype);
+  add_device_option(cmd, o->device);
   o->sampling.add_to(cmd);
   o->spec.add_to(cmd);
   cmd->callback([o] {

@@ -5,6 +5,7 @@
 // (with --port 0 the port is chosen by the system), for scripts and tests to read.
 #include "cli/commands.h"
 #include "cli/generate_common.h"
+#include "cli/device_option.h"
 #include "cli/kv_dtype_option.h"
 #include "server/transport.h"
 #include "text/grammar/grammar.h"
@@ -38,6 +39,7 @@ struct ServeOptions {
   std::string template_kwargs;
   std::string grammar_file;
   std::string kv_dtype = "bf16";
+  std::string device;  // --device; empty: cuda when usable
   SpecFlags spec;
   int64_t max_output_tokens = 32768;
   int max_queue = 256;
@@ -55,6 +57,11 @@ int run_serve(const ServeOptions& o) {
   auto dir = resolve_model_dir(o.model);
   if (!dir.ok()) {
     std::fprintf(stderr, "kapitsa serve: %s\n", dir.error().message.c_str());
+    return 1;
+  }
+  const Expected<Device> device = choose_device(o.device);
+  if (!device.ok()) {
+    std::fprintf(stderr, "kapitsa serve: %s\n", device.error().message.c_str());
     return 1;
   }
   server::ServiceOptions so;
@@ -129,7 +136,7 @@ int run_serve(const ServeOptions& o) {
       g_stop = 1;
       return;
     }
-    auto loaded = load_for_generation(*dir, eo);
+    auto loaded = load_for_generation(*dir, eo, *device);
     if (!loaded.ok()) {
       std::fprintf(stderr, "kapitsa serve: %s\n", loaded.error().message.c_str());
       load_failed = true;
@@ -177,6 +184,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--keepalive-ms", o->keepalive_ms, "Keep-alive interval of idle streams (pings during long prefills)");
   cmd->add_flag("--no-think", o->no_think, "Render prompts with enable_thinking=false unless a request asks otherwise");
   add_kv_dtype_option(cmd, o->kv_dtype);
+  add_device_option(cmd, o->device);
   cmd->add_option("--chat-template-kwargs", o->template_kwargs, "JSON object of default chat template variables");
   cmd->add_option("--grammar-file", o->grammar_file,
                   "GBNF grammar every reply follows unless its request sets its own constraint (the whole output, "

@@ -1,10 +1,13 @@
 // HybridDecoder: validation, step metadata, the residual trunk and the outputs (see hybrid_decoder.h).
 #include "models/hybrid_decoder.h"
 
+#include "base/log.h"
 #include "models/hybrid_state.h"
+#include "ops/memory.h"
 #include "ops/ops.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace kapitsa::models {
 namespace {
@@ -56,8 +59,30 @@ Status validate(const ForwardBatch& batch, const ForwardOutputs& outputs, const 
 
 std::shared_ptr<StateSlotPool> HybridDecoder::slot_pool() const {
   std::lock_guard lock(slot_pool_mu_);
-  if (!slot_pool_) slot_pool_ = std::make_shared<StateSlotPool>(recurrent_layout_);
+  if (!slot_pool_) {
+    RecurrentLayout layout = recurrent_layout_;
+    layout.device = device_;
+    slot_pool_ = std::make_shared<StateSlotPool>(layout);
+  }
   return slot_pool_;
+}
+
+KvLayout HybridDecoder::kv_layout() const {
+  KvLayout layout = kv_layout_;
+  layout.device = device_;
+  return layout;
+}
+
+void HybridDecoder::keep_device_weights(WeightLoader& loader) {
+  if (device_ == Device::cpu) return;
+  log::info("weights on {}: {:.2f} GiB", device_ == Device::cuda ? "the GPU" : "the device",
+            static_cast<double>(loader.device_bytes()) / (1ull << 30));
+  device_weights_ = loader.take_device_weights();
+}
+
+void HybridDecoder::store(const Tensor& src, const Tensor& out) const {
+  if (out.device() == device_) ops::copy(src, out);
+  else ops::copy_bytes(out, src, /*wait=*/false);
 }
 
 std::unique_ptr<SequenceState> HybridDecoder::new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool) const {
@@ -66,6 +91,7 @@ std::unique_ptr<SequenceState> HybridDecoder::new_state(int64_t max_tokens, std:
   KAPITSA_CHECK(have.n_layers == kv_layout_.n_layers && have.n_kv_heads == kv_layout_.n_kv_heads &&
                     have.head_dim == kv_layout_.head_dim,
                 "KV pool made for {} attention layers, model has {}", have.n_layers, kv_layout_.n_layers);
+  KAPITSA_CHECK(have.device == device_, "KV pool on another device than the model (make it from kv_layout())");
   return state;
 }
 
@@ -146,6 +172,9 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   KAPITSA_RETURN_IF_ERROR(validate(batch, outputs, info_));
   KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(batch.sequences));
   Workspace& ws = ctx.workspace;
+  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
+  std::optional<ops::ScopedBackend> on_device;  // a model on the GPU runs on its backend whatever the thread's
+  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
   ws.begin_step();
   KAPITSA_TRY(const StepBatch step, build_step(batch, outputs, ws));
   const int64_t T = step.n_tokens, H = info_.hidden_size, L = info_.n_layers;
@@ -158,19 +187,20 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   const Tensor normed = ws.take(DType::f32, {T, H});
   const Tensor mixed = ws.take(DType::f32, {T, H});
   ops::embedding(embedding_, ids, x);
-  if (!all_layers.empty()) ops::copy(x, all_layers.index(0));
+  if (!all_layers.empty()) store(x, all_layers.index(0));
   for (size_t i = 0; i < static_cast<size_t>(L); ++i) {
     for (size_t b = 0; b < block_norms_[i].size(); ++b) {
       ops::rms_norm(x, block_norms_[i][b], norm_eps_, norm_weight_offset_, normed);
       block_forward(i, b, step, normed, mixed, ctx);
       ops::add(x, mixed, x);
     }
-    if (!all_layers.empty() && static_cast<int64_t>(i) + 1 < L) ops::copy(x, all_layers.index(static_cast<int64_t>(i) + 1));
+    if (!all_layers.empty() && static_cast<int64_t>(i) + 1 < L) store(x, all_layers.index(static_cast<int64_t>(i) + 1));
   }
   ops::rms_norm(x, final_norm_, norm_eps_, norm_weight_offset_, normed);
-  if (!all_layers.empty()) ops::copy(normed, all_layers.index(L));
+  if (!all_layers.empty()) store(normed, all_layers.index(L));
 
   write_outputs(batch, outputs, normed, ws);
+  ops::synchronize(device_);  // the one wait of a step: outputs copied to the host are complete
   for (const auto& s : batch.sequences) static_cast<HybridState&>(*s.state).advance(static_cast<int64_t>(s.ids.size()));
   return ok_status();
 }
@@ -190,16 +220,23 @@ void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutput
       if (rows[i] != rows[i - 1] + 1) return false;
     return !rows.empty();
   };
+  // Where an output is computed: itself when it lives on the model's device, else a scratch copy
+  // stored into it (copied back) afterwards.
+  auto on_device = [&](const Tensor& out) { return out.device() == device_ ? out : ws.take(out.dtype(), out.shape()); };
   for (const auto& r : outputs.hidden) {
     std::span<int32_t> rows = ws.take_span<int32_t>(r.rows.size());
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(begins[r.sequence] + r.rows[i]);
-    ops::gather_rows(normed, rows, r.out);
+    const Tensor out = on_device(r.out);
+    ops::gather_rows(normed, rows, out);
+    if (out.data() != r.out.data()) store(out, r.out);
   }
   if (outputs.logits.empty()) return;
   if (outputs.logits.size() == 1 && contiguous(outputs.logits[0].rows)) {
     const auto& r = outputs.logits[0];
     const int64_t first = begins[r.sequence] + r.rows.front();
-    ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, r.out);
+    const Tensor out = on_device(r.out);
+    ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, out);
+    if (out.data() != r.out.data()) store(out, r.out);
     return;
   }
   // Every requested row through the head at once (its weights read once).
@@ -215,7 +252,7 @@ void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutput
   ops::matmul(picked, head_, logits);
   int64_t from = 0;
   for (const auto& r : outputs.logits) {
-    ops::copy(logits.rows(from, from + static_cast<int64_t>(r.rows.size())), r.out);
+    store(logits.rows(from, from + static_cast<int64_t>(r.rows.size())), r.out);
     from += static_cast<int64_t>(r.rows.size());
   }
 }

@@ -21,7 +21,10 @@ class HybridDecoder : public Model {
  public:
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool = nullptr) const override;
-  KvLayout kv_layout() const override { return kv_layout_; }
+  KvLayout kv_layout() const override;
+  Device device() const override { return device_; }
+  // Before loading: where the weights go (LoadOptions::device); the family passes it to its WeightLoader.
+  void set_device(Device device) { device_ = device; }
   using Model::forward;
   Status forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const override;
 
@@ -35,6 +38,10 @@ class HybridDecoder : public Model {
   Status load_embedding_and_head(WeightLoader& loader, const std::string& embedding_name, const std::string& head_name,
                                  bool tied);
 
+  // After loading: keeps the loader's device copies of the weights (nothing on cpu) and logs their size.
+  void keep_device_weights(WeightLoader& loader);
+
+  Device device_ = Device::cpu;
   // Set by the family while loading.
   ModelInfo info_;
   Linear embedding_;          // [V, H]
@@ -50,8 +57,11 @@ class HybridDecoder : public Model {
   Expected<StepBatch> build_step(const ForwardBatch& batch, const ForwardOutputs& outputs, Workspace& ws) const;
   void write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,
                      Workspace& ws) const;
+  // out := src (a device_ tensor); out may be on the host, then the copy completes at the step's end.
+  void store(const Tensor& src, const Tensor& out) const;
   std::shared_ptr<StateSlotPool> slot_pool() const;
 
+  std::vector<Buffer> device_weights_;  // every Linear's copy on device_ (empty on cpu)
   mutable std::mutex slot_pool_mu_;
   mutable std::shared_ptr<StateSlotPool> slot_pool_;
 };

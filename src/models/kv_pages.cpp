@@ -2,6 +2,7 @@
 #include "models/kv_pages.h"
 
 #include "base/check.h"
+#include "ops/memory.h"
 
 #include <algorithm>
 #include <cstring>
@@ -37,8 +38,11 @@ void KvPagePool::grow(int64_t capacity) {
   // Existing pages move with their ids; the rows of free pages need not be copied but are (one memcpy).
   for (std::vector<Buffer>* arrays : {&k_, &v_})
     for (Buffer& b : *arrays) {
-      Buffer bigger = Buffer::allocate(layout_.dtype, {capacity, page_tokens_, layout_.n_kv_heads, layout_.head_dim});
-      if (capacity_ > 0) std::memcpy(bigger.tensor().data(), b.tensor().data(), static_cast<size_t>(capacity_) * layer_page_bytes());
+      Buffer bigger = ops::allocate(layout_.device, layout_.dtype, {capacity, page_tokens_, layout_.n_kv_heads, layout_.head_dim},
+                                    "the KV page pool");
+      if (capacity_ > 0)
+        ops::copy_bytes(bigger.tensor().data(), layout_.device, b.tensor().data(), layout_.device,
+                        static_cast<size_t>(capacity_) * layer_page_bytes());
       b = std::move(bigger);
     }
   refs_.resize(static_cast<size_t>(capacity), 0);
@@ -89,7 +93,8 @@ void KvPagePool::copy_page(int32_t from, int32_t to) {
   for (std::vector<Buffer>* arrays : {&k_, &v_})
     for (Buffer& b : *arrays) {
       std::byte* base = static_cast<std::byte*>(b.tensor().data());
-      std::memcpy(base + static_cast<size_t>(to) * bytes, base + static_cast<size_t>(from) * bytes, bytes);
+      ops::copy_bytes(base + static_cast<size_t>(to) * bytes, layout_.device, base + static_cast<size_t>(from) * bytes,
+                      layout_.device, bytes);
     }
 }
 

@@ -7,6 +7,7 @@
 // Invariants: the arrays grow on demand up to max_pages (0: no limit) by reallocation, so page ids stay
 // valid but Tensors from k()/v() only until the next allocate(); one computing thread at a time
 // allocates and reads (as the op thread pool), while retain/release are safe from any thread.
+// Memory: on KvLayout::device (host, or the GPU a model on cuda runs on; copies through ops/memory.h).
 // Element type: the pool's KvLayout::dtype (f32, bf16 or f16), chosen when the pool is made; the model
 // computes K and V in f32 and ops::write_paged_rows / copy round them into the pages, attention reads
 // them back widened (docs/decisions.md, "KV cache dtype").
@@ -28,6 +29,7 @@ struct KvLayout {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   DType dtype = DType::f32;  // element type of the pages: f32, bf16 or f16
+  Device device = Device::cpu;  // where the pages live: the model's device (ops/memory.h)
   size_t bytes_per_token() const { return static_cast<size_t>(2 * n_layers * n_kv_heads * head_dim) * dtype_size(dtype); }
 };
 

@@ -35,12 +35,14 @@ Status Model::forward_items(std::span<const BatchItem> items, ForwardOutputs out
   }
   outputs.logits = logits;
   std::lock_guard lock(workspace_mu_);
+  workspace_.set_device(device());
   ForwardContext ctx{workspace_};
   return forward(ForwardBatch{sequences}, outputs, ctx);
 }
 
 Status Model::run_step(const ForwardBatch& batch, const ForwardOutputs& outputs) const {
   std::lock_guard lock(workspace_mu_);
+  workspace_.set_device(device());
   ForwardContext ctx{workspace_};
   return forward(batch, outputs, ctx);
 }

@@ -109,6 +109,10 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
+  // Where its weights, KV pages, recurrent state and step workspace live, and so which backend its
+  // forward runs on (LoadOptions::device). Outputs may be host tensors whatever the device: they are
+  // copied back once per step.
+  virtual Device device() const { return Device::cpu; }
 
   // A fresh state for a sequence of up to `max_tokens` tokens whose KV lives in `pool` (made from
   // kv_layout(); null: the model's own unbounded pool, for single-sequence tools and tests). Pages are
@@ -160,6 +164,9 @@ struct LoadOptions {
   // bf16 and then casts to float32 (as the reference fixtures were made). Off: exact float32
   // frequencies, as the models were trained and as vLLM / llama.cpp compute them. docs/decisions.md.
   bool rope_bf16_frequencies = false;
+  // Where the model runs (ops/memory.h): weights are copied there once while loading. cuda needs the
+  // device selected first (ops::select_device); too little free memory there is a load error.
+  Device device = Device::cpu;
 };
 
 // Loads the model in folder `dir` (config.json + safetensors). Unknown architectures, malformed configs,

@@ -4,6 +4,7 @@
 
 #include "base/json.h"
 #include "base/log.h"
+#include "ops/memory.h"
 #include "models/nemotron_h/nemotron_h_model.h"
 #include "models/qwen35/qwen35_model.h"
 #include "weights/hf_config.h"
@@ -35,9 +36,7 @@ const std::vector<Entry>& registry() {
       {"qwen3_next", qwen35::load, qwen35::release_layout},
       {"qwen3_5_text", qwen35::load, qwen35::release_layout},
       {"qwen3_5_moe_text", qwen35::load, qwen35::release_layout},
-      {"nemotron_h",
-       +[](const weights::HfConfig& c, weights::Checkpoint k, const LoadOptions&) { return nemotron_h::load(c, std::move(k)); },
-       nemotron_h::release_layout},
+      {"nemotron_h", nemotron_h::load, nemotron_h::release_layout},
   };
   return table;
 }
@@ -49,6 +48,22 @@ Expected<const Entry*> find_entry(const weights::HfConfig& config) {
   std::string known;
   for (const auto& name : known_model_types()) known += (known.empty() ? "" : ", ") + name;
   return error("{}: unknown model_type '{}' (Kapitsa runs: {})", config.path(), model_type, known);
+}
+
+// A model for the GPU needs its weights there (and room for KV pages, states and the step's workspace):
+// refuse early, saying how much is needed and how much is free, rather than fail mid-upload.
+Status check_device_memory(const weights::Checkpoint& checkpoint, Device device, const std::string& dir) {
+  if (device == Device::cpu) return ok_status();
+  size_t needed = 0;
+  for (const std::string& name : checkpoint.names())
+    if (const weights::TensorEntry* e = checkpoint.find(name)) needed += e->nbytes;
+  const ops::DeviceMemoryInfo m = ops::device_memory(device);
+  constexpr double kGiB = 1ull << 30;
+  if (needed > m.free_bytes)
+    return error("{}: the weights need {:.2f} GiB of GPU memory, but only {:.2f} GiB of {:.2f} GiB are free", dir,
+                 static_cast<double>(needed) / kGiB, static_cast<double>(m.free_bytes) / kGiB,
+                 static_cast<double>(m.total_bytes) / kGiB);
+  return ok_status();
 }
 
 }  // namespace
@@ -68,6 +83,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   KAPITSA_TRY(weights::HfConfig config, weights::HfConfig::load(dir));
   KAPITSA_TRY(const Entry* entry, find_entry(config));
   KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));
+  KAPITSA_RETURN_IF_ERROR(check_device_memory(checkpoint, options.device, dir));
   return entry->load(config, std::move(checkpoint), options);
 }
 

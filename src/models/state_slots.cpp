@@ -2,6 +2,7 @@
 #include "models/state_slots.h"
 
 #include "base/check.h"
+#include "ops/memory.h"
 
 #include <algorithm>
 #include <cstring>
@@ -30,8 +31,9 @@ int64_t StateSlotPool::used_slots() const {
 void StateSlotPool::grow(int64_t capacity) {
   for (auto [arrays, shape] : {std::pair{&conv_, layout_.conv_window}, std::pair{&ssm_, layout_.ssm}})
     for (Buffer& b : *arrays) {
-      Buffer bigger = Buffer::allocate(DType::f32, with_rows(capacity, shape));
-      if (capacity_ > 0) std::memcpy(bigger.tensor().data(), b.tensor().data(), b.tensor().nbytes());
+      Buffer bigger = ops::allocate(layout_.device, DType::f32, with_rows(capacity, shape), "the recurrent state slots");
+      if (capacity_ > 0)
+        ops::copy_bytes(bigger.tensor().data(), layout_.device, b.tensor().data(), layout_.device, b.tensor().nbytes());
       b = std::move(bigger);
     }
   for (int64_t id = capacity - 1; id >= capacity_; --id) free_.push_back(static_cast<int32_t>(id));
@@ -45,7 +47,7 @@ int32_t StateSlotPool::allocate() {
   free_.pop_back();
   ++used_;
   for (int64_t l = 0; l < layout_.n_layers; ++l)
-    for (const Tensor& t : {conv(l).index(slot), ssm(l).index(slot)}) std::memset(t.data(), 0, t.nbytes());
+    for (const Tensor& t : {conv(l).index(slot), ssm(l).index(slot)}) ops::zero(t);
   return slot;
 }
 
@@ -60,8 +62,8 @@ void StateSlotPool::copy_slot(int32_t from, int32_t to) {
   KAPITSA_CHECK(from >= 0 && from < capacity_ && to >= 0 && to < capacity_, "state slot pool: copy {} → {}", from, to);
   if (from == to) return;
   for (int64_t l = 0; l < layout_.n_layers; ++l) {
-    std::memcpy(conv(l).index(to).data(), conv(l).index(from).data(), conv(l).index(from).nbytes());
-    std::memcpy(ssm(l).index(to).data(), ssm(l).index(from).data(), ssm(l).index(from).nbytes());
+    ops::copy_bytes(conv(l).index(to), conv(l).index(from));
+    ops::copy_bytes(ssm(l).index(to), ssm(l).index(from));
   }
 }
 

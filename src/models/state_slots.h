@@ -21,6 +21,7 @@ struct RecurrentLayout {
   int64_t n_layers = 0;      // recurrent layers (0: none)
   Shape conv_window;         // per layer: [K-1, conv_dim]
   Shape ssm;                 // per layer: GDN [Hv, Dk, Dv], Mamba-2 [H, P, N]
+  Device device = Device::cpu;  // where the slots live: the model's device (ops/memory.h)
   size_t bytes_per_slot() const {
     return static_cast<size_t>(n_layers * (conv_window.numel() + ssm.numel())) * sizeof(float);
   }

@@ -1,6 +1,8 @@
 // WeightLoader: Linears by name, counted once each (see weight_list.h).
 #include "models/weight_list.h"
 
+#include "ops/memory.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -38,7 +40,7 @@ Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shap
     return error("{}: tensor '{}' is packed (U32) but '{}.scales' is missing (MLX affine weights need scales and biases)",
                  checkpoint_.file_of(name), name, module);
   KAPITSA_TRY(Tensor t, checkpoint_.get(name, shape));
-  const Linear l(t);
+  const Linear l(on_device(t));
   count(l);
   return l;
 }
@@ -62,7 +64,7 @@ Expected<Linear> WeightLoader::affine(const std::string& name, const std::string
                  dtype_name(biases.dtype()));
   KAPITSA_RETURN_IF_ERROR(check_finite(scales, file, scales_name));
   KAPITSA_RETURN_IF_ERROR(check_finite(biases, checkpoint_.file_of(biases_name), biases_name));
-  const Linear l = Linear::affine(packed, scales, biases, p.bits, p.group_size);
+  const Linear l = Linear::affine(on_device(packed), on_device(scales), on_device(biases), p.bits, p.group_size);
   count(l);
   return l;
 }
@@ -71,13 +73,31 @@ Expected<Buffer> WeightLoader::conv_weight(const std::string& name, int64_t chan
   const Shape stored = is_mlx_conv(name) ? Shape{channels, kernel, 1} : Shape{channels, 1, kernel};
   KAPITSA_TRY(Buffer conv, checkpoint_.get_f32(name, stored));
   conv.tensor() = conv.tensor().reshape({channels, kernel});
-  return conv;
+  if (device_ == Device::cpu) return conv;
+  device_bytes_ += conv.tensor().nbytes();
+  return ops::copy_to(device_, conv.tensor(), "the model's weights");
 }
 
 bool WeightLoader::is_mlx_conv(const std::string& name) const {
   const weights::TensorEntry* entry = checkpoint_.find(name);  // null for synthesized checkpoints
   return entry != nullptr && entry->shape.size() == 3 && entry->shape[2] == 1 && entry->shape[1] != 1;
 }
+
+Tensor WeightLoader::on_device(const Tensor& t) {
+  if (device_ == Device::cpu) return t;
+  device_weights_.push_back(ops::copy_to(device_, t, "the model's weights"));
+  device_bytes_ += t.nbytes();
+  return device_weights_.back().tensor();
+}
+
+Expected<Buffer> WeightLoader::get_f32(const std::string& name, const Shape& shape) {
+  KAPITSA_TRY(Buffer host, checkpoint_.get_f32(name, shape));
+  if (device_ == Device::cpu) return host;
+  device_bytes_ += host.tensor().nbytes();
+  return ops::copy_to(device_, host.tensor(), "the model's weights");
+}
+
+Buffer WeightLoader::zeros_f32(const Shape& shape) const { return ops::zeros(device_, DType::f32, shape, "the model's weights"); }
 
 void WeightLoader::count(const Linear& linear) {
   if (linear.empty()) return;

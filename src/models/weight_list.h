@@ -7,6 +7,8 @@
 // counted by loading through it. Formats: a weight NAME (module NAME without ".weight") is MLX affine
 // when the checkpoint has MODULE.scales — codes in NAME (U32), MODULE.scales / MODULE.biases, bits and
 // group size from config.json's quantization (models/quantization.h) — else dense.
+// Device: for a model on the GPU every weight is copied there once as it is loaded (from the mmapped
+// file); the loader owns those copies until the model takes them (take_device_weights).
 #pragma once
 
 #include "base/status.h"
@@ -24,8 +26,9 @@ namespace kapitsa::models {
 
 class WeightLoader {
  public:
-  explicit WeightLoader(const weights::Checkpoint& checkpoint, Quantization quantization = {})
-      : checkpoint_(checkpoint), quantization_(std::move(quantization)) {}
+  explicit WeightLoader(const weights::Checkpoint& checkpoint, Quantization quantization = {},
+                        Device device = Device::cpu)
+      : checkpoint_(checkpoint), quantization_(std::move(quantization)), device_(device) {}
 
   // The weight `name` for matmul / embedding, of logical shape [N, K] (or [E, N, K] for stacked experts,
   // viewed per expert with Linear::expert), checked against `shape` and counted with the current share.
@@ -34,10 +37,14 @@ class WeightLoader {
   Expected<Linear> linear(const std::string& name, const Shape& shape);
   // Counts a Linear loaded elsewhere (a view of one already counted is counted once: the larger share).
   void count(const Linear& linear);
-  // A small parameter vector converted to f32 (norms, biases, A_log): not counted.
-  Expected<Buffer> get_f32(const std::string& name, const Shape& shape) const {
-    return checkpoint_.get_f32(name, shape);
-  }
+  // A small parameter vector converted to f32 (norms, biases, A_log), on the loader's device: not counted.
+  Expected<Buffer> get_f32(const std::string& name, const Shape& shape);
+  // A zero f32 vector on the loader's device (a parameter the checkpoint may leave out).
+  Buffer zeros_f32(const Shape& shape) const;
+  Device device() const { return device_; }
+  // The device copies of every Linear loaded so far (empty on cpu): the model keeps them alive.
+  std::vector<Buffer> take_device_weights() { return std::move(device_weights_); }
+  size_t device_bytes() const { return device_bytes_; }
   bool contains(const std::string& name) const { return checkpoint_.contains(name); }
   // A depthwise conv1d weight as f32 [C, K]. Hugging Face stores it [C, 1, K]; mlx-lm's sanitize moves
   // the axis to [C, K, 1] (same order of values). Either is accepted.
@@ -76,12 +83,17 @@ class WeightLoader {
     double share;
   };
   Expected<Linear> affine(const std::string& name, const std::string& module, const Shape& shape);
+  // `t` itself on cpu; else its copy on device_, kept in device_weights_.
+  Tensor on_device(const Tensor& t);
 
   const weights::Checkpoint& checkpoint_;
   Quantization quantization_;
   std::set<std::string> modules_;  // every module a Linear was asked for
   std::vector<Entry> entries_;
   double share_ = 1.0;
+  Device device_ = Device::cpu;
+  std::vector<Buffer> device_weights_;
+  mutable size_t device_bytes_ = 0;  // conv_weight (const) counts too
 };
 
 }  // namespace kapitsa::models

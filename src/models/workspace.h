@@ -2,7 +2,9 @@
 // allocating; a Scope hands back what was taken inside it (stack order). Sized by use: a step that
 // needs more than the block holds gets the rest from the heap and the next step starts with a block
 // as large as that step's peak, so after the first step of each shape nothing is allocated (which a
-// CUDA graph capture will need). Not thread-safe: one forward at a time uses a workspace.
+// CUDA graph capture will need). Two arenas: tensors (take) live on the workspace's device — the GPU
+// for a model on cuda, through ops/memory.h — and spans (take_span: ids, positions, block tables, the
+// step's host-side metadata) always in host memory. Not thread-safe: one forward at a time uses it.
 #pragma once
 
 #include "tensor/tensor.h"
@@ -10,49 +12,64 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace kapitsa::models {
 
 class Workspace {
  public:
-  Workspace() = default;
+  explicit Workspace(Device device = Device::cpu) : device_(device) { tensors_.device = device; }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 
-  // Starts a step: drops what the last step took and, if it overflowed, grows the block to its peak.
+  // Where take() puts tensors. Changing it drops the tensor arena (between steps only).
+  Device device() const { return device_; }
+  void set_device(Device device);
+
+  // Starts a step: drops what the last step took and, if it overflowed, grows the blocks to their peaks.
   void begin_step();
 
-  // Uninitialised, 64-byte aligned scratch, valid until the enclosing Scope (or step) ends.
+  // Uninitialised, 64-byte aligned scratch on device(), valid until the enclosing Scope (or step) ends.
   Tensor take(DType dtype, Shape shape);
+  // The same in host memory (device() == cpu: the same arena as take).
   template <typename T>
   std::span<T> take_span(size_t n) {
-    return {static_cast<T*>(take_bytes(n * sizeof(T))), n};
+    return {static_cast<T*>(host_arena().take(n * sizeof(T))), n};
   }
 
   // Everything taken while a Scope lives is handed back when it ends.
   class Scope {
    public:
-    explicit Scope(Workspace& ws) : ws_(ws), used_(ws.used_) {}
-    ~Scope() { ws_.used_ = used_; }
+    explicit Scope(Workspace& ws) : ws_(ws), host_used_(ws.host_.used), tensors_used_(ws.tensors_.used) {}
+    ~Scope() { ws_.host_.used = host_used_, ws_.tensors_.used = tensors_used_; }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
    private:
     Workspace& ws_;
-    size_t used_;
+    size_t host_used_, tensors_used_;
   };
 
-  size_t capacity_bytes() const { return block_bytes_; }
+  // Bytes of the tensor arena's block (on device()).
+  size_t capacity_bytes() const { return tensors_.block_bytes; }
 
  private:
-  void* take_bytes(size_t bytes);
+  struct Arena {
+    Device device = Device::cpu;
+    Buffer block;
+    size_t block_bytes = 0;
+    size_t used = 0;   // bytes taken in the current scopes (overflow included)
+    size_t peak = 0;   // most bytes in use at once this step
+    std::vector<std::pair<size_t, Buffer>> overflow;  // this step's takes that did not fit: (level, memory)
+    void begin_step();
+    void* take(size_t bytes);
+  };
+  Arena& host_arena() { return device_ == Device::cpu ? tensors_ : host_; }
 
-  Buffer block_;
-  size_t block_bytes_ = 0;
-  size_t used_ = 0;                // bytes taken in the current scopes (overflow included)
-  size_t peak_ = 0;                // most bytes in use at once this step
-  std::vector<Buffer> overflow_;   // this step's takes that did not fit the block
+  Device device_;
+  Arena tensors_;  // take(): on device_
+  Arena host_;     // take_span() when device_ is not the host
 };
 
 // What a forward step needs besides its inputs and outputs.

@@ -59,7 +59,10 @@ Tensor Tensor::index(int64_t i) const {
   return Tensor(dtype_, s, r.data(), device_);
 }
 
-void Buffer::FreeDeleter::operator()(void* p) const { std::free(p); }
+void Buffer::FreeDeleter::operator()(void* p) const {
+  if (free != nullptr) free(p);
+  else std::free(p);
+}
 
 namespace {
 // Activations are allocated per op and freed at once; with glibc's defaults every large block is a
@@ -89,6 +92,14 @@ Buffer Buffer::allocate(DType dtype, Shape shape) {
   KAPITSA_CHECK(rounded == 0 || p != nullptr, "out of memory allocating {} bytes", rounded);
   b.storage_.reset(p);
   b.view_ = Tensor(dtype, shape, p);
+  return b;
+}
+
+Buffer Buffer::adopt(const Tensor& view, void (*free)(void*)) {
+  g_buffer_allocations.fetch_add(1, std::memory_order_relaxed);
+  Buffer b;
+  b.storage_ = std::unique_ptr<void, FreeDeleter>(view.data(), FreeDeleter{free});
+  b.view_ = view;
   return b;
 }
 

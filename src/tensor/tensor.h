@@ -1,5 +1,5 @@
 // Tensor: a non-owning view {dtype, shape, device, data} of contiguous row-major memory.
-// Buffer: owns 64-byte-aligned host memory and hands out Tensor views of it.
+// Buffer: owns memory (64-byte-aligned host memory, or a device's, see adopt) and hands out Tensor views.
 // Views are always contiguous (shape[last] is the fastest index); an op that needs a sub-block takes
 // a view of whole leading rows (`rows`, `index`), which stay contiguous. Up to 4 dimensions.
 #pragma once
@@ -79,6 +79,9 @@ class Buffer {
   static Buffer copy_of(const Tensor& t);
   // Buffers allocated so far in this process (any thread): tests assert a decode step allocates none.
   static int64_t allocation_count();
+  // Takes ownership of memory allocated elsewhere (a device's: ops/memory.h), freed by `free` (counted
+  // by allocation_count too). `view` says what it holds and where (its device).
+  static Buffer adopt(const Tensor& view, void (*free)(void*));
 
   const Tensor& tensor() const { return view_; }
   Tensor& tensor() { return view_; }
@@ -87,6 +90,7 @@ class Buffer {
 
  private:
   struct FreeDeleter {
+    void (*free)(void*);  // null (value-initialised by unique_ptr): std::free
     void operator()(void* p) const;
   };
   std::unique_ptr<void, FreeDeleter> storage_;

@@ -1,13 +1,14 @@
 // run_routed_experts (template, included by moe.h): group the tokens by expert (a counting sort into
 // workspace arrays, no allocation), gather their rows, run the expert once per group, scatter-add the
-// weighted results.
+// weighted results. On a device the router's choices are copied to the host first (a sync per MoE
+// layer: the grouping and the per-expert launches are decided on the host).
 #pragma once
 
 #include "models/workspace.h"
+#include "ops/memory.h"
 #include "ops/ops.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace kapitsa::models {
 
@@ -18,6 +19,13 @@ void run_routed_experts(int64_t n_experts, const Tensor& expert_ids, const Tenso
   const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1);
   const int32_t* ids = expert_ids.data_as<const int32_t>();
   const float* weights = expert_weights.f32();
+  if (expert_ids.device() != Device::cpu) {
+    std::span<int32_t> host_ids = ws.take_span<int32_t>(static_cast<size_t>(T * k));
+    std::span<float> host_weights = ws.take_span<float>(static_cast<size_t>(T * k));
+    ops::copy_bytes(host_weights.data(), Device::cpu, weights, expert_weights.device(), host_weights.size_bytes(), false);
+    ops::copy_bytes(host_ids.data(), Device::cpu, ids, expert_ids.device(), host_ids.size_bytes());
+    ids = host_ids.data(), weights = host_weights.data();
+  }
   // begin[e] .. begin[e + 1]: expert e's slice of rows / scales, in token order.
   std::span<int64_t> begin = ws.take_span<int64_t>(static_cast<size_t>(n_experts + 1));
   std::span<int64_t> fill = ws.take_span<int64_t>(static_cast<size_t>(n_experts));
@@ -36,7 +44,7 @@ void run_routed_experts(int64_t n_experts, const Tensor& expert_ids, const Tenso
       rows[static_cast<size_t>(at)] = static_cast<int32_t>(t);
       scales[static_cast<size_t>(at)] = weights[t * k + j];
     }
-  std::memset(out.data(), 0, out.nbytes());
+  ops::zero(out);
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t b = begin[static_cast<size_t>(e)], n = begin[static_cast<size_t>(e + 1)] - b;
     if (n == 0) continue;

@@ -16,7 +16,7 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
   if (loader.contains(bias_name)) {
     KAPITSA_TRY(w.correction_bias, loader.get_f32(bias_name, {E}));
   } else {
-    w.correction_bias = Buffer::zeros(DType::f32, {E});  // transformers' buffer starts at zero
+    w.correction_bias = loader.zeros_f32({E});  // transformers' buffer starts at zero
   }
   WeightLoader::Share routed(loader, static_cast<double>(c.top_k) / static_cast<double>(E));  // k of E per token
   const std::string fused_up = prefix + "experts.up_proj", stacked = prefix + "switch_mlp.";

@@ -77,7 +77,7 @@ Status NemotronHModel::load_weights() {
 
   // Released checkpoints name the trunk backbone.*, transformers' own module tree model.*;
   // multimodal releases put either behind language_model.
-  WeightLoader loader(checkpoint_, c.quantization);
+  WeightLoader loader(checkpoint_, c.quantization, device_);
   std::string prefix;
   for (const char* candidate : {"backbone.", "model.", "language_model.backbone.", "language_model.model."})
     if (checkpoint_.contains(std::string(candidate) + "embeddings.weight")) {
@@ -146,6 +146,7 @@ Status NemotronHModel::load_weights() {
   KAPITSA_RETURN_IF_ERROR(loader.check_quantization_entries_used());
   info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
   info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
+  keep_device_weights(loader);
   return ok_status();
 }
 
@@ -173,9 +174,11 @@ bool release_layout(const std::string& model_type, const std::string& tensor_nam
          ends_with(".gate.e_score_correction_bias");
 }
 
-Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint) {
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint,
+                                      const LoadOptions& options) {
   KAPITSA_TRY(NemotronHConfig parsed, parse_config(config));
   auto model = std::make_unique<NemotronHModel>(std::move(parsed), std::move(checkpoint));
+  model->set_device(options.device);
   KAPITSA_RETURN_IF_ERROR(model->load_weights());
   return std::unique_ptr<Model>(std::move(model));
 }

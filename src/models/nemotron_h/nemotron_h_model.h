@@ -14,7 +14,8 @@
 
 namespace kapitsa::models::nemotron_h {
 
-Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint);
+Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::Checkpoint checkpoint,
+                                      const LoadOptions& options = {});
 
 // Optional tensors present in released checkpoints: the backbone.* prefix, per-expert tensors and
 // the router's e_score_correction_bias.

@@ -59,7 +59,7 @@ Status Qwen35Model::load_weights() {
   moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
                                  c.norm_topk_prob};
 
-  WeightLoader loader(checkpoint_, c.quantization);
+  WeightLoader loader(checkpoint_, c.quantization, device_);
   // Hugging Face names the text model "model.language_model." (Qwen3.5, with a vision tower) or "model."
   // (Qwen3-Next, text-only checkpoints); mlx-lm's sanitize renames the former "language_model.model."
   // and the head "language_model.lm_head".
@@ -122,6 +122,7 @@ Status Qwen35Model::load_weights() {
   KAPITSA_RETURN_IF_ERROR(loader.check_quantization_entries_used());
   info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
   info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
+  keep_device_weights(loader);
   return ok_status();
 }
 
@@ -150,6 +151,7 @@ Expected<std::unique_ptr<Model>> load(const weights::HfConfig& config, weights::
   KAPITSA_TRY(Qwen35Config parsed, parse_config(config));
   parsed.rope_bf16_frequencies = options.rope_bf16_frequencies;
   auto model = std::make_unique<Qwen35Model>(std::move(parsed), std::move(checkpoint));
+  model->set_device(options.device);
   KAPITSA_RETURN_IF_ERROR(model->load_weights());
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -31,4 +31,22 @@ std::string device_description();
 // Waits until every queued op has finished; a kernel's asynchronous error stops here, naming it.
 void synchronize();
 
+// Device memory (memory.cpp), what ops/memory.h uses for Device::cuda.
+int device_count();  // 0 without a driver or a device
+// Makes cuda:`ordinal` the device every later call uses. Empty on success, else why not (no driver, no
+// such device, another one already in use).
+std::string select_device(int ordinal);
+int current_device();
+struct MemoryInfo {
+  size_t free_bytes = 0, total_bytes = 0;
+};
+MemoryInfo memory_info();
+// cudaMalloc; out of memory stops naming `what`, the bytes asked for and the bytes free.
+void* allocate_bytes(size_t bytes, const char* what);
+void free_bytes(void* p);
+// Any direction (host or device pointers, unified addressing), stream-ordered with the ops; `wait`:
+// return only when it is done (needed before the host reads what was copied to it).
+void copy_bytes(void* dst, const void* src, size_t bytes, bool wait);
+void zero_bytes(void* p, size_t bytes);
+
 }  // namespace kapitsa::ops::cuda

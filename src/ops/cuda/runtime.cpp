@@ -23,6 +23,7 @@ void check(cublasStatus_t status, const char* what) {
 void check_launch(const char* op) { check(cudaGetLastError(), op); }
 
 cudaStream_t stream() {
+  use_device();
   static cudaStream_t s = [] {
     cudaStream_t created = nullptr;
     check(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -32,6 +33,7 @@ cudaStream_t stream() {
 }
 
 cublasHandle_t cublas() {
+  use_device();
   static cublasHandle_t h = [] {
     cublasHandle_t created = nullptr;
     check(cublasCreate(&created), "cublasCreate");
@@ -48,6 +50,7 @@ void* scratch(Slot slot, size_t bytes) {
     void* data = nullptr;
     size_t bytes = 0;
   };
+  use_device();
   static std::array<Region, static_cast<size_t>(Slot::count)> regions;
   Region& r = regions[static_cast<size_t>(slot)];
   if (r.bytes < bytes) {
@@ -58,10 +61,36 @@ void* scratch(Slot slot, size_t bytes) {
   return r.data;
 }
 
+// The ring is never overwritten under a queued copy: regions are handed out in order, and wrapping
+// around first waits for the stream (every earlier copy out of the ring has then completed). Larger
+// copies than the ring go straight from the pageable source (cudaMemcpyAsync waits then).
+void copy_host_to_device(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  constexpr size_t kRing = size_t{32} << 20;
+  static unsigned char* ring = [] {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, kRing, cudaHostAllocDefault), "cudaHostAlloc (staging ring)");
+    return static_cast<unsigned char*>(p);
+  }();
+  static size_t next = 0;
+  if (bytes > kRing) {
+    check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream()), "upload");
+    return;
+  }
+  size_t at = (next + 255) / 256 * 256;
+  if (at + bytes > kRing) {
+    check(cudaStreamSynchronize(stream()), "upload (staging ring wraps)");
+    at = 0;
+  }
+  std::memcpy(ring + at, host, bytes);
+  check(cudaMemcpyAsync(device, ring + at, bytes, cudaMemcpyHostToDevice, stream()), "upload");
+  next = at + bytes;
+}
+
 void HostPack::upload() {
   if (bytes_.empty()) return;
   device_ = static_cast<unsigned char*>(scratch(Slot::pack, bytes_.size()));
-  check(cudaMemcpyAsync(device_, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice, stream()), "upload (batch)");
+  copy_host_to_device(device_, bytes_.data(), bytes_.size());
 }
 
 SeqsInPack add_seqs(HostPack& pack, const SeqBatch& batch) {
@@ -135,7 +164,7 @@ std::string device_description() {
   if (err != cudaSuccess) return fmt::format("no CUDA device ({})", cudaGetErrorString(err));
   if (n == 0) return "no CUDA device";
   cudaDeviceProp p{};
-  detail::check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  detail::check(cudaGetDeviceProperties(&p, current_device()), "cudaGetDeviceProperties");
   int driver = 0;
   cudaDriverGetVersion(&driver);
   return fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB, driver {}.{})", p.name, p.major, p.minor, p.multiProcessorCount,

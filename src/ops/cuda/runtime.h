@@ -21,6 +21,9 @@
 
 namespace kapitsa::ops::cuda::detail {
 
+// Binds this host thread to the selected device (cuda:N, memory.cpp) on its first call.
+void use_device();
+// The ops' stream (binds the calling thread first).
 cudaStream_t stream();
 cublasHandle_t cublas();
 
@@ -34,12 +37,15 @@ void check_launch(const char* op);
 enum class Slot { span0, span1, span2, temp0, temp1, pack, count };
 // At least `bytes` of device memory in `slot`, valid until the next call for the same slot.
 void* scratch(Slot slot, size_t bytes);
+// Host memory → device, stream-ordered, through a pinned staging ring: the copy is queued without waiting
+// (a pageable source would make it wait for the stream), so host spans cost no sync per op.
+void copy_host_to_device(void* device, const void* host, size_t bytes);
 // Copies a host span to the device (stream-ordered) and returns the device pointer.
 template <typename T>
 const T* upload(std::span<const T> host, Slot slot) {
   if (host.empty()) return nullptr;
   void* d = scratch(slot, host.size_bytes());
-  check(cudaMemcpyAsync(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream()), "upload span");
+  copy_host_to_device(d, host.data(), host.size_bytes());
   return static_cast<const T*>(d);
 }
 

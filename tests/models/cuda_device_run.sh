@@ -1,0 +1,51 @@
+#!/bin/bash
+# The engine-on-GPU run for the GPU machine (docs/cuda.md, "Running on the GPU machine"): copied into
+# /work/main/.device with the carried binaries (built here, portable flags). The test binaries have the
+# worktree they were built in compiled in (KAPITSA_TEST_DATA, KAPITSA_BIN): that path is recreated as
+# links to this checkout. Then: fixtures unpacked, CUDA op tests, the engine on cuda vs cpu (models and
+# runtime tests), the CLI, and whole-model tokens/s on cuda and cpu. Logs under $OUT, summary on stdout.
+# Usage (device run, carry [".device"]): bash .device/run_engine.sh /work/wt/cuda
+BUILT_IN=${1:?the worktree the binaries were built in}
+DEV="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(dirname "$DEV")"
+export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
+for b in "$DEV"/test_* "$DEV"/kapitsa "$DEV"/bench_model; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
+mkdir -p "$BUILT_IN/build/release"
+ln -sfn "$REPO/tests" "$BUILT_IN/tests"
+ln -sfn "$REPO/models" "$BUILT_IN/models"
+cp "$DEV/kapitsa" "$BUILT_IN/build/release/kapitsa"
+python3 - "$REPO" <<'PY'
+import lzma, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+for xz in list(root.glob("tests/fixtures/*/*.xz")) + list(root.glob("models/demo/*/*.xz")):
+    out = xz.with_suffix("")
+    if not out.exists():
+        out.write_bytes(lzma.decompress(xz.read_bytes()))
+PY
+step() {  # step LOG TIMEOUT CMD...: output into $OUT/LOG; rc and time on stdout
+  local log=$1 limit=$2 t=$(date +%s%N); shift 2
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  echo "  -> $log: rc=$? in $(( ($(date +%s%N) - t) / 1000000 )) ms"
+}
+summ() { grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\]" "$1" | head -${2:-40}; }
+cd "$BUILT_IN"
+echo "== test_ops_cuda + every op on cuda"
+step ops_cuda.log 60 "$DEV/test_ops_cuda"; summ $OUT/ops_cuda.log
+step ops.log 120 "$DEV/test_ops" --gtest_filter='*/cuda:Backends.*'; summ $OUT/ops.log
+echo "== models on cuda vs cpu"
+step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device*'; summ $OUT/models.log 60
+grep -B2 -A10 "Failure" $OUT/models.log | head -80
+echo "== engine on cuda vs cpu"
+step runtime.log 300 "$DEV/test_runtime" --gtest_filter='*EngineOnCuda*:EngineCuda*'; summ $OUT/runtime.log 40
+grep -B2 -A10 "Failure" $OUT/runtime.log | head -60
+echo "== kapitsa run --device cuda (demo)"
+step run.log 60 "$BUILT_IN/build/release/kapitsa" run --device cuda --temperature 0 --max-tokens 24 "The capital of France is"
+tail -5 $OUT/run.log
+echo "== bench_model"
+for d in cuda cpu; do
+  step bench_demo_$d.log 120 "$DEV/bench_model" --model "$REPO/models/demo/target" --device $d --prompt 256 --decode 256
+  grep -E "device|bandwidth|weights|prefill|decode" $OUT/bench_demo_$d.log
+done
+step bench_08b_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/qwen35-0.8b.json" --device cuda --prompt 512 --decode 128
+grep -E "model|device|bandwidth|weights|prefill|decode" $OUT/bench_08b_cuda.log

@@ -1,0 +1,187 @@
+// Every fixture model on the GPU against the same model on the CPU (and the fixture's transformers
+// reference): prompt logits and every hidden-state row within 1e-4 relative error, the greedy
+// continuation (state carried token by token) with identical ids and logits within 1e-4 of the CPU's;
+// several sequences in one step equal each alone (1e-5); bf16 KV pages within the CPU's bf16 bounds with
+// the reference's greedy ids; and decode steps allocate nothing after warm-up. The
+// tolerances are the CPU fixture tests': the CUDA ops match ref to 1e-5 per op (shared op tests), so a
+// model's logits move by rounding only. Skipped visibly without a GPU.
+#include "cuda_test.h"
+#include "fixture_reference.h"
+#include "models/model.h"
+#include "ops/memory.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace kapitsa::testing {
+namespace {
+
+struct FixtureCase {
+  std::string path;  // relative to tests/
+  bool rope_bf16 = true;
+};
+
+void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
+
+class CudaFixture : public ::testing::TestWithParam<FixtureCase> {
+ protected:
+  std::string dir() const { return test_data_path(GetParam().path); }
+  Expected<std::unique_ptr<models::Model>> load(Device device) const {
+    models::LoadOptions o{GetParam().rope_bf16};
+    o.device = device;
+    return models::load_model(dir(), o);
+  }
+};
+
+int32_t argmax(const float* row, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (row[i] > row[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+TEST_P(CudaFixture, MatchesCpuAndReference) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  FixtureReference ref = load_fixture_reference(dir());
+  auto gpu = load(Device::cuda);
+  auto cpu = load(Device::cpu);
+  ASSERT_TRUE(gpu.ok()) << gpu.error().message;
+  ASSERT_TRUE(cpu.ok()) << cpu.error().message;
+  ASSERT_EQ((*gpu)->device(), Device::cuda);
+  const auto& info = (*gpu)->info();
+  const int64_t T = static_cast<int64_t>(ref.prompt_ids.size()), V = info.vocab_size, L = info.n_layers;
+  const int64_t N = static_cast<int64_t>(ref.greedy_ids.size());
+
+  struct Run {
+    std::unique_ptr<models::SequenceState> state;
+    Buffer logits, hidden, step;
+  };
+  auto prefill = [&](const models::Model& m) {
+    Run r;
+    r.state = m.new_state(T + N);
+    r.logits = Buffer::allocate(DType::f32, {T, V});
+    r.hidden = Buffer::allocate(DType::f32, {L + 1, T, info.hidden_size});
+    EXPECT_TRUE(m.forward(ref.prompt_ids, *r.state, r.logits, r.hidden).ok());
+    r.step = Buffer::allocate(DType::f32, {1, V});
+    ops::copy(r.logits.tensor().rows(T - 1, T), r.step);
+    return r;
+  };
+  Run g = prefill(**gpu), c = prefill(**cpu);
+  EXPECT_LE(relative_error(g.logits, c.logits), 1e-4);
+  EXPECT_LE(relative_error(g.logits, ref.prompt_logits), 1e-4);
+  for (int64_t i = 0; i <= L; ++i) {
+    EXPECT_LE(relative_error(g.hidden.tensor().index(i), c.hidden.tensor().index(i)), 1e-4) << "hidden-state row " << i;
+    EXPECT_LE(relative_error(g.hidden.tensor().index(i), ref.hidden_states.index(i)), 1e-4) << "hidden-state row " << i;
+  }
+  for (int64_t i = 0; i < N; ++i) {
+    EXPECT_LE(relative_error(g.step, c.step), 1e-4) << "greedy step " << i;
+    const int32_t next = argmax(g.step.f32(), V);
+    ASSERT_EQ(next, argmax(c.step.f32(), V)) << "greedy step " << i;
+    ASSERT_EQ(next, ref.greedy_ids[static_cast<size_t>(i)]) << "greedy step " << i;
+    const int32_t one[] = {next};
+    ASSERT_TRUE((*gpu)->forward(one, *g.state, g.step).ok());
+    ASSERT_TRUE((*cpu)->forward(one, *c.state, c.step).ok());
+  }
+}
+
+// Several sequences in one step on the GPU give the logits each gives alone (prefill chunks of
+// different lengths, then one decode step for all).
+TEST_P(CudaFixture, BatchEqualsAlone) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  FixtureReference ref = load_fixture_reference(dir());
+  auto loaded = load(Device::cuda);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  const int64_t V = model.info().vocab_size;
+  const std::vector<int64_t> lengths = {5, 17, 1, 40};
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t j = 0; j < lengths.size(); ++j)
+    prompts.emplace_back(ref.prompt_ids.begin() + static_cast<int64_t>(j) * 7,
+                         ref.prompt_ids.begin() + static_cast<int64_t>(j) * 7 + lengths[j]);
+  std::vector<std::unique_ptr<models::SequenceState>> alone_states, batch_states;
+  std::vector<Buffer> alone, batched;
+  std::vector<models::Model::BatchItem> items;
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    const int64_t n = lengths[j];
+    alone_states.push_back(model.new_state(n + 1));
+    batch_states.push_back(model.new_state(n + 1));
+    alone.push_back(Buffer::allocate(DType::f32, {n, V}));
+    batched.push_back(Buffer::allocate(DType::f32, {n, V}));
+    ASSERT_TRUE(model.forward(prompts[j], *alone_states[j], alone[j]).ok());
+    items.push_back({prompts[j], batch_states[j].get(), batched[j].tensor()});
+  }
+  ASSERT_TRUE(model.forward_batch(items).ok());
+  for (size_t j = 0; j < prompts.size(); ++j) EXPECT_LE(relative_error(batched[j], alone[j]), 1e-5) << "sequence " << j;
+
+  const int32_t next[] = {11, 12, 13, 14};
+  items.clear();
+  std::vector<Buffer> step_alone, step_batched;
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    step_alone.push_back(Buffer::allocate(DType::f32, {1, V}));
+    step_batched.push_back(Buffer::allocate(DType::f32, {1, V}));
+    ASSERT_TRUE(model.forward(std::span<const int32_t>(&next[j], 1), *alone_states[j], step_alone[j]).ok());
+    items.push_back({std::span<const int32_t>(&next[j], 1), batch_states[j].get(), step_batched[j].tensor()});
+  }
+  ASSERT_TRUE(model.forward_batch(items).ok());
+  for (size_t j = 0; j < prompts.size(); ++j) EXPECT_LE(relative_error(step_batched[j], step_alone[j]), 1e-5) << "sequence " << j;
+}
+
+// KV pages of bf16 on the GPU, with the CPU's bf16 bounds against the reference (test_kv_dtype.cpp:
+// prompt 0.2, greedy rows 1.5e-2, docs/decisions.md "KV cache dtype") and the reference's greedy ids.
+TEST_P(CudaFixture, Bf16KvPagesWithinTheCpuBounds) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  FixtureReference ref = load_fixture_reference(dir());
+  auto loaded = load(Device::cuda);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  const int64_t T = static_cast<int64_t>(ref.prompt_ids.size()), V = model.info().vocab_size;
+  const int64_t N = static_cast<int64_t>(ref.greedy_ids.size());
+  models::KvLayout layout = model.kv_layout();
+  layout.dtype = DType::bf16;
+  auto pool = std::make_shared<models::KvPagePool>(layout);
+  auto state = model.new_state(T + N, pool);
+  Buffer logits = Buffer::allocate(DType::f32, {T, V});
+  ASSERT_TRUE(model.forward(ref.prompt_ids, *state, logits).ok());
+  ASSERT_EQ(pool->k(0).dtype(), DType::bf16);
+  ASSERT_EQ(pool->k(0).device(), Device::cuda);
+  EXPECT_LE(relative_error(logits, ref.prompt_logits), 0.2);
+  Buffer step = Buffer::allocate(DType::f32, {1, V});
+  ops::copy(logits.tensor().rows(T - 1, T), step);
+  for (int64_t i = 0; i < N; ++i) {
+    EXPECT_LE(relative_error(step, ref.greedy_logits.rows(i, i + 1)), 1.5e-2) << "greedy step " << i;
+    const int32_t next = argmax(step.f32(), V);
+    ASSERT_EQ(next, ref.greedy_ids[static_cast<size_t>(i)]) << "greedy step " << i;
+    const int32_t one[] = {next};
+    ASSERT_TRUE(model.forward(one, *state, step).ok());
+  }
+}
+
+// After the first step of a shape, a decode step takes no new memory (workspace, pools, weights): what
+// a CUDA graph capture will need.
+TEST_P(CudaFixture, DecodeStepsAllocateNothing) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  auto loaded = load(Device::cuda);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  auto state = model.new_state(64);
+  Buffer logits = Buffer::allocate(DType::f32, {1, model.info().vocab_size});
+  const int32_t prompt[] = {1, 2, 3, 4, 5};
+  ASSERT_TRUE(model.forward(prompt, *state, logits).ok());
+  int32_t next = 7;
+  ASSERT_TRUE(model.forward(std::span<const int32_t>(&next, 1), *state, logits).ok());  // warm-up
+  const int64_t before = Buffer::allocation_count();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(model.forward(std::span<const int32_t>(&next, 1), *state, logits).ok());
+  EXPECT_EQ(Buffer::allocation_count(), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Demo, CudaFixture,
+                         ::testing::Values(FixtureCase{"../models/demo/target", false}, FixtureCase{"../models/demo/draft", false}));
+INSTANTIATE_TEST_SUITE_P(Qwen, CudaFixture,
+                         ::testing::Values(FixtureCase{"fixtures/qwen35-dense-tiny"}, FixtureCase{"fixtures/qwen35-moe-tiny"},
+                                           FixtureCase{"fixtures/qwen3-next-tiny"}));
+INSTANTIATE_TEST_SUITE_P(Nemotron, CudaFixture,
+                         ::testing::Values(FixtureCase{"fixtures/nemotron-h-tiny"}, FixtureCase{"fixtures/nemotron-h-latent-tiny"}));
+
+}  // namespace
+}  // namespace kapitsa::testing
