@@ -49,3 +49,5 @@ for d in cuda cpu; do
 done
 step bench_08b_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/qwen35-0.8b.json" --device cuda --prompt 512 --decode 128
 grep -E "model|device|bandwidth|weights|prefill|decode" $OUT/bench_08b_cuda.log
+step bench_nano_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/nemotron3-nano-scaled.json" --device cuda --prompt 512 --decode 128
+grep -E "model|bandwidth|weights|prefill|decode" $OUT/bench_nano_cuda.log
