@@ -72,6 +72,17 @@ inline AffineTensors quantize_affine(const Tensor& w, int bits, int group_size) 
   return a;
 }
 
+// OUT/model.safetensors from `tensors` and OUT/config.json from `config` (OUT created if missing).
+inline Status write_checkpoint_folder(const std::string& out, const std::vector<weights::NamedTensor>& tensors,
+                                      const Json& config) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  KAPITSA_RETURN_IF_ERROR(weights::write_safetensors((fs::path(out) / "model.safetensors").string(), tensors));
+  std::ofstream(fs::path(out) / "config.json") << config.dump(2) << "\n";
+  return ok_status();
+}
+
 // Edits the tensor list and config.json before they are written (for error tests).
 using AffineEdit = std::function<void(std::vector<weights::NamedTensor>&, Json& config)>;
 
@@ -114,11 +125,7 @@ inline Status write_affine_checkpoint(const std::string& src, const std::string&
   config["quantization"] = q;
   config["quantization_config"] = q;
   if (edit) edit(tensors, config);
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  KAPITSA_RETURN_IF_ERROR(weights::write_safetensors((fs::path(out) / "model.safetensors").string(), tensors));
-  std::ofstream(fs::path(out) / "config.json") << config.dump(2) << "\n";
-  return ok_status();
+  return write_checkpoint_folder(out, tensors, config);
 }
 
 }  // namespace kapitsa::testing

@@ -16,6 +16,7 @@
 // Quantize the result with write_affine_checkpoint for a folder like `mlx_lm.convert -q` writes.
 #pragma once
 
+#include "affine_checkpoint.h"
 #include "base/json.h"
 #include "base/status.h"
 #include "tensor/tensor.h"
@@ -142,11 +143,7 @@ inline Status write_mlx_lm_layout(const std::string& src, const std::string& out
     const std::string stacked = nemotron ? (proj == "up" ? "fc1" : "fc2") : proj + "_proj";
     add(prefix + ".switch_mlp." + stacked + ".weight", stack(experts));
   }
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  KAPITSA_RETURN_IF_ERROR(weights::write_safetensors((fs::path(out) / "model.safetensors").string(), tensors));
-  std::ofstream(fs::path(out) / "config.json") << config.dump(2) << "\n";
-  return ok_status();
+  return write_checkpoint_folder(out, tensors, config);
 }
 
 }  // namespace kapitsa::testing
