@@ -81,9 +81,12 @@ class EngineImpl final : public Engine {
     counters_.kv_page_bytes = static_cast<int64_t>(pool->page_bytes());
     if (options_.proposer) counters_.proposer = std::string(options_.proposer->name());
     scheduler_ = std::make_unique<Scheduler>(sc);
+    std::unique_ptr<DiskCache> disk;
+    if (!options_.disk_cache.dir.empty()) disk = std::make_unique<DiskCache>(options_.disk_cache, *model_, pool);
     memory_ = std::make_unique<EngineMemory>(*model_, std::move(pool), options_.prefix_cache_bytes,
                                              2 * static_cast<size_t>(std::max(options_.max_sequences, 1)),
-                                             std::max<int64_t>(options_.prefill_chunk_tokens, 1), *scheduler_, seqs_);
+                                             std::max<int64_t>(options_.prefill_chunk_tokens, 1), *scheduler_, seqs_,
+                                             std::move(disk));
     setup_ = SequenceSetup{tokenizer_, model_->info().eos_token_ids, model_->info().vocab_size,
                            options_.snapshot_interval_tokens};
     thread_ = std::thread([this] { loop(); });
@@ -357,6 +360,8 @@ class EngineImpl final : public Engine {
     counters_.preemptions = scheduler_->preemptions();
     counters_.snapshot_bytes = static_cast<int64_t>(memory_->cache().bytes());
     counters_.snapshots = static_cast<int64_t>(memory_->cache().snapshots());
+    if (const DiskCache* disk = memory_->disk()) counters_.disk_cache_bytes = static_cast<int64_t>(disk->bytes());
+    counters_.prompt_tokens_from_disk = memory_->tokens_from_disk();
     counters_.sequence_bytes = static_cast<int64_t>(scheduler_->used_bytes());
     counters_.kv_pages_used = memory_->pool().used_pages();
     counters_.kv_page_bytes = static_cast<int64_t>(memory_->pool().page_bytes());
@@ -392,6 +397,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<models::Model> 
   if (options.prefill_chunk_tokens < 1) return error("prefill_chunk_tokens must be at least 1, got {}", options.prefill_chunk_tokens);
   if (!models::is_kv_dtype(options.kv_dtype))
     return error("kv_dtype must be f32, bf16 or f16, got {}", dtype_name(options.kv_dtype));
+  if (!options.disk_cache.dir.empty()) KAPITSA_RETURN_IF_ERROR(DiskCache::prepare_dir(options.disk_cache.dir));
   return std::unique_ptr<Engine>(std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), options));
 }
 

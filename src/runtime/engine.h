@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "models/model.h"
+#include "runtime/disk_cache.h"
 #include "runtime/request.h"
 
 #include <chrono>
@@ -61,6 +62,9 @@ struct EngineOptions {
   // verified in the same step; null: off. Output is the same either way; only speed changes.
   std::shared_ptr<Proposer> proposer;
   int spec_tokens = 4;  // the most guesses per sequence per step
+  // Prefix-cache snapshots also written to disk and restored from there, across restarts
+  // (runtime/disk_cache.h); dir "" → off. fingerprint: models::model_fingerprint of the model's folder.
+  DiskCacheOptions disk_cache;
 };
 
 struct EngineCounters {
@@ -78,6 +82,8 @@ struct EngineCounters {
   int64_t kv_pages_used = 0;    // pages in use in the KV pool (each once, however many share it)
   int64_t end_of_turn_tokens = 0;  // folded in the background (end_of_turn_ids, preload)
   int64_t kv_page_bytes = 0;
+  int64_t disk_cache_bytes = 0;         // the cache directory's entries (0: none)
+  int64_t prompt_tokens_from_disk = 0;  // tokens of snapshots restored from it
   // Fixed at creation: KV bytes one token takes in every attention layer (EngineOptions::kv_dtype),
   // and a sequence's bytes besides KV (recurrent state: conv windows + SSM/DeltaNet state).
   int64_t kv_bytes_per_token = 0;

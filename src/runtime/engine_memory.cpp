@@ -7,9 +7,11 @@ namespace kapitsa::runtime {
 
 EngineMemory::EngineMemory(const models::Model& model, std::shared_ptr<models::KvPagePool> pool,
                            size_t prefix_cache_bytes, size_t end_of_turn_jobs, int64_t chunk_tokens,
-                           Scheduler& scheduler, Sequences& seqs)
+                           Scheduler& scheduler, Sequences& seqs, std::unique_ptr<DiskCache> disk)
     : model_(model), pool_(std::move(pool)), cache_(prefix_cache_bytes), end_of_turn_(end_of_turn_jobs),
-      scheduler_(scheduler), seqs_(seqs), chunk_tokens_(chunk_tokens) {
+      disk_(std::move(disk)), scheduler_(scheduler), seqs_(seqs), chunk_tokens_(chunk_tokens) {
+  if (disk_)
+    cache_.set_insert_listener([this](std::span<const int32_t> ids, const models::SequenceState& s) { disk_->save(ids, s); });
   // States that can be resized are cached trimmed to what they hold and grow without recompute.
   resizable_ = model_.new_state(2, pool_)->resized(4) != nullptr;
 }
@@ -25,6 +27,7 @@ void EngineMemory::admit(Sequence& seq, int64_t capacity, std::unique_ptr<models
   // A queued end-of-turn of this very conversation: fold it now so the lookup below finds it.
   if (end_of_turn_.continued_by(seq.tokens)) flush_end_of_turns();
   // The last known token is always folded here: its logits choose the next token.
+  if (disk_) restore_from_disk(seq.tokens, known - 1, capacity, seq.request.cache_key);
   PrefixCache::Hit hit = cache_.lookup(seq.tokens, known - 1, resizable_ ? 0 : capacity, seq.request.cache_key);
   if (hit.snapshot != nullptr) seq.state = resizable_ ? hit.snapshot->resized(capacity) : hit.snapshot->clone();
   else seq.state = model_.new_state(capacity, pool_);
@@ -70,6 +73,16 @@ std::optional<std::string> EngineMemory::make_room(std::vector<Scheduler::Work>&
   return std::nullopt;
 }
 
+void EngineMemory::restore_from_disk(std::span<const int32_t> ids, int64_t max_tokens, int64_t capacity,
+                                     const std::string& group) {
+  const int64_t min_capacity = resizable_ ? 0 : capacity;
+  const PrefixCache::Hit hit = cache_.lookup(ids, max_tokens, min_capacity, group);
+  DiskCache::Loaded loaded = disk_->load_deepest(ids, max_tokens, hit.tokens, min_capacity);
+  if (!loaded.state) return;
+  tokens_from_disk_ += loaded.tokens;
+  cache_.insert(ids.first(static_cast<size_t>(loaded.tokens)), std::move(loaded.state), group);
+}
+
 void EngineMemory::snapshot(const Sequence& seq, int64_t at) {
   const std::span<const int32_t> key(seq.tokens.data(), static_cast<size_t>(at));
   if (cache_.contains(key, resizable_ ? 0 : seq.state->capacity())) return;
@@ -93,6 +106,10 @@ void EngineMemory::preload(std::vector<int32_t> ids, const std::string& group) {
   if (n == 0 || cache_.contains(ids, resizable_ ? 0 : n) || end_of_turn_.queued(ids)) return;
   // Where the history as it will be rendered leaves what is cached (a template that drops an earlier
   // reply's reasoning diverges at that reply): fold from the deepest snapshot before it.
+  if (disk_) {
+    restore_from_disk(ids, n, n, group);
+    if (cache_.contains(ids, resizable_ ? 0 : n)) return;
+  }
   PrefixCache::Hit hit = cache_.lookup(ids, n, resizable_ ? 0 : n, group);
   std::unique_ptr<models::SequenceState> state;
   if (hit.snapshot != nullptr) state = resizable_ ? hit.snapshot->resized(n) : hit.snapshot->clone();

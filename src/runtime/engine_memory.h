@@ -7,6 +7,7 @@
 #pragma once
 
 #include "models/model.h"
+#include "runtime/disk_cache.h"
 #include "runtime/end_of_turn.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/scheduler.h"
@@ -24,7 +25,8 @@ namespace kapitsa::runtime {
 class EngineMemory {
  public:
   EngineMemory(const models::Model& model, std::shared_ptr<models::KvPagePool> pool, size_t prefix_cache_bytes,
-               size_t end_of_turn_jobs, int64_t chunk_tokens, Scheduler& scheduler, Sequences& seqs);
+               size_t end_of_turn_jobs, int64_t chunk_tokens, Scheduler& scheduler, Sequences& seqs,
+               std::unique_ptr<DiskCache> disk = nullptr);
 
   // Gives `seq` a state of at least `capacity` tokens and tells the scheduler what it holds.
   // outgrown: its previous state when it is being grown (reused when states can be resized).
@@ -51,18 +53,25 @@ class EngineMemory {
   const PrefixCache& cache() const { return cache_; }
   int64_t prompt_tokens_reused() const { return prompt_tokens_reused_; }  // since creation
   int64_t end_of_turn_tokens() const { return end_of_turn_tokens_; }      // since creation
+  const DiskCache* disk() const { return disk_.get(); }                    // null: no cache directory
+  int64_t tokens_from_disk() const { return tokens_from_disk_; }           // restored snapshots' tokens
 
  private:
   const models::Model& model_;
   std::shared_ptr<models::KvPagePool> pool_;
   PrefixCache cache_;
   EndOfTurnQueue end_of_turn_;
+  // Snapshots go to disk as they enter cache_ (its insert listener); a lookup that disk can serve
+  // deeper than memory restores that entry into cache_ first.
+  std::unique_ptr<DiskCache> disk_;
+  void restore_from_disk(std::span<const int32_t> ids, int64_t max_tokens, int64_t capacity, const std::string& group);
   Scheduler& scheduler_;
   Sequences& seqs_;
   int64_t chunk_tokens_;    // tokens per job per end-of-turn forward step
   bool resizable_ = false;  // states can be resized: snapshots are trimmed, growth copies nothing
   int64_t prompt_tokens_reused_ = 0;
   int64_t end_of_turn_tokens_ = 0;
+  int64_t tokens_from_disk_ = 0;
 };
 
 }  // namespace kapitsa::runtime

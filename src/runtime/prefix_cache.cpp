@@ -97,6 +97,7 @@ bool PrefixCache::insert(std::span<const int32_t> ids, std::unique_ptr<models::S
                          const std::string& group) {
   KAPITSA_CHECK(snapshot && snapshot->n_past() == static_cast<int64_t>(ids.size()) && !ids.empty(),
                 "prefix cache: a snapshot of {} tokens filed under {} ids", snapshot ? snapshot->n_past() : -1, ids.size());
+  if (on_insert_) on_insert_(ids, *snapshot);
   // What it adds now: its own bytes and the pages nobody else references (usually none: a snapshot
   // shares every page with the sequence it was taken from).
   size_t size = snapshot->own_bytes();

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -50,6 +51,9 @@ class PrefixCache {
   // snapshots to stay within the budget; false when the snapshot alone exceeds it (it is dropped).
   bool insert(std::span<const int32_t> ids, std::unique_ptr<models::SequenceState> snapshot,
               const std::string& group = "");
+  // Called with every snapshot offered to insert, kept or not (the disk cache writes them through).
+  using InsertListener = std::function<void(std::span<const int32_t> ids, const models::SequenceState& snapshot)>;
+  void set_insert_listener(InsertListener listener) { on_insert_ = std::move(listener); }
   // A request of `group` was admitted (counts towards the group's rank; "" → nothing).
   void count_request(const std::string& group);
   // Whether a snapshot of at least `min_capacity` exists after exactly `ids`.
@@ -95,6 +99,7 @@ class PrefixCache {
   std::unordered_map<std::string, int64_t> group_requests_;  // group → requests admitted (while it has snapshots)
   bool long_lived(const Node* node) const;  // its group has served two requests or more
   uint64_t clock_ = 0;
+  InsertListener on_insert_;
   Node root_;
   std::vector<Node*> with_snapshot_;
 };
