@@ -4,6 +4,7 @@
 #include "base/json.h"
 #include "cli/catalog/catalog.h"
 #include "cli/draft_model.h"
+#include "models/fingerprint.h"
 #include "models/model.h"
 #include "runtime/proposer.h"
 
@@ -69,7 +70,11 @@ Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime:
   models::LoadOptions load;
   load.device = device;
   KAPITSA_TRY(auto model, models::load_model(dir, load));
-  KAPITSA_TRY(out.engine, runtime::Engine::create(std::move(model), out.tokenizer, options));
+  runtime::EngineOptions engine_options = options;
+  if (!engine_options.disk_cache.dir.empty()) {  // entries are this model's only: docs/decisions.md
+    KAPITSA_TRY(engine_options.disk_cache.fingerprint, models::model_fingerprint(dir, load));
+  }
+  KAPITSA_TRY(out.engine, runtime::Engine::create(std::move(model), out.tokenizer, engine_options));
   return out;
 }
 

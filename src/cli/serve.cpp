@@ -43,6 +43,8 @@ struct ServeOptions {
   SpecFlags spec;
   int64_t max_output_tokens = 32768;
   int max_queue = 256;
+  std::string cache_dir;                         // "" → no disk prefix cache
+  uint64_t cache_dir_bytes = uint64_t{10} << 30;
 };
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -130,6 +132,8 @@ int run_serve(const ServeOptions& o) {
     eo.context_tokens = o.context_tokens;
     eo.max_sequences = o.parallel;
     eo.kv_dtype = kv_dtype_from_name(o.kv_dtype);
+    eo.disk_cache.dir = o.cache_dir;
+    eo.disk_cache.max_bytes = static_cast<size_t>(o.cache_dir_bytes);
     if (Status s = o.spec.load_draft(*dir, eo); !s.ok()) {
       std::fprintf(stderr, "kapitsa serve: %s\n", s.error().message.c_str());
       load_failed = true;
@@ -197,6 +201,13 @@ void add_serve_command(CLI::App& app) {
                   "Requests that may wait for a sequence slot; more are answered 429 with Retry-After")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "Also keep prefix-cache snapshots in this folder, so that a restarted server resumes "
+                  "conversations without prefilling them again (default: off)");
+  cmd->add_option("--cache-dir-size", o->cache_dir_bytes,
+                  "Most bytes --cache-dir may hold (e.g. 20GiB); least recently used entries go first")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("10GiB");
   o->spec.add_to(cmd);
   cmd->callback([o] { exit_code() = run_serve(*o); });
 }

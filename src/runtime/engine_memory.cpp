@@ -79,8 +79,8 @@ void EngineMemory::restore_from_disk(std::span<const int32_t> ids, int64_t max_t
   const PrefixCache::Hit hit = cache_.lookup(ids, max_tokens, min_capacity, group);
   DiskCache::Loaded loaded = disk_->load_deepest(ids, max_tokens, hit.tokens, min_capacity);
   if (!loaded.state) return;
-  tokens_from_disk_ += loaded.tokens;
-  cache_.insert(ids.first(static_cast<size_t>(loaded.tokens)), std::move(loaded.state), group);
+  const int64_t tokens = loaded.tokens;
+  if (cache_.insert(ids.first(static_cast<size_t>(tokens)), std::move(loaded.state), group)) tokens_from_disk_ += tokens;
 }
 
 void EngineMemory::snapshot(const Sequence& seq, int64_t at) {

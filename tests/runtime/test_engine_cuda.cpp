@@ -3,10 +3,11 @@
 // CPU model gives each alone; under memory pressure sequences are preempted and still complete with the
 // CPU's ids and no leak; a prefix-cache resume equals a cold engine; speculative decoding (scripted
 // guesses with one wrong in three, and n-gram: per-token checkpoints and rollback on the device) gives
-// the same ids as plain decoding. Near-ties
+// the same ids as plain decoding; a restart resumes from the disk prefix cache like a cold engine. Near-ties
 // aside (different summation order), greedy ids must be identical; the tests say where they allow one
 // sequence to differ. Skipped visibly without a GPU.
 #include "cuda_test.h"
+#include "models/fingerprint.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/proposer.h"
@@ -14,7 +15,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <string_view>
 
@@ -268,6 +272,49 @@ TEST(EngineCuda, PrefixCacheResumeEqualsCold) {
     ASSERT_EQ(cold.ids.size(), 1u);
     EXPECT_EQ(resumed, cold.ids[0]);
     EXPECT_GT(finish.stats.cached_prompt_tokens, 0);
+  }
+}
+
+// The disk prefix cache on the GPU: states are copied through the host both ways. An engine writes
+// turn 1's snapshots and goes away; a restarted GPU engine resumes turn 2 from disk with the same ids
+// as a cold GPU engine.
+TEST(EngineCuda, DiskCacheRestartResumesLikeCold) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const char* fixture : {"qwen35-dense-tiny", "nemotron-h-tiny"}) {
+    SCOPED_TRACE(fixture);
+    const std::filesystem::path cache =
+        std::filesystem::temp_directory_path() / fmt::format("kapitsa-cuda-disk-cache-{}-{}", getpid(), fixture);
+    std::filesystem::remove_all(cache);
+    EngineOptions with_disk;
+    with_disk.disk_cache.dir = cache.string();
+    auto fingerprint = models::model_fingerprint(testing::test_data_path(std::string("fixtures/") + fixture));
+    ASSERT_TRUE(fingerprint.ok());
+    with_disk.disk_cache.fingerprint = *fingerprint;
+    std::vector<int32_t> turn2;
+    {
+      auto warm = Engine::create(load(fixture, Device::cuda), nullptr, with_disk);
+      ASSERT_TRUE(warm.ok());
+      const int64_t V = (*warm)->model_info().vocab_size;
+      turn2 = random_prompt(rng, 40 + rng() % 40, V);
+      auto g = (*warm)->submit(greedy_request(turn2, 10));
+      ASSERT_TRUE(g.ok());
+      Event e;
+      while ((*g)->next(e))
+        if (auto* t = std::get_if<TokenEvent>(&e)) turn2.push_back(t->id);
+      const std::vector<int32_t> user = random_prompt(rng, 5 + rng() % 20, V);
+      turn2.insert(turn2.end(), user.begin(), user.end());
+    }
+    const EngineRun resumed = run_engine(load(fixture, Device::cuda), with_disk, {greedy_request(turn2, 8)});
+    const EngineRun cold = run_engine(load(fixture, Device::cuda), EngineOptions{}, {greedy_request(turn2, 8)});
+    ASSERT_EQ(resumed.ids.size(), 1u);
+    ASSERT_EQ(cold.ids.size(), 1u);
+    EXPECT_EQ(resumed.ids[0], cold.ids[0]);
+    EXPECT_GT(resumed.finishes[0].stats.cached_prompt_tokens, 0);
+    EXPECT_EQ(resumed.counters.prompt_tokens_from_disk, resumed.finishes[0].stats.cached_prompt_tokens);
+    std::filesystem::remove_all(cache);
   }
 }
 
