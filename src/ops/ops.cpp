@@ -42,7 +42,8 @@ void f32(const BackendTable& b, const Tensor& t, const char* op, const char* nam
 }
 
 // A matmul weight or embedding table of logical shape [N, K], checked for its format: dense f32/f16/bf16
-// [N, K], or affine u32 codes [N, K·bits/32] with scales and biases [N, K/group] of one float dtype.
+// [N, K], affine u32 codes [N, K·bits/32] with scales and biases [N, K/group] of one float dtype, or
+// ggml blocks u8 [N, K/block·block_bytes].
 void weight(const BackendTable& b, const Linear& w, const char* op, const char* name) {
   const Tensor& t = w.weight();
   present(b, t, op, name);
@@ -59,6 +60,14 @@ void weight(const BackendTable& b, const Linear& w, const char* op, const char* 
                     "{}: {} affine {}-bit, group {}: codes {} {}, scales {} {}, biases {} {}", op, name, w.bits(),
                     w.group_size(), dtype_name(t.dtype()), t.shape().str(), dtype_name(w.scales().dtype()),
                     w.scales().shape().str(), dtype_name(w.biases().dtype()), w.biases().shape().str());
+      return;
+    }
+    case WeightFormat::ggml: {
+      const auto info = ggml_type_info(static_cast<uint32_t>(w.ggml_type()));
+      KAPITSA_CHECK(info && t.dtype() == DType::u8 && w.cols() % info->block_size == 0 &&
+                        t.dim(1) == w.cols() / info->block_size * info->block_bytes,
+                    "{}: {} {} blocks {} {} for {} inputs", op, name, ggml_type_name(w.ggml_type()),
+                    dtype_name(t.dtype()), t.shape().str(), w.cols());
       return;
     }
   }

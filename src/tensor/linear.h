@@ -2,13 +2,14 @@
 // data plus the format that says how to read it. A non-owning view, like Tensor: the memory belongs to
 // the checkpoint mapping or to a Buffer the model keeps. Logical shape [N, K] (rows = output features,
 // cols = input features), or [E, N, K] for a stack of experts, of which expert(e) is one [N, K] view.
-// Formats: dense (f32 / f16 / bf16, used in place) and MLX affine (packed integer codes with a scale and
-// a bias per group, docs/quantization.md). A format's parameters (bits, group size) and per-group
+// Formats: dense (f32 / f16 / bf16, used in place), MLX affine (packed integer codes with a scale and
+// a bias per group, docs/quantization.md) and llama.cpp's GGUF block types (ggml). A format's parameters (bits, group size) and per-group
 // tensors (scales, biases) are members, sliced along with the weight by expert() / row_range() and
 // counted by nbytes(), so call sites do not change; a kernel that does not implement a format stops
 // with an error naming it.
 #pragma once
 
+#include "tensor/ggml_type.h"
 #include "tensor/tensor.h"
 
 #include <string_view>
@@ -21,12 +22,15 @@ enum class WeightFormat : uint8_t {
            // stream (code k in bits [k·bits, (k+1)·bits), so 3/5/6-bit codes may straddle words);
            // scales_, biases_ [(E,) N, K/group_size] f32 | f16 | bf16; w[n, k] = scale·q + bias of
            // group k / group_size
+  ggml,    // llama.cpp blocks (GGUF): weight_ u8 [(E,) N, K/block_size·block_bytes], each row's blocks back
+           // to back, scales inside the blocks; block type ggml_type() (tensor/ggml_type.h)
 };
 
 inline std::string_view weight_format_name(WeightFormat f) {
   switch (f) {
     case WeightFormat::dense: return "dense";
     case WeightFormat::affine: return "affine";
+    case WeightFormat::ggml: return "ggml";
   }
   return "unknown";
 }
@@ -68,6 +72,20 @@ class Linear {
            (group_size == 32 || group_size == 64 || group_size == 128);
   }
 
+  // llama.cpp blocks of `type` (ggml_type_supported) for K inputs per row: blocks u8 [(E,) N, row bytes].
+  static Linear ggml(const Tensor& blocks, GgmlType type, int64_t K) {
+    const auto info = ggml_type_info(static_cast<uint32_t>(type));
+    KAPITSA_CHECK(info && ggml_type_supported(type), "ggml: block type {} is not supported", ggml_type_name(type));
+    const int r = blocks.rank();
+    KAPITSA_CHECK(blocks.dtype() == DType::u8 && (r == 2 || r == 3) && K % info->block_size == 0 &&
+                      blocks.dim(-1) == K / info->block_size * info->block_bytes,
+                  "ggml: {} blocks {} {} for {} inputs", info->name, dtype_name(blocks.dtype()), blocks.shape().str(), K);
+    Linear l;
+    l.format_ = WeightFormat::ggml;
+    l.weight_ = blocks, l.ggml_type_ = type, l.cols_ = K;
+    return l;
+  }
+
   WeightFormat format() const { return format_; }
   bool is_dense() const { return format_ == WeightFormat::dense; }
   bool empty() const { return weight_.empty(); }
@@ -75,6 +93,8 @@ class Linear {
   // Quantization parameters (0 for dense).
   int bits() const { return bits_; }
   int group_size() const { return group_size_; }
+  // The block type of a ggml Linear.
+  GgmlType ggml_type() const { return ggml_type_; }
 
   // A stack of experts [E, N, K]: E; a single matrix: 0.
   int64_t experts() const { return weight_.rank() == 3 ? weight_.dim(0) : 0; }
@@ -136,6 +156,7 @@ class Linear {
   Tensor biases_;  // [(E,) N, K / group_size]
   int bits_ = 0;
   int group_size_ = 0;
+  GgmlType ggml_type_ = GgmlType::f32;  // ggml only
   int64_t cols_ = 0;  // logical K when the stored row is packed
 };
 

@@ -117,6 +117,7 @@ decltype(auto) on_device(const DeviceMirror& m, A&& a) {
       case WeightFormat::dense: return Linear(m.view(a.weight()));
       case WeightFormat::affine:
         return Linear::affine(m.view(a.weight()), m.view(a.scales()), m.view(a.biases()), a.bits(), a.group_size());
+      case WeightFormat::ggml: return Linear::ggml(m.view(a.weight()), a.ggml_type(), a.cols());
     }
     KAPITSA_CHECK(false, "DeviceMirror: weight format {} not mirrored yet", weight_format_name(a.format()));
     return Linear();

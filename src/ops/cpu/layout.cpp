@@ -3,6 +3,7 @@
 // ops/ref bit for bit.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
+#include "ops/cpu/ggml.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/simd.h"
 
@@ -51,6 +52,7 @@ void copy_columns(const Tensor& wide, const Tensor& narrow, int64_t offset, bool
 // table: [V, H] f32|f16|bf16;  out: [T, H] f32.
 void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
   if (linear.format() == WeightFormat::affine) return embedding_affine(linear, ids, out);
+  if (linear.format() == WeightFormat::ggml) return embedding_ggml(linear, ids, out);
   const Tensor& table = linear.dense("embedding");
   const int64_t V = table.dim(0), H = table.dim(1), T = static_cast<int64_t>(ids.size());
   const size_t es = dtype_size(table.dtype());

@@ -7,6 +7,7 @@
 // (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast).
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
+#include "ops/cpu/ggml.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/dot_tile.h"
 
@@ -242,6 +243,7 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   if (linear.format() == WeightFormat::affine) return matmul_affine(x, linear, y);
+  if (linear.format() == WeightFormat::ggml) return matmul_ggml(x, linear, y);
   const Tensor& w = linear.dense("matmul");
   const int64_t N = w.dim(0), K = w.dim(1);
   const int64_t T = K == 0 ? 0 : x.numel() / K;

@@ -33,6 +33,8 @@ void dequantize_row(const Linear& w, int64_t n, float* out) {
       for (int64_t k = 0; k < w.cols(); ++k) out[k] = detail::load(w.weight(), n * w.cols() + k);
       return;
     case WeightFormat::affine: return dequantize_affine_row(w, n, out);
+    case WeightFormat::ggml:
+      return dequantize_ggml(w.ggml_type(), w.weight().data_as<const uint8_t>() + n * w.weight().dim(-1), w.cols(), out);
   }
   KAPITSA_CHECK(false, "dequantize: weight format {}", weight_format_name(w.format()));
 }

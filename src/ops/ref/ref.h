@@ -22,4 +22,6 @@ const BackendTable* backend();
 // Not an op: row n of a matmul weight / embedding table of any format as f32 (the formats' definitions,
 // dequantize.cpp), what ref's matmul and embedding read.  out: [w.cols()].
 void dequantize_row(const Linear& w, int64_t n, float* out);
+// K values of llama.cpp blocks of a supported `type` (dequantize_ggml.cpp).  blocks: K/block_size blocks.
+void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t K, float* out);
 }  // namespace kapitsa::ops::ref

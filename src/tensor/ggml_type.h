@@ -1,0 +1,81 @@
+// GgmlType: the tensor types of llama.cpp's GGUF files (ggml's enum ggml_type, same numbers as stored
+// in a file) and the block geometry of each: a row of K values is K / block_size blocks of block_bytes
+// bytes, back to back. Which types Kapitsa decodes is ggml_type_supported(); the layout of each block
+// is in docs/quantization.md and src/ops/ref/dequantize_ggml.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace kapitsa {
+
+enum class GgmlType : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
+  q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15,
+  iq2_xxs = 16, iq2_xs = 17, iq3_xxs = 18, iq1_s = 19, iq4_nl = 20, iq3_s = 21, iq2_s = 22, iq4_xs = 23,
+  i8 = 24, i16 = 25, i32 = 26, i64 = 27, f64 = 28, iq1_m = 29, bf16 = 30, tq1_0 = 34, tq2_0 = 35, mxfp4 = 39,
+};
+
+struct GgmlTypeInfo {
+  std::string_view name;  // as llama.cpp prints it ("Q4_K")
+  int64_t block_size;     // values per block
+  int64_t block_bytes;    // bytes per block
+};
+
+// The geometry of a type number read from a file; nullopt for a number ggml does not define.
+inline std::optional<GgmlTypeInfo> ggml_type_info(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::f32: return GgmlTypeInfo{"F32", 1, 4};
+    case GgmlType::f16: return GgmlTypeInfo{"F16", 1, 2};
+    case GgmlType::bf16: return GgmlTypeInfo{"BF16", 1, 2};
+    case GgmlType::f64: return GgmlTypeInfo{"F64", 1, 8};
+    case GgmlType::i8: return GgmlTypeInfo{"I8", 1, 1};
+    case GgmlType::i16: return GgmlTypeInfo{"I16", 1, 2};
+    case GgmlType::i32: return GgmlTypeInfo{"I32", 1, 4};
+    case GgmlType::i64: return GgmlTypeInfo{"I64", 1, 8};
+    case GgmlType::q4_0: return GgmlTypeInfo{"Q4_0", 32, 18};
+    case GgmlType::q4_1: return GgmlTypeInfo{"Q4_1", 32, 20};
+    case GgmlType::q5_0: return GgmlTypeInfo{"Q5_0", 32, 22};
+    case GgmlType::q5_1: return GgmlTypeInfo{"Q5_1", 32, 24};
+    case GgmlType::q8_0: return GgmlTypeInfo{"Q8_0", 32, 34};
+    case GgmlType::q8_1: return GgmlTypeInfo{"Q8_1", 32, 36};
+    case GgmlType::q2_k: return GgmlTypeInfo{"Q2_K", 256, 84};
+    case GgmlType::q3_k: return GgmlTypeInfo{"Q3_K", 256, 110};
+    case GgmlType::q4_k: return GgmlTypeInfo{"Q4_K", 256, 144};
+    case GgmlType::q5_k: return GgmlTypeInfo{"Q5_K", 256, 176};
+    case GgmlType::q6_k: return GgmlTypeInfo{"Q6_K", 256, 210};
+    case GgmlType::q8_k: return GgmlTypeInfo{"Q8_K", 256, 292};
+    case GgmlType::iq2_xxs: return GgmlTypeInfo{"IQ2_XXS", 256, 66};
+    case GgmlType::iq2_xs: return GgmlTypeInfo{"IQ2_XS", 256, 74};
+    case GgmlType::iq3_xxs: return GgmlTypeInfo{"IQ3_XXS", 256, 98};
+    case GgmlType::iq1_s: return GgmlTypeInfo{"IQ1_S", 256, 50};
+    case GgmlType::iq4_nl: return GgmlTypeInfo{"IQ4_NL", 32, 18};
+    case GgmlType::iq3_s: return GgmlTypeInfo{"IQ3_S", 256, 110};
+    case GgmlType::iq2_s: return GgmlTypeInfo{"IQ2_S", 256, 82};
+    case GgmlType::iq4_xs: return GgmlTypeInfo{"IQ4_XS", 256, 136};
+    case GgmlType::iq1_m: return GgmlTypeInfo{"IQ1_M", 256, 56};
+    case GgmlType::tq1_0: return GgmlTypeInfo{"TQ1_0", 256, 54};
+    case GgmlType::tq2_0: return GgmlTypeInfo{"TQ2_0", 256, 66};
+    case GgmlType::mxfp4: return GgmlTypeInfo{"MXFP4", 32, 17};
+  }
+  return std::nullopt;
+}
+
+inline std::string_view ggml_type_name(GgmlType t) {
+  const auto info = ggml_type_info(static_cast<uint32_t>(t));
+  return info ? info->name : "unknown";
+}
+
+// Block types a quantized Linear (WeightFormat::ggml) may hold: what ref's dequantization decodes.
+// F32 / F16 / BF16 tensors are loaded as dense weights instead.
+inline bool ggml_type_supported(GgmlType t) {
+  switch (t) {
+    case GgmlType::q4_0: case GgmlType::q4_1: case GgmlType::q5_0: case GgmlType::q5_1: case GgmlType::q8_0:
+    case GgmlType::q4_k: case GgmlType::q5_k: case GgmlType::q6_k:
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace kapitsa

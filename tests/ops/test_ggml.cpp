@@ -1,0 +1,216 @@
+// Tests of llama.cpp's block types (WeightFormat::ggml): ref's dequantization of hand-built blocks
+// whose values are computed here from the block layouts (logical codes first, then packed into the
+// bytes by a packer written from ggml-common.h's struct definitions and quantize_row_q4_K's scale
+// packing: extreme codes, negative and zero scales, every fifth / sixth bit set on its own); then the
+// cpu backend against ref on fresh random blocks (matmul and embedding). Values on real files made by
+// llama.cpp are compared with gguf-py's dequantization in tests/weights/test_gguf.cpp.
+#include "op_test_helpers.h"
+#include "ops/ref/ref.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace kapitsa::ops {
+namespace {
+using test::Rng;
+
+void put_f16(std::vector<uint8_t>& b, size_t at, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(b.data() + at, &h, 2);
+}
+
+// Codes for a block of n values: every value 0..max appears, in a scrambled order.
+std::vector<int> codes(int n, int max, int salt) {
+  std::vector<int> q(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) q[static_cast<size_t>(i)] = (i * 7 + salt) % (max + 1);
+  q[0] = max, q[static_cast<size_t>(n - 1)] = 0;
+  return q;
+}
+
+std::vector<float> dequant(GgmlType type, const std::vector<uint8_t>& block, int64_t K) {
+  std::vector<float> out(static_cast<size_t>(K));
+  ref::dequantize_ggml(type, block.data(), K, out.data());
+  return out;
+}
+
+void expect_values(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-6 * std::abs(want[i]) + 1e-7) << what << " value " << i;
+}
+
+TEST(Ggml, Q8_0HandBuilt) {
+  std::vector<uint8_t> b(34);
+  put_f16(b, 0, -0.5f);
+  const int8_t q[32] = {-128, -1, 0, 1, 127, 5, -5, 64};
+  std::memcpy(b.data() + 2, q, 32);
+  std::vector<double> want(32);
+  for (int j = 0; j < 32; ++j) want[static_cast<size_t>(j)] = -0.5 * q[j];
+  expect_values(dequant(GgmlType::q8_0, b, 32), want, "Q8_0");
+}
+
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: value j < 16 in the low nibble of qs[j], value j + 16 in its high
+// nibble; the fifth bit of value j is bit j of the u32 qh.
+TEST(Ggml, Q4Q5LegacyHandBuilt) {
+  for (GgmlType type : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1}) {
+    const bool five = type == GgmlType::q5_0 || type == GgmlType::q5_1;
+    const bool has_min = type == GgmlType::q4_1 || type == GgmlType::q5_1;
+    const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+    std::vector<uint8_t> b(static_cast<size_t>(info.block_bytes), 0);
+    const float d = 0.25f, m = -3.0f;
+    put_f16(b, 0, d);
+    if (has_min) put_f16(b, 2, m);
+    const size_t qh_at = has_min ? 4 : 2, qs_at = qh_at + (five ? 4 : 0);
+    const std::vector<int> q = codes(32, five ? 31 : 15, 3);
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int nib = q[static_cast<size_t>(j)] & 0xF;
+      b[qs_at + static_cast<size_t>(j % 16)] |= static_cast<uint8_t>(j < 16 ? nib : nib << 4);
+      if (q[static_cast<size_t>(j)] & 16) qh |= 1u << j;
+    }
+    if (five) std::memcpy(b.data() + qh_at, &qh, 4);
+    const int centre = has_min ? 0 : (five ? 16 : 8);
+    std::vector<double> want(32);
+    for (int j = 0; j < 32; ++j)
+      want[static_cast<size_t>(j)] = d * (q[static_cast<size_t>(j)] - centre) + (has_min ? m : 0.0);
+    expect_values(dequant(type, b, 32), want, info.name.data());
+  }
+}
+
+// The 12 scale bytes of Q4_K / Q5_K from 8 six-bit scales and mins, packed as quantize_row_q4_K does.
+void pack_k4_scales(const int* sc, const int* mn, uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+}
+
+// Q4_K / Q5_K: 8 sub-blocks of 32 with a 6-bit scale and min each; values 64c..64c+31 in the low
+// nibbles of qs[32c..32c+31], values 64c+32.. in the high nibbles; the fifth bit of value 64c + l
+// (+32) is bit 2c (2c + 1) of qh[l]. w = d·sc·q − dmin·m.
+TEST(Ggml, Q4KQ5KHandBuilt) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k}) {
+    const bool five = type == GgmlType::q5_k;
+    std::vector<uint8_t> b(five ? 176 : 144, 0);
+    const float d = 0.125f, dmin = 0.5f;
+    put_f16(b, 0, d), put_f16(b, 2, dmin);
+    const int sc[8] = {63, 0, 1, 17, 32, 48, 5, 60}, mn[8] = {0, 63, 2, 40, 16, 33, 62, 1};
+    pack_k4_scales(sc, mn, b.data() + 4);
+    const std::vector<int> q = codes(256, five ? 31 : 15, 1);
+    const size_t qs_at = five ? 48 : 16;
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const int lo = q[static_cast<size_t>(64 * c + l)], hi = q[static_cast<size_t>(64 * c + 32 + l)];
+        b[qs_at + static_cast<size_t>(32 * c + l)] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        if (five) {
+          if (lo & 16) b[16 + static_cast<size_t>(l)] |= static_cast<uint8_t>(1 << (2 * c));
+          if (hi & 16) b[16 + static_cast<size_t>(l)] |= static_cast<uint8_t>(1 << (2 * c + 1));
+        }
+      }
+    std::vector<double> want(256);
+    for (int i = 0; i < 256; ++i)
+      want[static_cast<size_t>(i)] = static_cast<double>(d) * sc[i / 32] * q[static_cast<size_t>(i)] - static_cast<double>(dmin) * mn[i / 32];
+    expect_values(dequant(type, b, 256), want, five ? "Q5_K" : "Q4_K");
+  }
+}
+
+// Q6_K: ql[128], qh[64], 16 int8 scales, d. In half h (128 values), value 128h + 32i + l (i < 4, l < 32)
+// takes its low 4 bits from ql[64h + l] (i = 0, 2: low / high nibble) or ql[64h + 32 + l] (i = 1, 3), its
+// top 2 bits from bits 2i..2i+1 of qh[32h + l]; w = d · scale[(value / 16)] · (q − 32).
+TEST(Ggml, Q6KHandBuilt) {
+  std::vector<uint8_t> b(210, 0);
+  const float d = -0.0625f;
+  put_f16(b, 208, d);
+  int8_t scales[16];
+  for (int j = 0; j < 16; ++j) scales[j] = static_cast<int8_t>(j % 2 ? -128 + 9 * j : 127 - 11 * j);
+  scales[5] = 0;
+  std::memcpy(b.data() + 192, scales, 16);
+  const std::vector<int> q = codes(256, 63, 5);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 4; ++i)
+      for (int l = 0; l < 32; ++l) {
+        const int v = q[static_cast<size_t>(128 * h + 32 * i + l)];
+        const size_t ql_at = static_cast<size_t>(64 * h + (i % 2) * 32 + l);
+        b[ql_at] |= static_cast<uint8_t>(i < 2 ? (v & 0xF) : (v & 0xF) << 4);
+        b[128 + static_cast<size_t>(32 * h + l)] |= static_cast<uint8_t>((v >> 4) << (2 * i));
+      }
+  std::vector<double> want(256);
+  for (int i = 0; i < 256; ++i) want[static_cast<size_t>(i)] = static_cast<double>(d) * scales[i / 16] * (q[static_cast<size_t>(i)] - 32);
+  expect_values(dequant(GgmlType::q6_k, b, 256), want, "Q6_K");
+}
+
+TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
+  std::vector<uint8_t> b(110);
+  EXPECT_DEATH((void)Linear::ggml(Tensor(DType::u8, {1, 110}, b.data()), GgmlType::q3_k, 256), "Q3_K");
+}
+
+// Random blocks of a type: random bytes, with each f16 scale field set to a finite value in ±[2^-8, 2].
+std::vector<uint8_t> random_blocks(Rng& r, GgmlType type, int64_t N, int64_t K) {
+  const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+  const int64_t per_row = K / info.block_size, total = N * per_row;
+  std::vector<uint8_t> bytes(static_cast<size_t>(total * info.block_bytes));
+  for (auto& v : bytes) v = static_cast<uint8_t>(r.gen());
+  std::uniform_real_distribution<float> mag(-8.0f, 1.0f);
+  std::vector<size_t> halves;  // byte offsets of the f16 fields within a block
+  switch (type) {
+    case GgmlType::q4_0: case GgmlType::q5_0: case GgmlType::q8_0: halves = {0}; break;
+    case GgmlType::q6_k: halves = {208}; break;
+    default: halves = {0, 2}; break;  // q4_1, q5_1 (d, m); q4_k, q5_k (d, dmin)
+  }
+  for (int64_t blk = 0; blk < total; ++blk)
+    for (size_t h : halves) {
+      const float v = std::exp2(mag(r.gen)) * (r.gen() % 2 ? 1.0f : -1.0f);
+      const uint16_t f = f32_to_f16(v);
+      std::memcpy(bytes.data() + static_cast<size_t>(blk * info.block_bytes) + h, &f, 2);
+    }
+  return bytes;
+}
+
+constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+                               GgmlType::q8_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+
+// Every backend against ref on fresh random blocks: matmul for several token counts (relative to
+// Σ|x·w| per output: f32 accumulation against ref's f64) and embedding rows (each value within 1e-6 of
+// its row's largest: the cpu decoder computes scale·q + offset, ref ggml's own order of operations).
+TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
+  if (backend().name != "cpu") GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (GgmlType type : kTypes) {
+    const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+    const int64_t N = 1 + static_cast<int64_t>(r.gen() % 23), K = 256 * (1 + static_cast<int64_t>(r.gen() % 2));
+    std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
+    const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
+    for (int64_t T : {1, 3, 9}) {
+      SCOPED_TRACE(fmt::format("{} T={} N={} K={}", info.name, T, N, K));
+      Buffer x = test::random_f32(r, {T, K});
+      Buffer yr = Buffer::zeros(DType::f32, {T, N}), yc = Buffer::allocate(DType::f32, {T, N});
+      test::run(test::ref(), matmul, x, w, yr);
+      test::run(backend(), matmul, x, w, yc);
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n) {
+        ref::dequantize_row(w, n, row.data());
+        for (int64_t t = 0; t < T; ++t) {
+          double mag = 0;
+          for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
+          ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
+        }
+      }
+    }
+    std::vector<int32_t> ids = {0, static_cast<int32_t>(N - 1), static_cast<int32_t>(N / 2)};
+    Buffer er = Buffer::zeros(DType::f32, {3, K}), ec = Buffer::zeros(DType::f32, {3, K});
+    test::run(test::ref(), embedding, w, ids, er);
+    test::run(backend(), embedding, w, ids, ec);
+    for (int64_t t = 0; t < 3; ++t) {
+      float amax = 0;  // values near 0 come from d·sc·q − dmin·m cancelling: bound by the row's scale
+      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::abs(er.f32()[t * K + k]));
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_NEAR(ec.f32()[t * K + k], er.f32()[t * K + k], 1e-6 * amax) << info.name << " embedding " << t << ", " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kapitsa::ops
