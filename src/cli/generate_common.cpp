@@ -48,14 +48,21 @@ Expected<std::string> resolve_model_dir(const std::string& option) {
 }
 
 Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options, Device device) {
-  if (dir.ends_with(".gguf")) return models::load_model(dir).error();  // says what is supported, before the tokenizer
   LoadedModel out;
   out.dir = dir;
-  KAPITSA_TRY(auto tokenizer, text::Tokenizer::load(dir));
+  // A .gguf file: the tokenizer, chat template and generation_config.json come from the folder it is in
+  // (the tokenizer in its metadata is not read yet).
+  const bool gguf = dir.ends_with(".gguf");
+  const std::string text_dir = gguf ? fs::absolute(fs::path(dir)).parent_path().string() : dir;
+  if (gguf && !fs::exists(fs::path(text_dir) / "tokenizer.json"))
+    return error("{}: Kapitsa does not read the tokenizer from GGUF metadata yet; put the model's tokenizer.json (and "
+                 "tokenizer_config.json for its chat template) in the same folder ({})",
+                 dir, text_dir);
+  KAPITSA_TRY(auto tokenizer, text::Tokenizer::load(text_dir));
   out.tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
-  if (auto t = text::ChatTemplate::from_model_dir(dir); t.ok()) out.chat_template.emplace(std::move(t).value());
+  if (auto t = text::ChatTemplate::from_model_dir(text_dir); t.ok()) out.chat_template.emplace(std::move(t).value());
   // generation_config.json: the sampling the model was released with (absent keys keep the defaults).
-  const fs::path gen = fs::path(dir) / "generation_config.json";
+  const fs::path gen = fs::path(text_dir) / "generation_config.json";
   if (fs::exists(gen)) {
     KAPITSA_TRY(Json g, read_json_file(gen.string()));
     runtime::SamplingParams& s = out.default_sampling;

@@ -5,6 +5,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "ops/memory.h"
+#include "models/gguf_checkpoint.h"
 #include "models/nemotron_h/nemotron_h_model.h"
 #include "models/qwen35/qwen35_model.h"
 #include "weights/hf_config.h"
@@ -75,11 +76,12 @@ std::vector<std::string> known_model_types() {
 }
 
 Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
-  if (dir.ends_with(".gguf"))
-    return error("{}: GGUF files are not loaded yet; Kapitsa reads Hugging Face model folders (config.json + "
-                 "safetensors) with bf16/f16/f32 weights or MLX affine quantization (mlx-community's -4bit/-6bit/-8bit "
-                 "folders); see docs/quantization.md",
-                 dir);
+  if (dir.ends_with(".gguf")) {  // llama.cpp's format: config from the metadata, tensors renamed (gguf_checkpoint.h)
+    KAPITSA_TRY(GgufCheckpoint gguf, open_gguf_checkpoint(dir));
+    KAPITSA_TRY(const Entry* entry, find_entry(gguf.config));
+    KAPITSA_RETURN_IF_ERROR(check_device_memory(gguf.checkpoint, options.device, dir));
+    return entry->load(gguf.config, std::move(gguf.checkpoint), options);
+  }
   KAPITSA_TRY(weights::HfConfig config, weights::HfConfig::load(dir));
   KAPITSA_TRY(const Entry* entry, find_entry(config));
   KAPITSA_TRY(weights::Checkpoint checkpoint, weights::Checkpoint::open(dir));

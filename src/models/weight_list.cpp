@@ -36,6 +36,7 @@ Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shap
   modules_.insert(module);
   if (checkpoint_.contains(module + ".scales")) return affine(name, module, shape);
   const weights::TensorEntry* entry = checkpoint_.find(name);
+  if (entry != nullptr && entry->ggml) return ggml(name, *entry, shape);
   if (entry != nullptr && entry->dtype == DType::u32)
     return error("{}: tensor '{}' is packed (U32) but '{}.scales' is missing (MLX affine weights need scales and biases)",
                  checkpoint_.file_of(name), name, module);
@@ -65,6 +66,24 @@ Expected<Linear> WeightLoader::affine(const std::string& name, const std::string
   KAPITSA_RETURN_IF_ERROR(check_finite(scales, file, scales_name));
   KAPITSA_RETURN_IF_ERROR(check_finite(biases, checkpoint_.file_of(biases_name), biases_name));
   const Linear l = Linear::affine(on_device(packed), on_device(scales), on_device(biases), p.bits, p.group_size);
+  count(l);
+  return l;
+}
+
+Expected<Linear> WeightLoader::ggml(const std::string& name, const weights::TensorEntry& entry, const Shape& shape) {
+  const GgmlType type = *entry.ggml;
+  const auto info = ggml_type_info(static_cast<uint32_t>(type));
+  if (!ggml_type_supported(type))
+    return error("{}: tensor '{}' has ggml type {}, which Kapitsa does not decode yet (it reads F32, F16, BF16, Q4_0, "
+                 "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                 checkpoint_.file_of(name), name, ggml_type_name(type));
+  if (entry.ggml_cols != shape[-1])
+    return error("{}: tensor '{}' has rows of {} values, expected {} (logical shape {})", checkpoint_.file_of(name), name,
+                 entry.ggml_cols, shape[-1], shape.str());
+  // blocks: [.., N, K/block·block_bytes] u8
+  KAPITSA_TRY(const Tensor blocks,
+              checkpoint_.get(name, with_last(shape, shape[-1] / info->block_size * info->block_bytes), {DType::u8}));
+  const Linear l = Linear::ggml(on_device(blocks), type, shape[-1]);
   count(l);
   return l;
 }

@@ -6,7 +6,8 @@
 // biases, A_log) come from get_f32 and are not counted. Nothing per family: a new format or layer is
 // counted by loading through it. Formats: a weight NAME (module NAME without ".weight") is MLX affine
 // when the checkpoint has MODULE.scales — codes in NAME (U32), MODULE.scales / MODULE.biases, bits and
-// group size from config.json's quantization (models/quantization.h) — else dense.
+// group size from config.json's quantization (models/quantization.h) — else llama.cpp blocks when the
+// checkpoint entry carries a ggml type (GGUF, models/gguf_checkpoint.h), else dense.
 // Device: for a model on the GPU every weight is copied there once as it is loaded (from the mmapped
 // file); the loader owns those copies until the model takes them (take_device_weights).
 #pragma once
@@ -83,6 +84,7 @@ class WeightLoader {
     double share;
   };
   Expected<Linear> affine(const std::string& name, const std::string& module, const Shape& shape);
+  Expected<Linear> ggml(const std::string& name, const weights::TensorEntry& entry, const Shape& shape);
   // `t` itself on cpu; else its copy on device_, kept in device_weights_.
   Tensor on_device(const Tensor& t);
 

@@ -164,7 +164,7 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
     for (const auto& [name, entry] : shared->entries()) {
       if (checkpoint.index_.count(name))
         return error("{}: tensor '{}' also appears in {}", file, name, checkpoint.file_of(name));
-      checkpoint.index_[name] = Location{shared.get(), &entry};
+      checkpoint.index_[name] = Location{shared->data(entry), &entry, &shared->path()};
     }
     checkpoint.files_.push_back(std::move(shared));
   }
@@ -240,29 +240,43 @@ const TensorEntry* Checkpoint::find(const std::string& name) const {
 
 std::string Checkpoint::file_of(const std::string& name) const {
   auto it = index_.find(name);
-  return it == index_.end() ? std::string("(checkpoint)") : it->second.file->path();
+  return it == index_.end() ? std::string("(checkpoint)") : *it->second.file;
+}
+
+Status Checkpoint::add(const std::string& name, TensorEntry entry, const uint8_t* data, const std::string& file,
+                       std::shared_ptr<const void> owner) {
+  if (index_.count(name)) return error("{}: tensor '{}' also appears in {}", file, name, file_of(name));
+  auto stored = std::make_shared<std::pair<TensorEntry, std::string>>(std::move(entry), file);
+  index_[name] = Location{data, &stored->first, &stored->second};
+  owners_.push_back(std::move(stored));
+  owners_.push_back(std::move(owner));
+  return ok_status();
 }
 
 Expected<Tensor> Checkpoint::get_any_shape(const std::string& name, std::initializer_list<DType> allowed) const {
   if (synthesizer_) return error("synthesized checkpoint: tensor '{}' requested without a shape", name);
   auto it = index_.find(name);
   if (it == index_.end()) {
-    const std::string where = files_.size() == 1 ? files_[0]->path() : fmt::format("{} files", files_.size());
+    const std::string where = files_.size() == 1 ? files_[0]->path()
+                              : !files_.empty()  ? fmt::format("{} files", files_.size())
+                              : index_.empty()   ? std::string("(empty checkpoint)")
+                                                 : *index_.begin()->second.file;
     return error("{}: missing tensor '{}'", where, name);
   }
-  const auto& [file, entry] = it->second;
+  const auto& [data, entry, file] = it->second;
   if (std::find(allowed.begin(), allowed.end(), entry->dtype) == allowed.end()) {
     std::string names;
     for (DType t : allowed) names += fmt::format("{}{}", names.empty() ? "" : "/", dtype_name(t));
-    return error("{}: tensor '{}' has dtype {}, expected {}", file->path(), name, dtype_name(entry->dtype), names);
+    return error("{}: tensor '{}' has {} {}, expected {}", *file, name, entry->ggml ? "ggml type" : "dtype",
+                 entry->ggml ? ggml_type_name(*entry->ggml) : dtype_name(entry->dtype), names);
   }
   if (entry->shape.size() > static_cast<size_t>(kMaxRank))
-    return error("{}: tensor '{}' has rank {}, more than {} is not supported", file->path(), name, entry->shape.size(),
+    return error("{}: tensor '{}' has rank {}, more than {} is not supported", *file, name, entry->shape.size(),
                  kMaxRank);
   Shape shape;
   shape.rank = static_cast<int>(entry->shape.size());
   for (size_t i = 0; i < entry->shape.size(); ++i) shape.dims[i] = entry->shape[i];
-  return Tensor(entry->dtype, shape, const_cast<uint8_t*>(file->data(*entry)));
+  return Tensor(entry->dtype, shape, const_cast<uint8_t*>(data));
 }
 
 Expected<Tensor> Checkpoint::get(const std::string& name, const Shape& expected_shape,

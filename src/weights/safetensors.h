@@ -7,11 +7,13 @@
 
 #include "base/mapped_file.h"
 #include "base/status.h"
+#include "tensor/ggml_type.h"
 #include "tensor/tensor.h"
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,10 @@ struct TensorEntry {
   std::vector<int64_t> shape;  // any rank (vision towers have rank 5); Tensor views need rank <= 4
   size_t begin = 0;            // byte offset of the data from the start of the file
   size_t nbytes = 0;
+  // Set for llama.cpp block data (from GGUF): dtype is then U8 and shape [.., rows, row bytes], and
+  // ggml_cols is the logical number of values per row.
+  std::optional<GgmlType> ggml;
+  int64_t ggml_cols = 0;
 };
 
 class SafetensorsFile {
@@ -65,6 +71,12 @@ class Checkpoint {
   // The tensors a synthesized checkpoint handed out, in the order asked for.
   std::vector<std::pair<std::string, Tensor>> synthesized() const;
 
+  // Adds tensor `name` (an error if it exists) whose bytes are at `data`, kept alive by `owner` (a mapped
+  // file or an owned Buffer): how checkpoints in other formats (GGUF, models/gguf_checkpoint.h) are built.
+  // `file` names where it came from in errors.
+  Status add(const std::string& name, TensorEntry entry, const uint8_t* data, const std::string& file,
+             std::shared_ptr<const void> owner);
+
   // Same without a shape check.
   Expected<Tensor> get_any_shape(const std::string& name,
                                  std::initializer_list<DType> allowed = {DType::f32, DType::f16, DType::bf16}) const;
@@ -73,13 +85,15 @@ class Checkpoint {
 
  private:
   struct Location {
-    const SafetensorsFile* file;
+    const uint8_t* data;
     const TensorEntry* entry;
+    const std::string* file;  // path, for errors
   };
   struct Synthesizer;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::shared_ptr<Synthesizer> synthesizer_;  // set only for synthesize()
   std::map<std::string, Location> index_;
+  std::vector<std::shared_ptr<const void>> owners_;  // whatever add() was given (entries, files, buffers)
 };
 
 // Converts any float tensor (f32, f16, bf16, f8_e4m3) to f32, elementwise.  src, dst: same numel.

@@ -69,14 +69,19 @@ TEST_F(CliErrors, UnsupportedQuantMethodIsNamed) {
   expect_error({"config.json", "quant_method \"fp8\"", "does not load yet", "MLX affine"});
 }
 
-TEST_F(CliErrors, GgufFileIsNamedAsNotLoadedYet) {
+// A broken .gguf is named with its problem, for run (which first looks for the tokenizer next to it)
+// and logits alike.
+TEST_F(CliErrors, BrokenGgufFileIsNamed) {
   std::ofstream(dir_.path("model.gguf")) << "GGUF";
-  for (const std::string& command : {std::string("run --max-tokens 2 hi --model "),
-                                    "logits --ids-file " + dir_.path("ids.json") + " --out y --model "}) {
-    const CommandResult r = run_kapitsa(command + dir_.path("model.gguf"));
-    EXPECT_NE(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("GGUF files are not loaded yet"), std::string::npos) << command << ": " << r.output;
-  }
+  std::ofstream(dir_.path("tokenizer.json")) << "{}";
+  const CommandResult logits = run_kapitsa("logits --ids-file " + dir_.path("ids.json") + " --out y --model " +
+                                           dir_.path("model.gguf"));
+  EXPECT_NE(logits.exit_code, 0) << logits.output;
+  EXPECT_NE(logits.output.find("model.gguf: truncated"), std::string::npos) << logits.output;
+  fs::remove(dir_.path("tokenizer.json"));
+  const CommandResult run = run_kapitsa("run --max-tokens 2 hi --model " + dir_.path("model.gguf"));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("does not read the tokenizer from GGUF metadata yet"), std::string::npos) << run.output;
 }
 
 TEST_F(CliErrors, TruncatedFile) {

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# make_test_files.sh — regenerate the GGUF test files in tests/fixtures/gguf/ with llama.cpp's own tools
+# (convert_hf_to_gguf.py, llama-quantize) and their reference values with gguf-py's numpy
+# dequantization — never with Kapitsa's code. Needs llama.cpp's source and build (see
+# ../shared/tools/llama.cpp/README.md: build.sh) and Debian's python3-torch python3-numpy python3-yaml.
+#
+#   LLAMA_CPP_DIR=/tmp/llama.cpp-ref/llama.cpp tools/gguf/make_test_files.sh
+#
+# Writes (then xz-compressed; the build unpacks them next to themselves):
+#   qwen35-dense-tiny-BF16.gguf, qwen35-dense-tiny-Q8_0.gguf  the fixture converted (no tokenizer:
+#       the fixtures have none, tools/gguf/convert_no_vocab.py skips set_vocab)
+#   blocks.gguf      one matrix of each block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 quantized by gguf-py's
+#                    numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M / Q5_K_M)
+#   reference.json   per tensor of the three files: gguf-py's dequantized values summarised (count, sum,
+#                    sum of squares, and 16 values at fixed indices)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+LLAMA_CPP_DIR=${LLAMA_CPP_DIR:-/tmp/llama.cpp-ref/llama.cpp}
+SHIM=${SHIM:-$ROOT/../shared/tools/llama.cpp/hfshim}
+PY=${PYTHON:-/usr/bin/python3}
+OUT=$ROOT/tests/fixtures/gguf
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export PYTHONDONTWRITEBYTECODE=1 LLAMA_CPP_DIR
+
+SRC=$ROOT/tests/fixtures/qwen35-dense-tiny
+[ -f "$SRC/model.safetensors" ] || xz -dkc "$SRC/model.safetensors.xz" > "$SRC/model.safetensors"
+mkdir -p "$WORK/qwen35-dense-tiny" "$OUT"
+cp "$SRC/config.json" "$SRC/model.safetensors" "$WORK/qwen35-dense-tiny/"
+for t in bf16 q8_0; do
+  T=$(echo $t | tr a-z A-Z)
+  PYTHONPATH="$SHIM" "$PY" "$HERE/convert_no_vocab.py" "$WORK/qwen35-dense-tiny" --no-mtp --outtype $t \
+      --outfile "$WORK/qwen35-dense-tiny-$T.gguf" > "$WORK/convert-$t.log" 2>&1 || { tail -20 "$WORK/convert-$t.log"; exit 1; }
+done
+for q in Q4_K_M Q5_K_M; do
+  "$LLAMA_CPP_DIR/build/bin/llama-quantize" "$WORK/qwen35-dense-tiny-BF16.gguf" "$WORK/q-$q.gguf" $q 1 \
+      > "$WORK/quantize-$q.log" 2>&1 || { tail -20 "$WORK/quantize-$q.log"; exit 1; }
+done
+PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" "$PY" "$HERE/blocks_and_reference.py" "$WORK" "$OUT"
+for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf; do
+  cp "$WORK/$f" "$OUT/$f"
+done
+for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf blocks.gguf; do
+  xz -9 -T1 -f "$OUT/$f"
+done
+ls -la "$OUT"
