@@ -8,7 +8,9 @@
 // Not a test; run it by hand:
 //   build/release/bench/bench_runtime --config bench/configs/qwen35-0.8b.json [--turn1 4000] [--decode 32]
 //   [--kv-dtype f32|bf16|f16]  (the engine's KV pages; default f32, EngineOptions' default)
+//   [--device cpu|cuda|cuda:N]  (where the model and its pools live; default cpu)
 #include "models/model.h"
+#include "ops/memory.h"
 #include "runtime/engine.h"
 
 #include <CLI/CLI.hpp>
@@ -60,8 +62,10 @@ runtime::GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
   return r;
 }
 
+models::LoadOptions load_options;  // --device: every engine's model is loaded there
+
 Expected<std::unique_ptr<runtime::Engine>> make_engine(const std::string& dir, const runtime::EngineOptions& o) {
-  KAPITSA_TRY(auto model, models::load_model(dir));
+  KAPITSA_TRY(auto model, models::load_model(dir, load_options));
   return runtime::Engine::create(std::move(model), nullptr, o);
 }
 
@@ -162,7 +166,16 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed of the random checkpoint and prompts");
   std::string kv_name = "f32";
   app.add_option("--kv-dtype", kv_name, "Element type of the KV pages")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  std::string device_name = "cpu";
+  app.add_option("--device", device_name, "cpu (default), cuda or cuda:N");
   CLI11_PARSE(app, argc, argv);
+  auto spec = ops::parse_device(device_name);
+  Status selected = spec.ok() ? ops::select_device(*spec) : Status(spec.error());
+  if (!selected.ok()) {
+    fmt::print(stderr, "bench_runtime: {}\n", selected.error().message);
+    return 2;
+  }
+  load_options.device = spec->device;
   const DType kv = kv_name == "bf16" ? DType::bf16 : kv_name == "f16" ? DType::f16 : DType::f32;
   if (model_dir.empty()) {
     model_dir = (std::filesystem::temp_directory_path() / "kapitsa-bench" / std::filesystem::path(config).stem()).string();
@@ -176,7 +189,7 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937_64 rng(seed);
-  fmt::print("model: {} (KV pages {})\n", model_dir, kv_name);
+  fmt::print("model: {} (KV pages {}, device {})\n", model_dir, kv_name, ops::device_name(*spec));
   fmt::print("{:>12} {:>22}\n", "sequences", "aggregate decode tok/s");
   for (int n : concurrency) {
     auto tps = decode_throughput(model_dir, n, prompt, decode, kv, rng);

@@ -503,6 +503,49 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
   KAPITSA_CALL(b, scale_add_rows, src, rows, weights, dst);
 }
 
+void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const BackendTable& b = current_backend();
+  const char* op = "matmul_experts";
+  f32(b, x, op, "x"), f32(b, y, op, "y"), present(b, expert_ids, op, "expert_ids");
+  KAPITSA_CHECK(!experts.empty(), "{}: no experts", op);
+  for (const Linear& w : experts) weight(b, w, op, "experts[e]");
+  const Linear& w0 = experts[0];
+  for (size_t e = 1; e < experts.size(); ++e) {
+    const Linear& w = experts[e];
+    KAPITSA_CHECK(w.format() == w0.format() && w.weight().dtype() == w0.weight().dtype() && w.rows() == w0.rows() &&
+                      w.cols() == w0.cols() && w.bits() == w0.bits() && w.group_size() == w0.group_size(),
+                  "{}: expert {} is {} {} [{}, {}], expert 0 {} {} [{}, {}]", op, e, weight_format_name(w.format()),
+                  dtype_name(w.weight().dtype()), w.rows(), w.cols(), weight_format_name(w0.format()),
+                  dtype_name(w0.weight().dtype()), w0.rows(), w0.cols());
+  }
+  KAPITSA_CHECK(expert_ids.dtype() == DType::i32 && expert_ids.rank() == 2, "{}: expert_ids must be [T, k] I32, got {} {}",
+                op, dtype_name(expert_ids.dtype()), expert_ids.shape().str());
+  const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1), N = w0.rows(), K = w0.cols();
+  KAPITSA_CHECK(x.rank() == 2 && x.dim(0) == T && x.dim(1) == K, "{}: x {} must be [{}, {}]", op, x.shape().str(), T, K);
+  KAPITSA_CHECK(y.rank() == 2 && y.dim(0) == T * k && y.dim(1) == N, "{}: y {} must be [{}, {}]", op, y.shape().str(),
+                T * k, N);
+  KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "{}: y must not alias x", op);
+  if (expert_ids.device() == Device::cpu) {
+    const int32_t* ids = expert_ids.data_as<const int32_t>();
+    for (int64_t i = 0; i < T * k; ++i)
+      in_range(ids[i], static_cast<int64_t>(experts.size()), op, "expert id", static_cast<size_t>(i));
+  }
+  KAPITSA_CALL(b, matmul_experts, x, experts, expert_ids, y);
+}
+
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+  const BackendTable& b = current_backend();
+  const char* op = "moe_combine";
+  f32(b, y, op, "y"), f32(b, expert_weights, op, "expert_weights"), f32(b, out, op, "out");
+  KAPITSA_CHECK(expert_weights.rank() == 2, "{}: expert_weights {} must be [T, k]", op, expert_weights.shape().str());
+  const int64_t T = expert_weights.dim(0), k = expert_weights.dim(1), H = out.dim(-1);
+  KAPITSA_CHECK(out.rank() == 2 && out.dim(0) == T, "{}: out {} must be [{}, H]", op, out.shape().str(), T);
+  KAPITSA_CHECK(y.rank() == 2 && y.dim(0) == T * k && y.dim(1) == H, "{}: y {} must be [{}, {}]", op, y.shape().str(),
+                T * k, H);
+  KAPITSA_CHECK(y.data() != out.data() || y.numel() == 0, "{}: out must not alias y", op);
+  KAPITSA_CALL(b, moe_combine, y, expert_weights, out);
+}
+
 // ---- batched, variable-length ----------------------------------------------------------------
 void conv1d_causal_varlen(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& windows, bool silu,
                           const SeqBatch& batch, const Tensor& y) {

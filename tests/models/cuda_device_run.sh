@@ -3,14 +3,16 @@
 # /work/main/.device with the carried binaries (built here, portable flags). The test binaries have the
 # worktree they were built in compiled in (KAPITSA_TEST_DATA, KAPITSA_BIN): that path is recreated as
 # links to this checkout. Then: fixtures unpacked, CUDA op tests, the engine on cuda vs cpu (models and
-# runtime tests), the CLI, and whole-model tokens/s on cuda and cpu. Logs under $OUT, summary on stdout.
+# runtime tests), the CLI, whole-model tokens/s on cuda and cpu (bench_model: demo, Qwen3.5-0.8B, -4B and
+# Nemotron shapes) and the engine's aggregate decode at 1 and 16 sequences (bench_runtime, 4B shape).
+# Logs under $OUT, summary on stdout.
 # Usage (device run, carry [".device"]): bash .device/run_engine.sh /work/wt/cuda
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(dirname "$DEV")"
 export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-for b in "$DEV"/test_* "$DEV"/kapitsa "$DEV"/bench_model; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
+for b in "$DEV"/test_* "$DEV"/kapitsa "$DEV"/bench_model "$DEV"/bench_runtime; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
 mkdir -p "$BUILT_IN/build/release"
 ln -sfn "$REPO/tests" "$BUILT_IN/tests"
 ln -sfn "$REPO/models" "$BUILT_IN/models"
@@ -33,6 +35,12 @@ cd "$BUILT_IN"
 echo "== test_ops_cuda + every op on cuda"
 step ops_cuda.log 60 "$DEV/test_ops_cuda"; summ $OUT/ops_cuda.log
 step ops.log 120 "$DEV/test_ops" --gtest_filter='*/cuda:Backends.*'; summ $OUT/ops.log
+echo "== memcheck of the MoE and matmul kernels"
+step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*Moe*/cuda:*Matmul*/cuda'
+grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
+if [ -x "$DEV/bench_ops_cuda" ]; then
+  step bench_ops.log 90 "$DEV/bench_ops_cuda"; grep -iE "matmul" $OUT/bench_ops.log | head -8
+fi
 echo "== models on cuda vs cpu"
 step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device*'; summ $OUT/models.log 60
 grep -B2 -A10 "Failure" $OUT/models.log | head -80
@@ -51,3 +59,13 @@ step bench_08b_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/qwe
 grep -E "model|device|bandwidth|weights|prefill|decode" $OUT/bench_08b_cuda.log
 step bench_nano_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/nemotron3-nano-scaled.json" --device cuda --prompt 512 --decode 128
 grep -E "model|bandwidth|weights|prefill|decode" $OUT/bench_nano_cuda.log
+# Configs newer than the checkout the run was sent from travel in .device/configs.
+CONFIGS="$REPO/bench/configs"; [ -f "$DEV/configs/qwen35-4b.json" ] && CONFIGS="$DEV/configs"
+step bench_4b_cuda.log 300 "$DEV/bench_model" --config "$CONFIGS/qwen35-4b.json" --device cuda --prompt 512 --decode 128
+grep -E "model|bandwidth|weights|prefill|decode" $OUT/bench_4b_cuda.log
+echo "== aggregate decode, 1 and 16 sequences (engine on cuda)"
+step runtime_4b_cuda.log 240 "$DEV/bench_runtime" --config "$CONFIGS/qwen35-4b.json" --device cuda --prompt 32 --decode 64 \
+  --concurrency 1 16 --turn1 0
+grep -vE "^writing" $OUT/runtime_4b_cuda.log | tail -4
+# At most 8 files come back from $OUT: the logs travel as one archive.
+(cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)

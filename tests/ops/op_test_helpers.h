@@ -5,7 +5,7 @@
 // calling an op through ops.h (argument checks included) with b selected.
 // Tests build every input on the host. For a backend whose tensors live on a device (cuda), run()
 // mirrors the call there (DeviceMirror): each host memory range among the tensor arguments (Tensor,
-// Buffer, Linear, lists of Tensors) is uploaded once — overlapping views share one device range, so
+// Buffer, Linear, lists of Tensors or Linears) is uploaded once — overlapping views share one device range, so
 // in-place calls stay in place — the op runs on device views, and the ranges are downloaded back into
 // host memory (only bytes that changed are written, so read-only inputs are never touched). A test
 // thus reads results on the host whatever the backend.
@@ -97,6 +97,10 @@ constexpr bool is_tensor_list = std::is_same_v<Plain<T>, std::vector<Tensor>> ||
                                 std::is_same_v<Plain<T>, std::span<const Tensor>> ||
                                 std::is_same_v<Plain<T>, std::span<Tensor>>;
 
+template <class T>
+constexpr bool is_linear_list = std::is_same_v<Plain<T>, std::vector<Linear>> ||
+                                std::is_same_v<Plain<T>, std::span<const Linear>>;
+
 template <class A>
 void note(DeviceMirror& m, const A& a) {
   if constexpr (is_tensor_like<A>) m.note(static_cast<const Tensor&>(a));
@@ -106,6 +110,8 @@ void note(DeviceMirror& m, const A& a) {
   }
   else if constexpr (is_tensor_list<A>)
     for (const Tensor& t : a) m.note(t);
+  else if constexpr (is_linear_list<A>)
+    for (const Linear& l : a) note(m, l);
 }
 
 // The argument as the device backend takes it (tensors → device views; anything else unchanged).
@@ -124,6 +130,10 @@ decltype(auto) on_device(const DeviceMirror& m, A&& a) {
   } else if constexpr (is_tensor_list<A>) {
     std::vector<Tensor> v;
     for (const Tensor& t : a) v.push_back(m.view(t));
+    return v;
+  } else if constexpr (is_linear_list<A>) {
+    std::vector<Linear> v;
+    for (const Linear& l : a) v.push_back(on_device(m, l));
     return v;
   } else {
     return std::forward<A>(a);

@@ -1,8 +1,10 @@
 // Tests of the MoE plumbing: softmax top-k routing (known picks, ties to the lower index,
-// renormalisation), gather_rows and scale_add_rows (accumulating, repeated rows); cpu against ref.
+// renormalisation), gather_rows and scale_add_rows (accumulating, repeated rows), and the device-routed
+// pair matmul_experts / moe_combine; every backend against ref.
 #include "op_test_helpers.h"
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 namespace kapitsa::ops {
@@ -69,6 +71,67 @@ TEST_P(OnBackend, MoeRowsGatherAndScaleAdd) {
     // row 1 untouched
     for (int64_t h = 0; h < H; ++h) ASSERT_EQ(dr.f32()[1 * H + h], x.f32()[1 * H + h]);
   }
+}
+
+// Experts stacked as checkpoints store them ([E, N, K], one view per expert), random ids with repeats.
+TEST_P(OnBackend, MoeMatmulExpertsMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  struct Case {
+    int64_t T, k, E, K, N;
+  };
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const Case& c : std::vector<Case>{{1, 1, 1, 8, 3}, {1, 6, 8, 64, 40}, {3, 2, 5, 33, 17}, {16, 8, 64, 256, 24},
+                                           {2, 4, 4, 1024, 130}}) {
+      SCOPED_TRACE(fmt::format("{} T={} k={} E={} K={} N={}", dtype_name(dt), c.T, c.k, c.E, c.K, c.N));
+      Buffer x = test::random_f32(r, {c.T, c.K});
+      Buffer stacked = kapitsa::testing::random_buffer(r.gen, dt, {c.E, c.N, c.K});
+      std::vector<Linear> experts;
+      for (int64_t e = 0; e < c.E; ++e) experts.push_back(Linear(stacked).expert(e));
+      Buffer ids = Buffer::zeros(DType::i32, {c.T, c.k});
+      for (int64_t i = 0; i < c.T * c.k; ++i) ids.tensor().data_as<int32_t>()[i] = static_cast<int32_t>(r.gen() % c.E);
+      Buffer yr = Buffer::zeros(DType::f32, {c.T * c.k, c.N}), yc = Buffer::allocate(DType::f32, {c.T * c.k, c.N});
+      for (int64_t i = 0; i < c.T * c.k * c.N; ++i) yc.f32()[i] = 1e30f;  // every row is written
+      test::run(test::ref(), matmul_experts, x, experts, ids, yr);
+      test::run(backend(), matmul_experts, x, experts, ids, yc);
+      const double scale = std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3;  // as the matmul test
+      EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr) / scale, 1e-5);
+      // Row t·k + j is the plain matmul of x's row t with the chosen expert (independent of the op).
+      const int64_t p = c.T * c.k - 1, t = p / c.k;
+      Buffer row = Buffer::zeros(DType::f32, {1, c.N});
+      test::run(test::ref(), matmul, x.tensor().rows(t, t + 1),
+                experts[static_cast<size_t>(ids.tensor().data_as<int32_t>()[p])], row);
+      for (int64_t n = 0; n < c.N; ++n) ASSERT_EQ(yr.f32()[p * c.N + n], row.f32()[n]);
+    }
+}
+
+TEST_P(OnBackend, MoeCombineMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (auto [T, k, H] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 5}, {1, 6, 2688}, {16, 8, 1031}}) {
+    SCOPED_TRACE(fmt::format("T={} k={} H={}", T, k, H));
+    Buffer y = test::random_f32(r, {T * k, H});
+    Buffer w = test::random_f32(r, {T, k}, 0.0f, 1.0f);
+    Buffer outr = Buffer::zeros(DType::f32, {T, H}), outc = test::random_f32(r, {T, H});  // overwritten
+    test::run(test::ref(), moe_combine, y, w, outr);
+    test::run(backend(), moe_combine, y, w, outc);
+    EXPECT_LE(kapitsa::testing::max_abs_diff(outc, outr), 1e-6 * static_cast<double>(k));
+  }
+  // Known values: out[0] = 0.5·[1, 2] + 2·[3, -1];  out[1] = 1·[4, 4] − 1·[1, 0].
+  float yv[8] = {1, 2, 3, -1, 4, 4, 1, 0}, wv[4] = {0.5f, 2.0f, 1.0f, -1.0f}, ov[4] = {};
+  test::run(backend(), moe_combine, Tensor(DType::f32, {4, 2}, yv), Tensor(DType::f32, {2, 2}, wv),
+            Tensor(DType::f32, {2, 2}, ov));
+  EXPECT_EQ(ov[0], 6.5f); EXPECT_EQ(ov[1], -1.0f); EXPECT_EQ(ov[2], 3.0f); EXPECT_EQ(ov[3], 4.0f);
+}
+
+TEST(MoeMatmulExperts, HostIdsOutOfRangeAreRefused) {
+  float x[4] = {}, w[8] = {}, y[4] = {};
+  int32_t ids[2] = {0, 2};
+  std::vector<Linear> experts = {Linear(Tensor(DType::f32, {2, 2}, w)), Linear(Tensor(DType::f32, {2, 2}, w + 4))};
+  ScopedBackend on(test::ref());
+  EXPECT_DEATH(matmul_experts(Tensor(DType::f32, {2, 2}, x), experts, Tensor(DType::i32, {2, 1}, ids),
+                              Tensor(DType::f32, {2, 2}, y)),
+               "matmul_experts: expert id 2 at 1 outside \\[0, 2\\)");
 }
 
 }  // namespace

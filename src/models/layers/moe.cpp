@@ -5,6 +5,14 @@
 
 namespace kapitsa::models {
 
+bool route_on_device(const Tensor& expert_ids, std::initializer_list<std::span<const Linear>> experts) {
+  if (expert_ids.device() == Device::cpu || expert_ids.dim(0) > kDeviceRoutedMaxTokens) return false;
+  for (std::span<const Linear> list : experts)
+    for (const Linear& l : list)
+      if (!l.is_dense()) return false;
+  return true;
+}
+
 Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const std::string& prefix,
                                                     const SoftmaxMoeConfig& c) {
   SoftmaxMoeWeights w;
@@ -30,6 +38,7 @@ Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const 
       w.experts.push_back(expert);
     }
   }
+  for (const SwiGluWeights& e : w.experts) w.gates.push_back(e.gate), w.ups.push_back(e.up), w.downs.push_back(e.down);
   WeightLoader::Share every_token(loader, 1.0);
   if (c.shared_expert_dim > 0) {
     KAPITSA_TRY(SwiGluWeights shared, SwiGluWeights::load(loader, prefix + "shared_expert.", H, c.shared_expert_dim));
@@ -49,9 +58,21 @@ void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, 
   Tensor ids = ws.take(DType::i32, {T, k});
   Tensor weights = ws.take(DType::f32, {T, k});
   ops::moe_route_softmax(logits, static_cast<int>(k), c.renormalize, ids, weights);
-  run_routed_experts(E, ids, weights, x, out, ws, [&](int64_t e, const Tensor& xe, const Tensor& ye) {
-    swiglu_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
-  });
+  if (route_on_device(ids, {w.gates, w.ups, w.downs})) {
+    const int64_t I = c.expert_dim;
+    Tensor gate = ws.take(DType::f32, {T * k, I});  // row t·k + j: token t through its j-th expert
+    Tensor up = ws.take(DType::f32, {T * k, I});
+    Tensor routed = ws.take(DType::f32, {T * k, H});
+    ops::matmul_experts(x, w.gates, ids, gate);
+    ops::matmul_experts(x, w.ups, ids, up);
+    ops::silu_mul(gate, up, gate);
+    ops::matmul_experts(gate, w.downs, ids.reshape({T * k, 1}), routed);
+    ops::moe_combine(routed, weights, out);
+  } else {
+    run_routed_experts(E, ids, weights, x, out, ws, [&](int64_t e, const Tensor& xe, const Tensor& ye) {
+      swiglu_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
+    });
+  }
   if (w.shared) {
     Tensor shared = ws.take(DType::f32, {T, H});
     swiglu_forward(*w.shared, x, shared, ctx);

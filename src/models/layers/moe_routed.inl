@@ -1,7 +1,8 @@
 // run_routed_experts (template, included by moe.h): group the tokens by expert (a counting sort into
 // workspace arrays, no allocation), gather their rows, run the expert once per group, scatter-add the
-// weighted results. On a device the router's choices are copied to the host first (a sync per MoE
-// layer: the grouping and the per-expert launches are decided on the host).
+// weighted results. On a device the router's choices are copied to the host first (a wait per MoE
+// layer: the grouping and the per-expert launches are decided on the host), which models do only for
+// batches larger than kDeviceRoutedMaxTokens (prefill); decode batches use route_on_device (moe.h).
 #pragma once
 
 #include "models/workspace.h"

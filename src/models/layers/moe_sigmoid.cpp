@@ -34,6 +34,7 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
       w.experts.push_back(expert);
     }
   }
+  for (const Relu2MlpWeights& e : w.experts) w.ups.push_back(e.up), w.downs.push_back(e.down);
   WeightLoader::Share every_token(loader, 1.0);
   if (c.shared_expert_dim > 0) {
     KAPITSA_TRY(Relu2MlpWeights shared, Relu2MlpWeights::load(loader, prefix + "shared_experts.", H, c.shared_expert_dim));
@@ -60,14 +61,26 @@ void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, 
   auto expert = [&](int64_t e, const Tensor& xe, const Tensor& ye) {
     relu2_mlp_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
   };
+  // The routed experts on xr: [T, W] into yr: [T, W], grouped on the host or routed on the device.
+  const bool on_device = route_on_device(ids, {w.ups, w.downs});
+  auto routed_experts = [&](const Tensor& xr, const Tensor& yr) {
+    if (!on_device) return run_routed_experts(E, ids, weights, xr, yr, ws, expert);
+    Workspace::Scope pairs(ws);
+    Tensor up = ws.take(DType::f32, {T * k, c.expert_dim});  // row t·k + j: token t through its j-th expert
+    Tensor down = ws.take(DType::f32, {T * k, xr.dim(1)});
+    ops::matmul_experts(xr, w.ups, ids, up);
+    ops::relu_squared(up, up);
+    ops::matmul_experts(up, w.downs, ids.reshape({T * k, 1}), down);
+    ops::moe_combine(down, weights, yr);
+  };
   if (c.latent_dim > 0) {
     Tensor latent = ws.take(DType::f32, {T, c.latent_dim});
     Tensor routed = ws.take(DType::f32, {T, c.latent_dim});
     ops::matmul(x, w.fc1_latent, latent);
-    run_routed_experts(E, ids, weights, latent, routed, ws, expert);
+    routed_experts(latent, routed);
     ops::matmul(routed, w.fc2_latent, out);
   } else {
-    run_routed_experts(E, ids, weights, x, out, ws, expert);
+    routed_experts(x, out);
   }
   if (w.shared) {
     Tensor shared = ws.take(DType::f32, {T, H});

@@ -40,6 +40,7 @@ struct SigmoidMoeWeights {
   std::optional<Relu2MlpWeights> shared;  // up [Is, H], down [H, Is]
   Linear fc1_latent;                      // [L, H] (latent only)
   Linear fc2_latent;                      // [H, L]
+  std::vector<Linear> ups, downs;         // the experts' projections as lists (ops::matmul_experts)
 
   // PREFIX is the block, e.g. "backbone.layers.1.mixer.".
   static Expected<SigmoidMoeWeights> load(WeightLoader& loader, const std::string& prefix,

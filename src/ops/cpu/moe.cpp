@@ -1,6 +1,7 @@
 // CPU mixture-of-experts plumbing: softmax top-k routing (tokens in parallel; selection on the logits,
 // which order the experts exactly as the probabilities do, ties to the lower index), row gather, and
-// the weighted scatter-add (split by columns, so repeated destination rows never race).
+// the weighted scatter-add (split by columns, so repeated destination rows never race), and the
+// device-routed pair (matmul_experts: this backend's matmul per token and choice; moe_combine).
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/simd.h"
@@ -77,6 +78,36 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
       for (; c + simd::kW <= c1; c += simd::kW)
         simd::store(d + c, simd::fma(simd::set1(wr), simd::load(s + c), simd::load(d + c)));
       for (; c < c1; ++c) d[c] += wr * s[c];
+    }
+  });
+}
+
+// x: [T, K];  experts[e]: [N, K];  expert_ids: [T, k];  y: [T·k, N]. On the CPU the router's choices
+// are already on the host, so models group tokens by expert instead; this serves the same call on any
+// device (one threaded GEMV per token and choice).
+void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1);
+  const int32_t* ids = expert_ids.data_as<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      matmul(x.rows(t, t + 1), experts[static_cast<size_t>(ids[t * k + j])], y.rows(t * k + j, t * k + j + 1));
+}
+
+// y: [T·k, H];  expert_weights: [T, k];  out: [T, H]. Tokens in parallel, choices summed in j order.
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+  const int64_t T = expert_weights.dim(0), k = expert_weights.dim(1), H = out.dim(-1);
+  const float* w = expert_weights.f32();
+  const float* py = y.f32();
+  float* po = out.f32();
+  parallel_for(static_cast<size_t>(T), 1, [&](size_t begin, size_t end) {
+    for (int64_t t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t) {
+      float* o = po + t * H;
+      std::fill(o, o + H, 0.0f);
+      for (int64_t j = 0; j < k; ++j) {
+        const float wj = w[t * k + j];
+        const float* s = py + (t * k + j) * H;
+        for (int64_t h = 0; h < H; ++h) o[h] += wj * s[h];
+      }
     }
   });
 }

@@ -144,6 +144,12 @@ void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int
 // dst[rows[r], :] += weights[r] · src[r, :], r in order (deterministic).
 void scale_add_rows(const float* src, const int32_t* rows, const float* weights, float* dst, int64_t R, int64_t H,
                     cudaStream_t s);
+// y[t·k + j, :] = x[t, :] · experts[ids[t·k + j]]ᵀ: x [T, K];  experts: E device pointers to [N, K] weights
+// of `type`;  y: [T·k, N]. A row whose id is outside [0, E) is written as NaN (ids live on the device).
+void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemType type, const int32_t* ids,
+                    float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s);
+// out[t, :] = Σ_j weights[t·k + j] · y[t·k + j, :], j in order:  y [T·k, H];  out [T, H].
+void moe_combine(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H, cudaStream_t s);
 // moe_sigmoid.cu — bias: [E] or nullptr.
 constexpr int kMoeMaxGroups = 64;
 void moe_route_sigmoid(const float* logits, const float* bias, int64_t T, int64_t E, int k, int n_group,

@@ -38,30 +38,26 @@ __global__ void gemv_kernel(const float* x, const W* w, float* y, int64_t T, int
   }
 }
 
-// 16 bytes of weights widened to floats.
-template <typename W>
-__device__ __forceinline__ void widen16(const W* p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const W* v = reinterpret_cast<const W*>(&raw);
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(16 / sizeof(W)); ++i) out[i] = widen(v[i]);
-}
-
-// Requires K % (16 / sizeof(W)) == 0 and 16-byte aligned w and x.
-template <typename W>
-__global__ void gemv_vec_kernel(const float* x, const W* w, float* y, int64_t T, int64_t K, int64_t N) {
-  constexpr int kVec = 16 / sizeof(W);
+// Requires K % (16 / sizeof(W)) == 0 and 16-byte aligned w and x. Each lane issues kUnroll 16-byte
+// weight loads before using any (decode launches few warps per SM: without several loads in flight
+// per lane the GEMV stalls on memory latency at about half the bandwidth). MaxT = 1 for one token
+// (no per-token guards), kGemvMaxTokens otherwise.
+template <typename W, int MaxT>
+__global__ void gemv_vec_kernel(const float* x, const W* __restrict__ w, float* y, int64_t T, int64_t K, int64_t N) {
+  constexpr int kVec = 16 / sizeof(W), kUnroll = 4, kStep = 32 * kVec;
   const int lane = threadIdx.x & 31;
   const int64_t n = blockIdx.x * int64_t{kWarps} + (threadIdx.x >> 5);
   if (n >= N) return;
   const W* wn = w + n * K;
-  float acc[kGemvMaxTokens] = {};
-  for (int64_t k = int64_t{lane} * kVec; k < K; k += 32 * kVec) {
+  float acc[MaxT] = {};
+  auto use = [&](const uint4& raw, int64_t k) {
+    const W* v = reinterpret_cast<const W*>(&raw);
     float wk[kVec];
-    widen16(wn + k, wk);
 #pragma unroll
-    for (int t = 0; t < kGemvMaxTokens; ++t) {
-      if (t < T) {
+    for (int i = 0; i < kVec; ++i) wk[i] = widen(v[i]);
+#pragma unroll
+    for (int t = 0; t < MaxT; ++t) {
+      if (MaxT == 1 || t < T) {
 #pragma unroll
         for (int i = 0; i < kVec; i += 4) {
           const float4 xv = *reinterpret_cast<const float4*>(x + t * K + k + i);
@@ -69,10 +65,19 @@ __global__ void gemv_vec_kernel(const float* x, const W* w, float* y, int64_t T,
         }
       }
     }
-  }
+  };
+  int64_t k = int64_t{lane} * kVec;
+  for (; k + (kUnroll - 1) * kStep < K; k += kUnroll * kStep) {
+    uint4 raw[kUnroll];
 #pragma unroll
-  for (int t = 0; t < kGemvMaxTokens; ++t) {
-    if (t < T) {
+    for (int u = 0; u < kUnroll; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(wn + k + u * kStep));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) use(raw[u], k + u * kStep);
+  }
+  for (; k < K; k += kStep) use(__ldg(reinterpret_cast<const uint4*>(wn + k)), k);
+#pragma unroll
+  for (int t = 0; t < MaxT; ++t) {
+    if (MaxT == 1 || t < T) {
       const float sum = warp_sum(acc[t]);
       if (lane == 0) y[t * N + n] = sum;
     }
@@ -84,8 +89,9 @@ void launch_gemv(const float* x, const W* w, float* y, int64_t T, int64_t K, int
   const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   const bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (aligned) gemv_vec_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
-  else gemv_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  if (!aligned) gemv_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  else if (T == 1) gemv_vec_kernel<W, 1><<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  else gemv_vec_kernel<W, kGemvMaxTokens><<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
 }
 
 __global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {

@@ -1,8 +1,13 @@
 // CUDA MoE plumbing: softmax routing, gather_rows and scale_add_rows (kernels in moe.cu). Row lists
-// and weights arrive as host spans; rows are checked on the host, then copied to the device.
+// and weights arrive as host spans; rows are checked on the host, then copied to the device. The
+// device-routed pair (matmul_experts, moe_combine) reads the router's ids and weights where the router
+// wrote them: only the experts' weight pointers travel (host → device, no wait).
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
+
+#include <cstdint>
+#include <vector>
 
 namespace kapitsa::ops::cuda {
 using detail::check_f32;
@@ -56,6 +61,39 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
   kernels::scale_add_rows(src.f32(), upload(rows, Slot::span0), upload(weights, Slot::span1), dst.f32(), R, H,
                           detail::stream());
   detail::check_launch("scale_add_rows");
+}
+
+// x: [T, K];  experts[e]: [N, K] dense;  expert_ids: [T, k] i32 on the device;  y: [T·k, N].
+void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const char* op = "matmul_experts";
+  check_f32(x, op, "x"), check_f32(y, op, "y"), detail::check_on_device(expert_ids, op, "expert_ids");
+  const Tensor& w0 = experts.front().dense(op);  // stops naming the format for a quantized expert
+  KAPITSA_CHECK(detail::is_weight_dtype(w0.dtype()), "{}: expert dtype {} (F32, F16 or BF16)", op,
+                dtype_name(w0.dtype()));
+  const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1), N = w0.dim(0), K = w0.dim(1);
+  const size_t vec = 16 / dtype_size(w0.dtype());
+  bool aligned = K % static_cast<int64_t>(vec) == 0 && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+  std::vector<const void*> pointers;
+  pointers.reserve(experts.size());
+  for (const Linear& w : experts) {
+    const Tensor& t = w.dense(op);
+    detail::check_on_device(t, op, "experts[e]");
+    aligned = aligned && reinterpret_cast<uintptr_t>(t.data()) % 16 == 0;
+    pointers.push_back(t.data());
+  }
+  const void* const* table = upload(std::span<const void* const>(pointers), Slot::span0);
+  kernels::matmul_experts(x.f32(), table, static_cast<int64_t>(experts.size()), detail::elem_type(w0.dtype()),
+                          expert_ids.data_as<const int32_t>(), y.f32(), T, k, K, N, aligned, detail::stream());
+  detail::check_launch(op);
+}
+
+// y: [T·k, H];  expert_weights: [T, k];  out: [T, H].
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+  check_f32(y, "moe_combine", "y"), check_f32(expert_weights, "moe_combine", "expert_weights");
+  check_f32(out, "moe_combine", "out");
+  kernels::moe_combine(y.f32(), expert_weights.f32(), out.f32(), expert_weights.dim(0), expert_weights.dim(1),
+                       out.dim(-1), detail::stream());
+  detail::check_launch("moe_combine");
 }
 
 }  // namespace kapitsa::ops::cuda

@@ -2,6 +2,8 @@
 // repeated argmax with ties to the lower index, exactly as the reference), gathering rows, and the
 // weighted scatter-add back. The scatter walks the rows in order per column (one thread per column), so
 // repeated destination rows accumulate deterministically, in the reference's order, without atomics.
+// matmul_experts is the decode GEMV (one warp per output feature, lanes over K) with a grid row per
+// (token, choice) that reads its expert's weight pointer from a device table indexed by the router's id.
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
@@ -52,7 +54,83 @@ __global__ void scale_add_rows_kernel(const float* src, const int32_t* rows, con
   }
 }
 
+constexpr int kExpertWarps = 8;
+
+template <typename W>
+__device__ __forceinline__ float dot_row(const float* x, const W* w, int64_t K, int lane, bool aligned) {
+  float acc = 0.0f;
+  if (aligned) {  // 16 bytes of weight per lane and step
+    constexpr int kVec = 16 / sizeof(W);
+    for (int64_t i = int64_t{lane} * kVec; i < K; i += 32 * kVec) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(w + i);
+      const W* v = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+      for (int j = 0; j < kVec; j += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x + i + j);
+        acc += xv.x * to_float(v[j]) + xv.y * to_float(v[j + 1]) + xv.z * to_float(v[j + 2]) + xv.w * to_float(v[j + 3]);
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < K; i += 32) acc += x[i] * to_float(w[i]);
+  }
+  return warp_sum(acc);
+}
+
+template <typename W>
+__global__ void matmul_experts_kernel(const float* x, const void* const* experts, int64_t E, const int32_t* ids,
+                                      float* y, int64_t k, int64_t K, int64_t N, bool aligned) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = blockIdx.x * int64_t{kExpertWarps} + (threadIdx.x >> 5), p = blockIdx.y;
+  if (n >= N) return;
+  const int32_t e = ids[p];
+  if (e < 0 || e >= E) {
+    if (lane == 0) y[p * N + n] = __int_as_float(0x7fc00000);  // NaN: a bad id must not pass silently
+    return;
+  }
+  const W* w = static_cast<const W*>(experts[e]) + n * K;
+  const float sum = dot_row(x + (p / k) * K, w, K, lane, aligned);
+  if (lane == 0) y[p * N + n] = sum;
+}
+
+__global__ void moe_combine_kernel(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * H; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / H, h = i % H;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], y[(t * k + j) * H + h]));
+    out[i] = acc;
+  }
+}
+
 }  // namespace
+
+void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemType type, const int32_t* ids,
+                    float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s) {
+  const int64_t P = T * k;
+  if (P == 0 || N == 0) return;
+  const unsigned bx = static_cast<unsigned>((N + kExpertWarps - 1) / kExpertWarps);
+  const int64_t chunk = 65535 / k * k;  // gridDim.y is at most 65535; whole tokens per launch
+  for (int64_t p0 = 0; p0 < P; p0 += chunk) {
+    const int64_t n = P - p0 < chunk ? P - p0 : chunk;
+    const float* xs = x + p0 / k * K;
+    const dim3 grid(bx, static_cast<unsigned>(n));
+    switch (type) {
+      case ElemType::f32:
+        matmul_experts_kernel<float><<<grid, kExpertWarps * 32, 0, s>>>(xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        break;
+      case ElemType::f16:
+        matmul_experts_kernel<__half><<<grid, kExpertWarps * 32, 0, s>>>(xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        break;
+      case ElemType::bf16:
+        matmul_experts_kernel<__nv_bfloat16>
+            <<<grid, kExpertWarps * 32, 0, s>>>(xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        break;
+    }
+  }
+}
+
+void moe_combine(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H, cudaStream_t s) {
+  if (T * H > 0) moe_combine_kernel<<<grid_for(T * H, 256), 256, 0, s>>>(y, weights, out, T, k, H);
+}
 
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,
                        float* weights, cudaStream_t s) {

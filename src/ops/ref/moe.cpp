@@ -1,5 +1,6 @@
 // Reference mixture-of-experts plumbing: softmax top-k routing, gathering token rows for an expert,
-// and scattering weighted expert outputs back (accumulating).
+// scattering weighted expert outputs back (accumulating), and the device-routed pair: each token row
+// through its chosen experts (matmul_experts) and the weighted sum of those rows (moe_combine).
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -59,6 +60,27 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
     const float wr = weights[static_cast<size_t>(r)];
     for (int64_t h = 0; h < H; ++h) dst.f32()[d * H + h] += wr * src.f32()[r * H + h];
   }
+}
+
+// x: [T, K];  experts[e]: [N, K];  expert_ids: [T, k];  y: [T·k, N]. One ref matmul per (token, choice).
+void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1);
+  const int32_t* ids = expert_ids.data_as<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      matmul(x.rows(t, t + 1), experts[static_cast<size_t>(ids[t * k + j])], y.rows(t * k + j, t * k + j + 1));
+}
+
+// y: [T·k, H];  expert_weights: [T, k];  out: [T, H].
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+  const int64_t T = expert_weights.dim(0), k = expert_weights.dim(1), H = out.dim(-1);
+  const float* w = expert_weights.f32();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < k; ++j) acc += w[t * k + j] * y.f32()[(t * k + j) * H + h];
+      out.f32()[t * H + h] = acc;
+    }
 }
 
 }  // namespace kapitsa::ops::ref
