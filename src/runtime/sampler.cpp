@@ -133,9 +133,11 @@ int32_t Sampler::sample(std::span<const float> logits, int n_top, TokenEvent* ev
     const double target = uniform() * z;
     double acc = 0;
     // Rounding may leave target at z: the last candidate with weight (masked ones have none).
-    size_t last = candidates_.size() - 1;
+    // No candidate at all when every logit is -inf or NaN (min-p then keeps nothing): the mask
+    // fallback below picks an allowed token.
+    size_t last = candidates_.empty() ? 0 : candidates_.size() - 1;
     while (last > 0 && weights_[last] <= 0) --last;
-    chosen = candidates_[last];
+    chosen = candidates_.empty() ? argmax(work_) : candidates_[last];
     for (size_t i = 0; i < candidates_.size(); ++i) {
       acc += weights_[i];
       if (target < acc) {
