@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The sanitizer pass (part of scripts/test.sh): a clang build with AddressSanitizer, UndefinedBehavior-
-# Sanitizer and LeakSanitizer (preset "sanitize", build/sanitize, no CUDA, no benchmarks) runs the unit,
-# runtime and server tests — not the agents, the npm SDK tests or the install test — and then each libFuzzer
-# target in tests/fuzz for KAPITSA_FUZZ_SECONDS (default 20) over its seed corpus. Any sanitizer report
+# Sanitizer and LeakSanitizer (preset "sanitize", build/sanitize, no CUDA, no benchmarks) runs the tests
+# of the folders not in KAPITSA_SANITIZE_SKIP (tests/CMakeLists.txt; today base, weights, text, cli) —
+# not the agents, the npm SDK tests or the install test — and each libFuzzer target in tests/fuzz for
+# KAPITSA_FUZZ_SECONDS (default 20) over its seed corpus. Any sanitizer report
 # fails the test that caused it. Needs clang and libclang-rt-14-dev (scripts/install-test-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
