@@ -23,6 +23,7 @@ namespace {
 
 struct ChatOptions {
   std::string model;
+  bool pull = false;  // --pull: download an alias / Hub id that is not cached
   std::string system;
   int max_tokens = 2048;
   int64_t context = 32768;
@@ -40,7 +41,7 @@ std::string trim(const std::string& s) {
 }
 
 Status chat(const ChatOptions& o) {
-  KAPITSA_TRY(std::string dir, resolve_model_dir(o.model));
+  KAPITSA_TRY(std::string dir, resolve_model_dir(o.model, o.pull));
   runtime::EngineOptions options;
   options.context_tokens = o.context;
   options.max_sequences = 1;
@@ -115,7 +116,8 @@ Status chat(const ChatOptions& o) {
 void add_chat_command(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   CLI::App* cmd = app.add_subcommand("chat", "Interactive multi-turn chat with the model's chat template");
-  cmd->add_option("--model", o->model, "Model folder (default: the bundled demo model)");
+  cmd->add_option("--model", o->model, "Model folder, .gguf, catalog alias or org/name[:quant] (default: the bundled demo model)");
+  cmd->add_flag("--pull", o->pull, "Download --model first when it is an alias or Hub id not in the cache");
   cmd->add_option("--system", o->system, "A system message");
   cmd->add_option("--max-tokens", o->max_tokens, "Most tokens per reply (default 2048)");
   cmd->add_option("--ctx", o->context, "Context size in tokens (default 32768, at most the model's)");

@@ -18,5 +18,6 @@ void add_run_command(CLI::App& app);   // kapitsa run
 void add_chat_command(CLI::App& app);  // kapitsa chat
 void add_agent_commands(CLI::App& app);  // kapitsa opencode|claude|codex|pi (src/cli/agents/)
 void add_doctor_command(CLI::App& app);  // kapitsa doctor (src/cli/doctor.cpp)
+void add_pull_commands(CLI::App& app);   // kapitsa pull|ls|rm (src/cli/pull.cpp)
 
 }  // namespace kapitsa::cli

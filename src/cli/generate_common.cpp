@@ -4,6 +4,7 @@
 #include "base/json.h"
 #include "cli/catalog/catalog.h"
 #include "cli/draft_model.h"
+#include "cli/hub/pull.h"
 #include "models/fingerprint.h"
 #include "models/model.h"
 #include "runtime/proposer.h"
@@ -35,11 +36,18 @@ std::string served_model_id(const std::string& model_dir) {
   return name.empty() ? std::string("kapitsa") : name;
 }
 
-Expected<std::string> resolve_model_dir(const std::string& option) {
+Expected<std::string> resolve_model_dir(const std::string& option, bool pull) {
   if (!option.empty()) {
     if (is_model_dir(option)) return option;  // a folder never needs the catalog
     KAPITSA_TRY(catalog::Catalog models, catalog::load_catalog());
-    return catalog::resolve_model(option, models);  // alias, org/name[:quant], .gguf
+    auto found = catalog::resolve_model(option, models);  // alias, org/name[:quant], .gguf
+    if (found.ok() || !pull || !catalog::names_hub_model(option)) return found;
+    KAPITSA_TRY(catalog::HubRef ref, catalog::hub_ref(option, models));
+    hub::PullRequest req;
+    req.repo = ref.repo, req.file = ref.file;
+    std::fprintf(stderr, "kapitsa: --pull: downloading %s into %s\n", ref.repo.c_str(), catalog::hub_cache_dir().c_str());
+    KAPITSA_TRY(hub::PullResult pulled, hub::pull(req));
+    return catalog::resolve_model(option, models);
   }
   if (const std::optional<fs::path> demo = catalog::find_shipped(kDemo, is_model_dir)) return demo->string();
   return error("no --model given and the bundled demo model ({}) was not found next to the kapitsa executable, "

@@ -22,7 +22,8 @@ namespace kapitsa::cli {
 // `option` when given: a model folder, a .gguf file, or a catalog alias / Hub id found in the Hugging Face
 // cache (cli/catalog/catalog.h resolve_model); otherwise models/demo/target under $KAPITSA_HOME, or under the repository the
 // executable was built in (…/build/<dir>/kapitsa), or under the current directory.
-Expected<std::string> resolve_model_dir(const std::string& option);
+// pull: an alias or Hub id not in the cache is downloaded first (kapitsa pull, progress on stderr).
+Expected<std::string> resolve_model_dir(const std::string& option, bool pull = false);
 
 // The model id `kapitsa serve` answers to by default (the launchers look for it): the folder name, or the
 // parent's name for the bundled demo's target/ and draft/ folders ("demo", not "target").

@@ -36,7 +36,8 @@ void print_start(const CLI::App& app) {
       "  kapitsa chat                       chat in the terminal\n"
       "  kapitsa serve                      OpenAI and Anthropic APIs on 127.0.0.1:8080\n"
       "  kapitsa opencode                   a coding agent wired to a local server (also claude, codex, pi)\n"
-      "  kapitsa doctor                     what this machine can run\n\n"
+      "  kapitsa doctor                     what this machine can run\n"
+      "  kapitsa pull 4b                    download a model from the Hugging Face Hub\n\n"
       "Commands: %s.\n`kapitsa COMMAND --help` describes each; `kapitsa --help` lists them.\n",
       command_names(app).c_str());
 }
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   kapitsa::cli::add_chat_command(app);
   kapitsa::cli::add_agent_commands(app);
   kapitsa::cli::add_doctor_command(app);
+  kapitsa::cli::add_pull_commands(app);
   if (argc == 1) {
     print_start(app);
     return 0;

@@ -16,6 +16,7 @@ namespace {
 
 struct RunOptions {
   std::string model;
+  bool pull = false;  // --pull: download an alias / Hub id that is not cached
   std::string prompt;
   std::string prompt_ids;
   std::string system;
@@ -50,7 +51,7 @@ Status run(const RunOptions& o) {
   if (o.output != "text" && o.output != "json") return error("--output must be 'text' or 'json', got '{}'", o.output);
   if (o.prompt.empty() == o.prompt_ids.empty()) return error("give a prompt, or --prompt-ids FILE (not both)");
   if (o.max_tokens < 1) return error("--max-tokens must be at least 1, got {}", o.max_tokens);
-  KAPITSA_TRY(std::string dir, resolve_model_dir(o.model));
+  KAPITSA_TRY(std::string dir, resolve_model_dir(o.model, o.pull));
   runtime::EngineOptions options;
   options.context_tokens = o.context;
   options.max_sequences = 1;
@@ -112,7 +113,8 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate a reply to one prompt, streamed to the terminal");
   cmd->add_option("prompt", o->prompt, "The prompt (rendered with the model's chat template unless --no-template)");
-  cmd->add_option("--model", o->model, "Model folder (default: the bundled demo model)");
+  cmd->add_option("--model", o->model, "Model folder, .gguf, catalog alias or org/name[:quant] (default: the bundled demo model)");
+  cmd->add_flag("--pull", o->pull, "Download --model first when it is an alias or Hub id not in the cache");
   cmd->add_option("--prompt-ids", o->prompt_ids, "JSON file with the prompt as an array of token ids (no template)");
   cmd->add_option("--output", o->output, "text (default) or json: the generated token ids as a JSON array");
   cmd->add_option("--max-tokens", o->max_tokens, "Most tokens to generate (default 256)");

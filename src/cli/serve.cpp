@@ -24,6 +24,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  bool pull = false;  // --pull: download an alias / Hub id that is not cached
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
@@ -56,7 +57,7 @@ int run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "kapitsa serve: %s\n", s.error().message.c_str());
     return 2;
   }
-  auto dir = resolve_model_dir(o.model);
+  auto dir = resolve_model_dir(o.model, o.pull);
   if (!dir.ok()) {
     std::fprintf(stderr, "kapitsa serve: %s\n", dir.error().message.c_str());
     return 1;
@@ -174,7 +175,8 @@ int run_serve(const ServeOptions& o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve OpenAI (chat, completions, responses) and Anthropic (messages) APIs");
-  cmd->add_option("--model", o->model, "Model folder (default: the bundled demo model)");
+  cmd->add_option("--model", o->model, "Model folder, .gguf, catalog alias or org/name[:quant] (default: the bundled demo model)");
+  cmd->add_flag("--pull", o->pull, "Download --model first when it is an alias or Hub id not in the cache");
   cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->api_key, "Require this key (Authorization: Bearer or x-api-key); default $KAPITSA_API_KEY");

@@ -19,6 +19,7 @@ namespace {
 
 struct LaunchOptions {
   std::string model;
+  bool pull = false;  // --pull: download an alias / Hub id that is not cached
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
@@ -50,7 +51,7 @@ int run_agent(const AgentKind& kind, const LaunchOptions& o, bool port_given, st
   req.port_given = port_given;
   req.api_key = !o.api_key.empty() ? o.api_key : (std::getenv("KAPITSA_API_KEY") ? std::getenv("KAPITSA_API_KEY") : "");
   if (o.context_tokens > 0) req.context_tokens = o.context_tokens;
-  auto dir = resolve_model_dir(o.model);
+  auto dir = resolve_model_dir(o.model, o.pull);
   if (!dir.ok() && req.model_given) {
     std::fprintf(stderr, "kapitsa %s: %s\n", kind.name, dir.error().message.c_str());
     return 1;
@@ -127,7 +128,8 @@ void add_agent_commands(CLI::App& app) {
     auto args = std::make_shared<std::vector<std::string>>();
     CLI::App* cmd = app.add_subcommand(kind.name, std::string("Start ") + kind.binary +
                                                       " wired to a local kapitsa server (started here, or one already running)");
-    cmd->add_option("--model", o->model, "Model folder (default: the model of a server already running at --host:--port, else the demo model)");
+    cmd->add_option("--model", o->model, "Model folder, .gguf, catalog alias or org/name[:quant] (default: the model of a server already running at --host:--port, else the demo model)");
+    cmd->add_flag("--pull", o->pull, "Download --model first when it is an alias or Hub id not in the cache");
     CLI::Option* port = cmd->add_option("--port", o->port, "Port of the server to reuse; a server started here takes a free port unless given")
                             ->check(CLI::Range(1, 65535));
     cmd->add_option("--host", o->host, "Address of the server (default 127.0.0.1)");

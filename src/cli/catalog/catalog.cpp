@@ -21,21 +21,28 @@ fs::path home_dir() { return env("HOME").empty() ? fs::path("/") : fs::path(env(
 
 int int_at(const Json& obj, const char* key) { return obj.is_object() ? obj.value(key, 0) : 0; }
 
-// "org/name" -> "models--org--name" (the Hub cache's folder name).
-std::string cache_folder_name(const std::string& repo) {
-  std::string out = "models--";
-  for (char c : repo) out += c == '/' ? std::string("--") : std::string(1, c);
-  return out;
-}
-
 bool is_hub_id(const std::string& s) {
   const size_t slash = s.find('/');
   return slash != std::string::npos && slash > 0 && slash + 1 < s.size() && s.find('/', slash + 1) == std::string::npos;
 }
 
+// A file the folder's model.safetensors.index.json names that is not there (another tool's interrupted
+// download can leave a snapshot with only some shards), or empty.
+std::string missing_shard(const fs::path& folder) {
+  std::error_code ec;
+  const fs::path index = folder / "model.safetensors.index.json";
+  if (!fs::is_regular_file(index, ec)) return {};
+  auto j = read_json_file(index.string());
+  if (!j.ok() || !j->contains("weight_map") || !(*j)["weight_map"].is_object()) return {};
+  for (const auto& [tensor, shard] : (*j)["weight_map"].items())
+    if (shard.is_string() && !fs::is_regular_file(folder / shard.get<std::string>(), ec)) return shard.get<std::string>();
+  return {};
+}
+
 // The Hugging Face CLI writes the same cache, so its command works as well as ours.
 std::string pull_hint(const std::string& spec, const std::string& repo, const std::string& file) {
-  return fmt::format("download it with: kapitsa pull {}  (or: hf download {}{})", spec, repo, file.empty() ? "" : " " + file);
+  return fmt::format("download it with: kapitsa pull {}  (or add --pull; or: hf download {}{})", spec, repo,
+                     file.empty() ? "" : " " + file);
 }
 
 }  // namespace
@@ -94,6 +101,12 @@ Expected<Catalog> parse_catalog(const Json& json, const std::string& where) {
   return out;
 }
 
+std::string cache_folder_name(const std::string& repo) {
+  std::string out = "models--";
+  for (char c : repo) out += c == '/' ? std::string("--") : std::string(1, c);
+  return out;
+}
+
 fs::path user_catalog_path() {
   const std::string xdg = env("XDG_CONFIG_HOME");
   return (xdg.empty() ? home_dir() / ".config" : fs::path(xdg)) / "kapitsa" / "models.json";
@@ -148,6 +161,41 @@ std::optional<fs::path> cached_snapshot(const std::string& repo) {
   return snap;
 }
 
+Expected<HubRef> hub_ref(const std::string& spec, const Catalog& catalog) {
+  // alias[:quant] or org/name[:quant]
+  const size_t colon = spec.rfind(':');
+  const std::string base = colon == std::string::npos ? spec : spec.substr(0, colon);
+  const std::string quant = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
+  HubRef out;
+  if (const ModelEntry* m = catalog.find(base)) {
+    const QuantEntry* q = m->quant(quant.empty() ? m->default_quant : quant);
+    if (q == nullptr) {
+      std::string known;
+      for (const QuantEntry& e : m->quants) known += (known.empty() ? "" : ", ") + e.name;
+      return error("{}: {} has no quantization '{}' in the catalog (known: {})", spec, base, quant, known);
+    }
+    out.repo = q->repo, out.file = q->file;
+  } else if (is_hub_id(base)) {
+    out.repo = base;
+    if (!quant.empty())  // a Hub id with a quantization: the matching catalog entry, if one names this repo
+      for (const ModelEntry& m : catalog.models)
+        for (const QuantEntry& q : m.quants)
+          if (q.repo == base && q.name == quant) out.file = q.file;
+  } else {
+    std::string aliases;
+    for (const ModelEntry& m : catalog.models) aliases += (aliases.empty() ? "" : ", ") + m.alias;
+    return error("{}: not a folder, a .gguf file, a Hub id (org/name) or a known alias (known: {}; "
+                 "add your own in {})",
+                 spec, aliases.empty() ? "none" : aliases, user_catalog_path().string());
+  }
+  return out;
+}
+
+bool names_hub_model(const std::string& spec) {
+  std::error_code ec;
+  return !spec.empty() && !spec.ends_with(".gguf") && !fs::exists(spec, ec) && spec.front() != '.' && spec.front() != '/';
+}
+
 Expected<std::string> resolve_model(const std::string& spec, const Catalog& catalog) {
   std::error_code ec;
   if (spec.ends_with(".gguf")) {
@@ -158,38 +206,18 @@ Expected<std::string> resolve_model(const std::string& spec, const Catalog& cata
     if (fs::is_regular_file(fs::path(spec) / "config.json", ec)) return spec;
     return error("--model {}: no config.json in that folder (give a Hugging Face model folder)", spec);
   }
-  // alias[:quant] or org/name[:quant]
-  const size_t colon = spec.rfind(':');
-  const std::string base = colon == std::string::npos ? spec : spec.substr(0, colon);
-  const std::string quant = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
-  std::string repo, file;
-  if (const ModelEntry* m = catalog.find(base)) {
-    const QuantEntry* q = m->quant(quant.empty() ? m->default_quant : quant);
-    if (q == nullptr) {
-      std::string known;
-      for (const QuantEntry& e : m->quants) known += (known.empty() ? "" : ", ") + e.name;
-      return error("--model {}: {} has no quantization '{}' in the catalog (known: {})", spec, base, quant, known);
-    }
-    repo = q->repo, file = q->file;
-  } else if (is_hub_id(base)) {
-    repo = base;
-    if (!quant.empty())  // a Hub id with a quantization: the matching catalog entry, if one names this repo
-      for (const ModelEntry& m : catalog.models)
-        for (const QuantEntry& q : m.quants)
-          if (q.repo == base && q.name == quant) file = q.file;
-  } else {
-    std::string aliases;
-    for (const ModelEntry& m : catalog.models) aliases += (aliases.empty() ? "" : ", ") + m.alias;
-    return error("--model {}: not a folder, a .gguf file, a Hub id (org/name) or a known alias (known: {}; "
-                 "add your own in {})",
-                 spec, aliases.empty() ? "none" : aliases, user_catalog_path().string());
-  }
+  auto ref = hub_ref(spec, catalog);
+  if (!ref.ok()) return error("--model {}", ref.error().message);
+  const std::string repo = ref->repo, file = ref->file;
   const std::optional<fs::path> snap = cached_snapshot(repo);
   if (!snap) return error("--model {}: {} is not downloaded (looked in {}); {}", spec, repo, hub_cache_dir().string(), pull_hint(spec, repo, file));
   const fs::path target = file.empty() ? *snap : *snap / file;
   if (file.empty() ? !fs::is_regular_file(target / "config.json", ec) : !fs::is_regular_file(target, ec))
     return error("--model {}: {} is only partly downloaded ({} missing); {}", spec, repo,
                  file.empty() ? (target / "config.json").string() : target.string(), pull_hint(spec, repo, file));
+  if (const std::string shard = file.empty() ? missing_shard(target) : std::string(); !shard.empty())
+    return error("--model {}: {} is only partly downloaded ({} missing); {}", spec, repo, (target / shard).string(),
+                 pull_hint(spec, repo, file));
   return target.string();
 }
 

@@ -67,8 +67,21 @@ std::filesystem::path user_catalog_path();
 // $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub.
 std::filesystem::path hub_cache_dir();
 
+// "org/name" -> "models--org--name" (the Hub cache's folder name).
+std::string cache_folder_name(const std::string& repo);
+
 // The snapshot folder of `repo` at refs/main in the Hub cache, if it is there.
 std::optional<std::filesystem::path> cached_snapshot(const std::string& repo);
+
+// The repository (and, for a single-file entry such as a .gguf, the file) an alias[:quant] or
+// org/name[:quant] stands for. Errors name the known aliases and the user catalog.
+struct HubRef {
+  std::string repo, file;
+};
+Expected<HubRef> hub_ref(const std::string& spec, const Catalog& catalog);
+
+// True for what hub_ref takes (an alias or org/name, with or without :quant): not a path to a folder or file.
+bool names_hub_model(const std::string& spec);
 
 // What --model names: a folder with config.json or a .gguf file (as given), or the cached snapshot (or
 // the .gguf file in it) of an alias or Hub id. Errors say what was tried and what to run.
