@@ -4,6 +4,7 @@
 #include "base/json.h"
 #include "cli/catalog/catalog.h"
 #include "cli/draft_model.h"
+#include "cli/gguf_text.h"
 #include "cli/hub/pull.h"
 #include "models/fingerprint.h"
 #include "models/model.h"
@@ -58,17 +59,20 @@ Expected<std::string> resolve_model_dir(const std::string& option, bool pull) {
 Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options, Device device) {
   LoadedModel out;
   out.dir = dir;
-  // A .gguf file: the tokenizer, chat template and generation_config.json come from the folder it is in
-  // (the tokenizer in its metadata is not read yet).
+  // A .gguf file: tokenizer, chat template and sampling defaults from its metadata; a file without
+  // tokenizer metadata uses the tokenizer.json (and tokenizer_config.json) in the folder it is in.
   const bool gguf = dir.ends_with(".gguf");
   const std::string text_dir = gguf ? fs::absolute(fs::path(dir)).parent_path().string() : dir;
-  if (gguf && !fs::exists(fs::path(text_dir) / "tokenizer.json"))
-    return error("{}: Kapitsa does not read the tokenizer from GGUF metadata yet; put the model's tokenizer.json (and "
-                 "tokenizer_config.json for its chat template) in the same folder ({})",
-                 dir, text_dir);
-  KAPITSA_TRY(auto tokenizer, text::Tokenizer::load(text_dir));
-  out.tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
-  if (auto t = text::ChatTemplate::from_model_dir(text_dir); t.ok()) out.chat_template.emplace(std::move(t).value());
+  if (gguf && !fs::exists(fs::path(text_dir) / "tokenizer.json")) {
+    KAPITSA_TRY(GgufText text, load_gguf_text(dir));
+    out.tokenizer = std::make_shared<const text::Tokenizer>(std::move(text.tokenizer));
+    out.chat_template = std::move(text.chat_template);
+    out.default_sampling = text.sampling;
+  } else {
+    KAPITSA_TRY(auto tokenizer, text::Tokenizer::load(text_dir));
+    out.tokenizer = std::make_shared<const text::Tokenizer>(std::move(tokenizer));
+    if (auto t = text::ChatTemplate::from_model_dir(text_dir); t.ok()) out.chat_template.emplace(std::move(t).value());
+  }
   // generation_config.json: the sampling the model was released with (absent keys keep the defaults).
   const fs::path gen = fs::path(text_dir) / "generation_config.json";
   if (fs::exists(gen)) {

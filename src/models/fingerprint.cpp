@@ -15,8 +15,33 @@ namespace kapitsa::models {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A .gguf file (and nothing else: its metadata is the config): name, size, modification time and its
+// first MiB (the metadata and tensor table of a model file, bounded for huge tokenizers).
+Expected<uint64_t> gguf_fingerprint(const fs::path& file, uint64_t h) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(file, ec);
+  const auto mtime = fs::last_write_time(file, ec);
+  if (ec) return error("{}: cannot stat it to fingerprint the model: {}", file.string(), ec.message());
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
+  h = fnv1a(file.filename().string(), h);
+  const uint64_t identity[2] = {static_cast<uint64_t>(size), static_cast<uint64_t>(ns)};
+  h = fnv1a_values(std::span<const uint64_t>(identity), h);
+  std::ifstream f(file, std::ios::binary);
+  std::string head(static_cast<size_t>(std::min<uintmax_t>(size, 1u << 20)), '\0');
+  if (!f.read(head.data(), static_cast<std::streamsize>(head.size()))) return error("{}: cannot read its header", file.string());
+  return fnv1a(head, h);
+}
+
+}  // namespace
+
 Expected<uint64_t> model_fingerprint(const std::string& dir, const LoadOptions& options) {
   uint64_t h = fnv1a("kapitsa model fingerprint v1");
+  if (dir.ends_with(".gguf")) {
+    KAPITSA_TRY(h, gguf_fingerprint(dir, h));
+    return fnv1a(options.rope_bf16_frequencies ? "rope:bf16" : "rope:f32", h);
+  }
   const fs::path config = fs::path(dir) / "config.json";
   std::ifstream in(config, std::ios::binary);
   if (!in) return error("{}: cannot read it to fingerprint the model", config.string());

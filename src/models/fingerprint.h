@@ -6,6 +6,7 @@
 // cost more than the cache saves. The modification time stands in for the content: a checkpoint
 // rewritten in place with the same tensor names and shapes changes it, and a copy that does not keep it
 // only costs cache misses. Not the device or the KV dtype (cache entries record and check the latter).
+// A .gguf path: the file's name, size, time and first MiB (fingerprint.cpp).
 #pragma once
 
 #include "base/status.h"

@@ -8,9 +8,10 @@
 #
 # Writes (then xz-compressed; the build unpacks them next to themselves):
 #   qwen35-dense-tiny-BF16.gguf, qwen35-dense-tiny-Q8_0.gguf  the fixture converted (no tokenizer:
-#       the fixtures have none, tools/gguf/convert_no_vocab.py skips set_vocab)
+#       the fixtures have none, tools/gguf/convert.py skips set_vocab)
 #   blocks.gguf      one matrix of each block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 quantized by gguf-py's
 #                    numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M / Q5_K_M)
+#   demo-vocab.gguf  models/demo/target's tokenizer, chat template and sampling (--vocab-only)
 #   reference.json   per tensor of the three files: gguf-py's dequantized values summarised (count, sum,
 #                    sum of squares, and 16 values at fixed indices)
 set -euo pipefail
@@ -30,9 +31,15 @@ mkdir -p "$WORK/qwen35-dense-tiny" "$OUT"
 cp "$SRC/config.json" "$SRC/model.safetensors" "$WORK/qwen35-dense-tiny/"
 for t in bf16 q8_0; do
   T=$(echo $t | tr a-z A-Z)
-  PYTHONPATH="$SHIM" "$PY" "$HERE/convert_no_vocab.py" "$WORK/qwen35-dense-tiny" --no-mtp --outtype $t \
+  GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/qwen35-dense-tiny" --no-mtp --outtype $t \
       --outfile "$WORK/qwen35-dense-tiny-$T.gguf" > "$WORK/convert-$t.log" 2>&1 || { tail -20 "$WORK/convert-$t.log"; exit 1; }
 done
+# The demo model's tokenizer as the converter writes it (metadata only; the demo tokenizer's hash is not in
+# the converter's table, so its pre-tokenizer name is given: the demo uses Qwen2's split regex).
+mkdir -p "$WORK/demo"
+cp "$ROOT/models/demo/target/"*.json "$WORK/demo/"
+GGUF_PRE=qwen2 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/demo" --no-mtp --vocab-only \
+    --outfile "$OUT/demo-vocab.gguf" > "$WORK/convert-demo.log" 2>&1 || { tail -20 "$WORK/convert-demo.log"; exit 1; }
 for q in Q4_K_M Q5_K_M; do
   "$LLAMA_CPP_DIR/build/bin/llama-quantize" "$WORK/qwen35-dense-tiny-BF16.gguf" "$WORK/q-$q.gguf" $q 1 \
       > "$WORK/quantize-$q.log" 2>&1 || { tail -20 "$WORK/quantize-$q.log"; exit 1; }
@@ -41,7 +48,7 @@ PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" "$PY" "$HERE/blocks_and_reference.py" "$WORK
 for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf; do
   cp "$WORK/$f" "$OUT/$f"
 done
-for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf blocks.gguf; do
-  xz -9 -T1 -f "$OUT/$f"
+for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf blocks.gguf demo-vocab.gguf; do
+  xz -9 -T1 -kf "$OUT/$f"
 done
 ls -la "$OUT"
