@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer pass (part of scripts/test.sh): a clang build with AddressSanitizer, UndefinedBehavior-
 # Sanitizer and LeakSanitizer (preset "sanitize", build/sanitize, no CUDA, no benchmarks) runs the tests
-# of the folders not in KAPITSA_SANITIZE_SKIP (tests/CMakeLists.txt; today base, weights, text, cli) —
+# of the folders not in KAPITSA_SANITIZE_SKIP (tests/CMakeLists.txt; today base, weights, text) —
 # not the agents, the npm SDK tests or the install test — and each libFuzzer target in tests/fuzz for
 # KAPITSA_FUZZ_SECONDS (default 20) over its seed corpus. Any sanitizer report
 # fails the test that caused it. Needs clang and libclang-rt-14-dev (scripts/install-test-deps.sh).
