@@ -11,7 +11,10 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
+#include <thread>
 
 namespace kapitsa::server {
 namespace {
@@ -43,6 +46,10 @@ class HttplibSink : public StreamSink {
 
 struct HttpServer::Impl {
   httplib::Server server;
+  // httplib's stop() does nothing until listen has marked the server running, so a stop() that came
+  // while run() was starting would be lost and run() would serve forever (a test's join hung under
+  // load). run() and stop() tell each other where they are; see both.
+  std::atomic<bool> run_started{false}, run_returned{false}, stopping{false};
 };
 
 HttpServer::HttpServer(Service& service, TransportOptions options)
@@ -185,10 +192,20 @@ bool HttpServer::bind(std::string& error) {
   return true;
 }
 
-void HttpServer::run() { impl_->server.listen_after_bind(); }
+void HttpServer::run() {
+  impl_->run_started = true;
+  if (!impl_->stopping) impl_->server.listen_after_bind();
+  impl_->run_returned = true;
+}
 
 void HttpServer::stop() {
-  if (impl_ && impl_->server.is_running()) impl_->server.stop();
+  if (!impl_) return;
+  impl_->stopping = true;
+  // run() began and may not be listening yet: wait until it is (then stop it) or until it returned.
+  // Seq-cst flags: of a concurrent run() and stop(), at least one sees the other's flag.
+  if (impl_->run_started)
+    while (!impl_->server.is_running() && !impl_->run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (impl_->server.is_running()) impl_->server.stop();
 }
 
 }  // namespace kapitsa::server
