@@ -52,7 +52,7 @@ std::string rewrite_non_finite(std::string_view text) {
 Expected<Json> parse_json_lenient(std::string_view text, const std::string& where) {
   try {
     return Json::parse(rewrite_non_finite(text));
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number too large
     // nlohmann's message carries the byte offset; the offset is in the rewritten text, close enough for a person.
     return error("{}: malformed JSON: {}", where, e.what());
   }

@@ -84,7 +84,7 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   Json json;
   try {
     json = Json::parse(header);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number too large
     return error("{}: malformed header JSON: {}", path, e.what());
   }
   if (!json.is_object()) return error("{}: header is not a JSON object", path);

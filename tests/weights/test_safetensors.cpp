@@ -105,6 +105,15 @@ TEST_F(SafetensorsTest, TruncatedFilesAreRejected) {
   EXPECT_NE(message.find("beyond the end"), std::string::npos) << message;
 }
 
+// Found by fuzz_safetensors: a number too large for a double made the JSON parser throw out_of_range,
+// which escaped the loader (only parse_error was caught) and ended the process.
+TEST_F(SafetensorsTest, NumberTooLargeInTheHeaderIsAnError) {
+  const std::string message =
+      open_error(write_raw("huge.safetensors", R"({"w":{"dtype":"F32","shape":[2e12111111111111111],"data_offsets":[0,0]}})", 0));
+  EXPECT_NE(message.find("huge.safetensors"), std::string::npos) << message;
+  EXPECT_NE(message.find("malformed header JSON"), std::string::npos) << message;
+}
+
 TEST_F(SafetensorsTest, OverlapsHolesAndSizeMismatchesAreRejected) {
   std::string m = open_error(write_raw(
       "overlap.safetensors",
