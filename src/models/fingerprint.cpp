@@ -17,17 +17,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A .gguf file (and nothing else: its metadata is the config): name, size, modification time and its
-// first MiB (the metadata and tensor table of a model file, bounded for huge tokenizers).
-Expected<uint64_t> gguf_fingerprint(const fs::path& file, uint64_t h) {
+// A file's identity without reading its data: name, size and modification time, hashed into h.
+Expected<uint64_t> hash_file_identity(const fs::path& file, uint64_t h, uintmax_t& size) {
   std::error_code ec;
-  const uintmax_t size = fs::file_size(file, ec);
+  size = fs::file_size(file, ec);
   const auto mtime = fs::last_write_time(file, ec);
   if (ec) return error("{}: cannot stat it to fingerprint the model: {}", file.string(), ec.message());
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
   h = fnv1a(file.filename().string(), h);
   const uint64_t identity[2] = {static_cast<uint64_t>(size), static_cast<uint64_t>(ns)};
-  h = fnv1a_values(std::span<const uint64_t>(identity), h);
+  return fnv1a_values(std::span<const uint64_t>(identity), h);
+}
+
+// A .gguf file (and nothing else: its metadata is the config): name, size, modification time and its
+// first MiB (the metadata and tensor table of a model file, bounded for huge tokenizers).
+Expected<uint64_t> gguf_fingerprint(const fs::path& file, uint64_t h) {
+  uintmax_t size = 0;
+  KAPITSA_TRY(h, hash_file_identity(file, h, size));
   std::ifstream f(file, std::ios::binary);
   std::string head(static_cast<size_t>(std::min<uintmax_t>(size, 1u << 20)), '\0');
   if (!f.read(head.data(), static_cast<std::streamsize>(head.size()))) return error("{}: cannot read its header", file.string());
@@ -55,13 +61,8 @@ Expected<uint64_t> model_fingerprint(const std::string& dir, const LoadOptions& 
   if (ec) return error("{}: cannot list it to fingerprint the model: {}", dir, ec.message());
   std::sort(files.begin(), files.end());
   for (const fs::path& file : files) {
-    const uintmax_t size = fs::file_size(file, ec);
-    const auto mtime = fs::last_write_time(file, ec);
-    if (ec) return error("{}: cannot stat it to fingerprint the model: {}", file.string(), ec.message());
-    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch()).count();
-    h = fnv1a(file.filename().string(), h);
-    const uint64_t identity[2] = {static_cast<uint64_t>(size), static_cast<uint64_t>(ns)};
-    h = fnv1a_values(std::span<const uint64_t>(identity), h);
+    uintmax_t size = 0;
+    KAPITSA_TRY(h, hash_file_identity(file, h, size));
     // The header: an 8-byte little-endian length, then that much JSON (bounded: a corrupt length
     // must not make us read gigabytes; the loader reports such files).
     std::ifstream f(file, std::ios::binary);
