@@ -8,6 +8,8 @@ namespace kapitsa::cli {
 
 // Set by the subcommand that ran; main returns it.
 int& exit_code();
+// "0.1.0": what --version prints and kapitsa bench reports.
+const char* version();
 
 void add_logits_command(CLI::App& app);
 void add_dev_command(CLI::App& app);  // kapitsa dev random-model ...
@@ -19,5 +21,6 @@ void add_chat_command(CLI::App& app);  // kapitsa chat
 void add_agent_commands(CLI::App& app);  // kapitsa opencode|claude|codex|pi (src/cli/agents/)
 void add_doctor_command(CLI::App& app);  // kapitsa doctor (src/cli/doctor.cpp)
 void add_pull_commands(CLI::App& app);   // kapitsa pull|ls|rm (src/cli/pull.cpp)
+void add_bench_command(CLI::App& app);   // kapitsa bench (src/cli/bench.cpp)
 
 }  // namespace kapitsa::cli

@@ -10,6 +10,7 @@ int& exit_code() {
   static int code = 0;
   return code;
 }
+const char* version() { return "0.1.0"; }
 }  // namespace kapitsa::cli
 
 namespace {
@@ -47,7 +48,7 @@ void print_start(const CLI::App& app) {
 int main(int argc, char** argv) {
   CLI::App app{"Kapitsa: local inference for Qwen3.5 / Qwen3-Next and Nemotron-H hybrid models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "kapitsa 0.1.0");
+  app.set_version_flag("--version", std::string("kapitsa ") + kapitsa::cli::version());
   kapitsa::cli::add_logits_command(app);
   kapitsa::cli::add_dev_command(app);
   kapitsa::cli::add_template_command(app);
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   kapitsa::cli::add_agent_commands(app);
   kapitsa::cli::add_doctor_command(app);
   kapitsa::cli::add_pull_commands(app);
+  kapitsa::cli::add_bench_command(app);
   if (argc == 1) {
     print_start(app);
     return 0;
