@@ -4,6 +4,7 @@
 // batched (varlen) call against a per-sequence loop for 16 decode sequences.
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
+#include "ops/cpu/ggml.h"
 #include "ops/ops.h"
 
 #include <benchmark/benchmark.h>
@@ -113,6 +114,53 @@ void BM_Attention(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 2 * S * Hkv * D * 4);
 }
+// llama.cpp block weights (GGUF): random codes, every f16 scale field 2^-10. Bytes processed: the
+// blocks (what a decode step reads). Q8_0 / Q4_K / Q6_K take the int8-activation kernel.
+// Shapes: Qwen3.5-4B's MLP (2560 → 9728 → 2560) and 0.8B's (1024 → 3584 → 1024).
+// args: T, N, K, type (8 Q8_0, 12 Q4_K, 14 Q6_K)
+void BM_MatmulGgml(benchmark::State& state) {
+  const int64_t T = state.range(0), N = state.range(1), K = state.range(2);
+  const auto type = static_cast<GgmlType>(state.range(3));
+  const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+  const int64_t row_bytes = K / info.block_size * info.block_bytes;
+  Buffer x = random_buffer(DType::f32, {T, K}, 1);
+  Buffer blocks = Buffer::allocate(DType::u8, {N, row_bytes});
+  uint8_t* b = blocks.tensor().data_as<uint8_t>();
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < N * row_bytes; ++i) b[i] = static_cast<uint8_t>(rng());
+  const uint16_t scale = f32_to_f16(1.0f / 1024);
+  for (int64_t at = 0; at < N * row_bytes; at += info.block_bytes)
+    for (int64_t h : type == GgmlType::q6_k ? std::vector<int64_t>{208} : type == GgmlType::q8_0 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2})
+      std::memcpy(b + at + h, &scale, 2);
+  const Linear w = Linear::ggml(blocks, type, K);
+  Buffer y = Buffer::allocate(DType::f32, {T, N});
+  default_thread_pool();
+  for (auto _ : state) {
+    ops::cpu::matmul(x, w, y);
+    benchmark::DoNotOptimize(y.f32()[0]);
+  }
+  state.SetBytesProcessed(state.iterations() * N * row_bytes);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * T * N * K * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(info.name));
+}
+BENCHMARK(BM_MatmulGgml)
+    ->ArgNames({"T", "N", "K", "type"})
+    ->Args({1, 9728, 2560, 8})
+    ->Args({1, 2560, 9728, 8})
+    ->Args({1, 9728, 2560, 12})
+    ->Args({1, 2560, 9728, 12})
+    ->Args({1, 9728, 2560, 14})
+    ->Args({1, 2560, 9728, 14})
+    ->Args({1, 3584, 1024, 8})
+    ->Args({1, 3584, 1024, 12})
+    ->Args({4, 9728, 2560, 8})
+    ->Args({4, 9728, 2560, 12})
+    ->Args({512, 3584, 1024, 8})
+    ->Args({512, 3584, 1024, 12})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_Attention)
     ->ArgNames({"T", "past", "Hq", "Hkv", "D"})
     ->Args({1, 1024, 8, 2, 256})

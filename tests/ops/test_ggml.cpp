@@ -2,9 +2,12 @@
 // whose values are computed here from the block layouts (logical codes first, then packed into the
 // bytes by a packer written from ggml-common.h's struct definitions and quantize_row_q4_K's scale
 // packing: extreme codes, negative and zero scales, every fifth / sixth bit set on its own); then the
-// cpu backend against ref on fresh random blocks (matmul and embedding). Values on real files made by
+// cpu backend against ref on fresh random blocks (matmul and embedding), and its int8-activation GEMV
+// (both dot-product sequences) within the bound its rounding of x allows. Values on real files made by
 // llama.cpp are compared with gguf-py's dequantization in tests/weights/test_gguf.cpp.
 #include "op_test_helpers.h"
+#include "ops/cpu/cpu.h"
+#include "ops/cpu/ggml.h"
 #include "ops/ref/ref.h"
 
 #include <cmath>
@@ -168,11 +171,24 @@ std::vector<uint8_t> random_blocks(Rng& r, GgmlType type, int64_t N, int64_t K) 
   return bytes;
 }
 
+// How far rounding x to int8 (d·round(x/d) per block of B inputs, d = max|x|/127 over the block) may
+// move Σ_k w_k·x_k: each x_k moves by at most d/2, so by Σ_blocks d/2 · Σ_k∈block |w_k|.
+double int8_rounding_bound(const float* x, const float* w, int64_t K, int64_t B) {
+  double bound = 0;
+  for (int64_t b = 0; b < K; b += B) {
+    double amax = 0, wsum = 0;
+    for (int64_t k = b; k < b + B; ++k) amax = std::max(amax, std::abs(static_cast<double>(x[k]))), wsum += std::abs(w[k]);
+    bound += amax / 127 / 2 * wsum;
+  }
+  return bound;
+}
+
 constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
                                GgmlType::q8_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 // Every backend against ref on fresh random blocks: matmul for several token counts (relative to
-// Σ|x·w| per output: f32 accumulation against ref's f64) and embedding rows (each value within 1e-6 of
+// Σ|x·w| per output: f32 accumulation against ref's f64; plus the int8 rounding bound where the cpu
+// backend rounds x to int8) and embedding rows (each value within 1e-6 of
 // its row's largest: the cpu decoder computes scale·q + offset, ref ggml's own order of operations).
 TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   if (backend().name != "cpu") GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
@@ -190,12 +206,14 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
       test::run(test::ref(), matmul, x, w, yr);
       test::run(backend(), matmul, x, w, yc);
       std::vector<float> row(static_cast<size_t>(K));
+      const bool int8 = backend().name == "cpu" && cpu::ggml_int8_activations(type, T);
       for (int64_t n = 0; n < N; ++n) {
         ref::dequantize_row(w, n, row.data());
         for (int64_t t = 0; t < T; ++t) {
           double mag = 0;
           for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
-          ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
+          const double rounding = int8 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, cpu::ggml_int8_block(type)) : 0;
+          ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
         }
       }
     }
@@ -209,6 +227,48 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
       for (int64_t k = 0; k < K; ++k)
         ASSERT_NEAR(ec.f32()[t * K + k], er.f32()[t * K + k], 1e-6 * amax) << info.name << " embedding " << t << ", " << k;
     }
+  }
+}
+
+// The cpu backend's int8-activation GEMV (Q8_0, Q4_K, Q6_K), with VPDPBUSD where compiled in and with
+// the AVX2 sequence, against ref's f64 dot of the dequantized rows, for 1..8 tokens and beyond: on x
+// of random floats within the int8 rounding bound (+ 2e-6 of Σ|x·w| for f32 arithmetic); on x that
+// int8 represents exactly (integers with a ±127 in every block, so d = 1) within the f32 term alone.
+TEST(GgmlInt8, GemvMatchesRefWithinActivationRounding) {
+  if (cpu::ggml_int8_block(GgmlType::q8_0) == 0) GTEST_SKIP() << "int8-activation GEMV not compiled (no AVX2/FMA/F16C)";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k}) {
+    const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+    const int64_t B = cpu::ggml_int8_block(type);
+    const int64_t N = 1 + static_cast<int64_t>(r.gen() % 40), K = 256 * (1 + static_cast<int64_t>(r.gen() % 4));
+    std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
+    const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
+    std::vector<float> rows(static_cast<size_t>(N * K));
+    for (int64_t n = 0; n < N; ++n) ref::dequantize_row(w, n, rows.data() + n * K);
+    for (int64_t T : {1, 2, 3, 4, 5, 8, 11})
+      for (bool exact : {false, true}) {
+        Buffer x = test::random_f32(r, {T, K}, -3.0f, 3.0f);
+        if (exact) {
+          std::uniform_int_distribution<int> code(-127, 127);
+          for (int64_t i = 0; i < T * K; ++i) x.f32()[i] = static_cast<float>(code(r.gen));
+          for (int64_t b = 0; b < T * K; b += B) x.f32()[b + static_cast<int64_t>(r.gen() % B)] = r.gen() % 2 ? 127.0f : -127.0f;
+        }
+        for (bool vnni : {true, false}) {
+          SCOPED_TRACE(fmt::format("{} T={} N={} K={} exact={} vnni={}", info.name, T, N, K, exact, vnni && cpu::ggml_int8_has_vnni()));
+          Buffer y = Buffer::allocate(DType::f32, {T, N});
+          cpu::matmul_ggml_int8(x, w, y, vnni);
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+              const float* xt = x.f32() + t * K;
+              const float* wn = rows.data() + n * K;
+              double want = 0, mag = 0;
+              for (int64_t k = 0; k < K; ++k) want += static_cast<double>(xt[k]) * wn[k], mag += std::abs(static_cast<double>(xt[k]) * wn[k]);
+              const double rounding = exact ? 0 : int8_rounding_bound(xt, wn, K, B);
+              ASSERT_NEAR(y.f32()[t * N + n], want, rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
+            }
+        }
+      }
   }
 }
 

@@ -1,6 +1,6 @@
 // llama.cpp block weights (WeightFormat::ggml) on the cpu backend (internal to ops/cpu): the matmul and
-// embedding that matmul.cpp / layout.cpp hand a ggml Linear to (matmul_ggml.cpp). Arguments are
-// checked in ops.cpp.
+// embedding that matmul.cpp / layout.cpp hand a ggml Linear to (matmul_ggml.cpp), and the
+// int8-activation GEMV it takes for few tokens (matmul_ggml_int8.cpp). Arguments are checked in ops.cpp.
 #pragma once
 
 #include "tensor/linear.h"
@@ -16,5 +16,18 @@ void matmul_ggml(const Tensor& x, const Linear& w, const Tensor& y);
 void embedding_ggml(const Linear& table, std::span<const int32_t> ids, const Tensor& out);
 // One row of K values of blocks of `type` as f32 (cpu's decoder; ops/ref has the reference one).
 void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* out);
+
+// The int8-activation GEMV: x rounded per block of ggml_int8_block(type) inputs to d·q, q = round(x/d)
+// in [−127, 127], d = max|x| / 127 over the block.
+// 32 for Q8_0, 256 for Q4_K and Q6_K; 0 for other types or on builds without AVX2 + FMA + F16C.
+int64_t ggml_int8_block(GgmlType type);
+// Whether matmul_ggml takes the int8 path: a type with a block size above, any token count (at 64
+// prefill tokens it measured 2× faster than decoding rows into f32 panels, docs/quantization.md).
+bool ggml_int8_activations(GgmlType type, int64_t tokens);
+// Whether the build has VPDPBUSD (AVX-512 VNNI + VL, or AVX-VNNI); without it the AVX2 sequence is used.
+bool ggml_int8_has_vnni();
+// y = x·wᵀ with x rounded to int8, where ggml_int8_block(type) > 0 (any token count). vnni = false
+// uses the AVX2 dot products even where VNNI is compiled in (so tests cover both).
+void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vnni = true);
 
 }  // namespace kapitsa::ops::cpu

@@ -1,0 +1,301 @@
+// Decode GEMV (and prefill GEMM) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it:
+// each token's x is rounded once per call to int8 codes with one f32 scale per block of inputs
+// (dx = max|x| / 127 over 32 inputs for Q8_0 — llama.cpp's q8_0 — and over 256 for the K-quants —
+// its q8_K — with Σ codes per 16 and per 32 inputs), then each weight block is dotted in integers
+// without being widened to floats: 32 unsigned × signed byte products summed four to an int32 lane by
+// VPDPBUSD (AVX-512 VNNI or AVX-VNNI) or by VPMADDUBSW + VPMADDWD (AVX2; 16-bit pair sums stay below
+// 32767 for these code ranges). The block's scales multiply the int32 sums (Q4_K / Q6_K sub-block
+// scales in integers, d·dx in f32); the constant parts of the codes (Q4_K's min, Q6_K's −32) come out
+// of the activation's code sums. Signed Q8_0 codes use |w| and sign(x, w) (llama.cpp's trick).
+// The rounding of x is the only change from ref: an output moves by at most Σ_k |w_k| · dx_k / 2
+// (the bound tests/ops/test_ggml.cpp checks). Rows are split across threads; tokens 4 at a time.
+// Built where AVX2, FMA and F16C are compiled for; other builds keep matmul_ggml.cpp's decoder.
+#include "base/thread_pool.h"
+#include "ops/cpu/ggml.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define KAPITSA_GGML_INT8 1
+#endif
+
+namespace kapitsa::ops::cpu {
+
+int64_t ggml_int8_block(GgmlType type) {
+#if defined(KAPITSA_GGML_INT8)
+  switch (type) {
+    case GgmlType::q8_0: return 32;
+    case GgmlType::q4_k:
+    case GgmlType::q6_k: return 256;
+    default: return 0;
+  }
+#else
+  (void)type;
+  return 0;
+#endif
+}
+
+bool ggml_int8_activations(GgmlType type, int64_t tokens) {
+  return ggml_int8_block(type) > 0 && tokens >= 1;
+}
+
+bool ggml_int8_has_vnni() {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+#if defined(KAPITSA_GGML_INT8)
+namespace {
+
+constexpr int kTokens = 4;  // tokens per pass over a row (accumulators stay in registers)
+
+// T tokens' activations as int8: x ≈ d · q per block of B inputs.
+struct Act {
+  const int8_t* q;        // [T, K]
+  const float* d;         // [T, K/B]
+  const int16_t* bsum16;  // [T, K/16] Σ q over each 16 inputs (K-quants only)
+  const int16_t* bsum32;  // [T, K/32] Σ q over each 32 inputs (K-quants only)
+  int64_t K, B;
+};
+
+// x: [T, K] → the arrays of Act. q = round(x / d), ties to even; |q| ≤ 127.
+void quantize(const float* x, int64_t T, int64_t K, int64_t B, bool sums, int8_t* q, float* d, int16_t* b16,
+              int16_t* b32) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t p = 0; p < K / B; ++p) {
+      const float* v = x + t * K + p * B;
+      int8_t* out = q + t * K + p * B;
+      float amax = 0;
+      for (int64_t i = 0; i < B; ++i) amax = std::max(amax, std::abs(v[i]));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      d[t * (K / B) + p] = amax / 127.0f;
+      for (int64_t i = 0; i < B; ++i)
+        out[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * inv), -127.0f, 127.0f));
+    }
+  if (!sums) return;
+  for (int64_t g = 0; g < T * K / 16; ++g) {
+    int s = 0;
+    for (int i = 0; i < 16; ++i) s += q[g * 16 + i];
+    b16[g] = static_cast<int16_t>(s);
+    if (g % 2 == 1) b32[g / 2] = static_cast<int16_t>(b16[g - 1] + s);
+  }
+}
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// Σ u·s over each 4 bytes (u unsigned, s signed) into 8 int32 lanes.
+template <bool VNNI>
+inline __m256i dot(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  if constexpr (VNNI) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+  if constexpr (VNNI) return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#endif
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+// A scale per half (16 bytes) of a 32-byte dot, in the form dot_scaled multiplies by: int32 lanes for
+// VNNI (one per 4 bytes), int16 lanes for AVX2 (one per byte pair, before VPMADDWD adds the pairs).
+template <bool VNNI>
+inline __m256i scale_pair(int lo, int hi) {
+  if constexpr (VNNI) return _mm256_setr_m128i(_mm_set1_epi32(lo), _mm_set1_epi32(hi));
+  else return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(lo)), _mm_set1_epi16(static_cast<int16_t>(hi)));
+}
+// Σ u·s·scale (scale from scale_pair) into 8 int32 lanes.
+template <bool VNNI>
+inline __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
+  if constexpr (VNNI) return _mm256_mullo_epi32(dot<true>(u, s), scale);
+  else return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
+}
+
+// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
+// unpacking; ref's scale_min_k4 says where each bit is).
+inline __m128i k4_scales_and_mins(const uint8_t* p) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, p, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins03 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins03;
+  u[0] &= kLow6;  // scales 0..3
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+// The 8 scales (bytes 0..7 of sm) widened once per block; scale_k4 picks sub-block j's in the form
+// dot_scaled multiplies by.
+template <bool VNNI>
+inline __m256i scales_k4(__m128i sm) {
+  if constexpr (VNNI) return _mm256_cvtepu8_epi32(sm);
+  else return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+}
+template <bool VNNI>
+inline __m256i scale_k4(__m256i sc, int j) {
+  if constexpr (VNNI) return _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j));
+  else return _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+}
+
+// One row · TB tokens; y[t · N] for token t. Q8_0 {d f16; qs[32] int8}, 34 bytes.
+template <bool VNNI, int TB>
+void row_q8_0(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  __m256 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * 34;
+    const __m256i w = load(blk + 2), aw = _mm256_sign_epi8(w, w);
+    const float dw = f16(blk);
+    for (int t = 0; t < TB; ++t) {
+      const __m256i p = dot<VNNI>(aw, _mm256_sign_epi8(load(a.q + (t0 + t) * a.K + b * 32), w));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * a.d[(t0 + t) * nb + b]), acc[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
+}
+
+// Q4_K {d, dmin f16; scales[12]; qs[128]}, 144 bytes: per 64 values, 32 bytes of qs hold sub-block 2c
+// in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32.
+template <bool VNNI, int TB>
+void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[TB];
+  __m128 mins[TB];  // Σ dmin·dx·m·Σx̂, 4 lanes
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = _mm_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 144;
+    const float d = f16(blk), dmin = f16(blk + 2);
+    const __m128i sm = k4_scales_and_mins(blk + 4);
+    const __m256i sc = scales_k4<VNNI>(sm);
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    __m256i q[8];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load(blk + 16 + 32 * c);
+      q[2 * c] = _mm256_and_si256(v, m4), q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m256i sum = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j)
+        sum = _mm256_add_epi32(sum, dot_scaled<VNNI>(q[j], load(xq + 32 * j), scale_k4<VNNI>(sc, j)));
+      const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8));
+      const float dx = a.d[(t0 + t) * ns + s];
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * dx), acc[t]);
+      mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_set1_ps(dmin * dx), mins[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], _mm256_setr_m128(mins[t], _mm_setzero_ps())));
+}
+
+// Q6_K {ql[128]; qh[64]; scales[16] int8; d f16}, 210 bytes: in half h, values 32i + l (i < 4) take
+// their low 4 bits from ql[64h + 32(i % 2) + l] (low nibble for i < 2) and bits 2i..2i+1 of
+// qh[32h + l] as bits 4..5; w = d·scale·(q − 32) per 16 values.
+template <bool VNNI, int TB>
+void row_q6_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  __m256 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 210;
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = f16(blk + 208);
+    __m256i q[8], scale[8];
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load(blk + 64 * h), l1 = load(blk + 64 * h + 32), hb = load(blk + 128 + 32 * h);
+      q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2));
+      q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2));
+      q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2));
+      q[4 * h + 3] =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
+    }
+    for (int k = 0; k < 8; ++k) scale[k] = scale_pair<VNNI>(sc[2 * k], sc[2 * k + 1]);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m256i sum = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) sum = _mm256_add_epi32(sum, dot_scaled<VNNI>(q[k], load(xq + 32 * k), scale[k]));
+      // − 32 · Σ_g scale_g · Σ x̂ over group g
+      const __m256i corr = _mm256_madd_epi16(sc16, load(a.bsum16 + (t0 + t) * (a.K / 16) + s * 16));
+      sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(corr, 5));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a.d[(t0 + t) * ns + s]), acc[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
+}
+
+using RowFn = void (*)(const uint8_t*, const Act&, int64_t, float*, int64_t);
+
+template <bool VNNI, int TB>
+RowFn row_fn(GgmlType type) {
+  switch (type) {
+    case GgmlType::q8_0: return row_q8_0<VNNI, TB>;
+    case GgmlType::q4_k: return row_q4_k<VNNI, TB>;
+    default: return row_q6_k<VNNI, TB>;
+  }
+}
+template <bool VNNI>
+RowFn row_fn(GgmlType type, int64_t tb) {
+  switch (tb) {
+    case 1: return row_fn<VNNI, 1>(type);
+    case 2: return row_fn<VNNI, 2>(type);
+    case 3: return row_fn<VNNI, 3>(type);
+    default: return row_fn<VNNI, 4>(type);
+  }
+}
+
+template <bool VNNI>
+void rows(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / row_bytes));
+  parallel_for(static_cast<size_t>(N), grain, [&](size_t begin, size_t end) {
+    for (int64_t t0 = 0; t0 < T; t0 += kTokens) {  // the task's rows stay in cache for the next tokens
+      const RowFn f = row_fn<VNNI>(type, std::min<int64_t>(kTokens, T - t0));
+      for (size_t n = begin; n < end; ++n)
+        f(blocks + static_cast<int64_t>(n) * row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vnni) {
+  const GgmlType type = w.ggml_type();
+  const int64_t N = w.rows(), K = w.cols(), T = x.numel() / K, B = ggml_int8_block(type);
+  KAPITSA_CHECK(B > 0 && K % B == 0, "cpu: int8-activation GEMV for ggml {} with {} inputs", ggml_type_name(type), K);
+  const bool sums = B == 256;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
+  thread_local std::vector<int16_t> b16, b32;
+  q.resize(static_cast<size_t>(T * K)), d.resize(static_cast<size_t>(T * K / B));
+  b16.resize(sums ? static_cast<size_t>(T * K / 16) : 0), b32.resize(sums ? static_cast<size_t>(T * K / 32) : 0);
+  quantize(x.f32(), T, K, B, sums, q.data(), d.data(), b16.data(), b32.data());
+  const Act a{q.data(), d.data(), b16.data(), b32.data(), K, B};
+  const auto* blocks = w.weight().data_as<const uint8_t>();
+  const int64_t row_bytes = w.weight().dim(-1);
+  if (vnni && ggml_int8_has_vnni()) rows<true>(type, blocks, row_bytes, a, T, y.f32(), N);
+  else rows<false>(type, blocks, row_bytes, a, T, y.f32(), N);
+}
+#else
+void matmul_ggml_int8(const Tensor&, const Linear& w, const Tensor&, bool) {
+  KAPITSA_CHECK(false, "cpu: int8-activation GEMV for ggml {}: not compiled for this CPU (no AVX2)",
+                ggml_type_name(w.ggml_type()));
+}
+#endif
+
+}  // namespace kapitsa::ops::cpu
