@@ -116,7 +116,8 @@ void BM_Attention(benchmark::State& state) {
 }
 // llama.cpp block weights (GGUF): random codes, every f16 scale field 2^-10. Bytes processed: the
 // blocks (what a decode step reads). Q8_0 / Q4_K / Q6_K take the int8-activation kernel.
-// Shapes: Qwen3.5-4B's MLP (2560 → 9728 → 2560) and 0.8B's (1024 → 3584 → 1024).
+// Shapes: Qwen3.5-4B's MLP (2560 → 9728 → 2560), 0.8B's (1024 → 3584 → 1024) and its tied head
+// (248320 × 1024, 270 MB at Q8_0: no cache holds it).
 // args: T, N, K, type (8 Q8_0, 12 Q4_K, 14 Q6_K)
 void BM_MatmulGgml(benchmark::State& state) {
   const int64_t T = state.range(0), N = state.range(1), K = state.range(2);
@@ -154,6 +155,8 @@ BENCHMARK(BM_MatmulGgml)
     ->Args({1, 2560, 9728, 14})
     ->Args({1, 3584, 1024, 8})
     ->Args({1, 3584, 1024, 12})
+    ->Args({1, 248320, 1024, 8})
+    ->Args({1, 248320, 1024, 12})
     ->Args({4, 9728, 2560, 8})
     ->Args({4, 9728, 2560, 12})
     ->Args({512, 3584, 1024, 8})

@@ -4,8 +4,8 @@
 // its q8_K — with Σ codes per 16 and per 32 inputs), then each weight block is dotted in integers
 // without being widened to floats: 32 unsigned × signed byte products summed four to an int32 lane by
 // VPDPBUSD (AVX-512 VNNI or AVX-VNNI) or by VPMADDUBSW + VPMADDWD (AVX2; 16-bit pair sums stay below
-// 32767 for these code ranges). The block's scales multiply the int32 sums (Q4_K / Q6_K sub-block
-// scales in integers, d·dx in f32); the constant parts of the codes (Q4_K's min, Q6_K's −32) come out
+// 32767 for these code ranges); Q4_K / Q6_K sub-block scales multiply the 16-bit pair sums in the same
+// instruction that adds them (VPDPWSSD, or VPMADDWD), d·dx multiplies in f32; the constant parts of the codes (Q4_K's min, Q6_K's −32) come out
 // of the activation's code sums. Signed Q8_0 codes use |w| and sign(x, w) (llama.cpp's trick).
 // The rounding of x is the only change from ref: an output moves by at most Σ_k |w_k| · dx_k / 2
 // (the bound tests/ops/test_ggml.cpp checks). Rows are split across threads; tokens 4 at a time.
@@ -111,18 +111,22 @@ inline __m256i dot(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-// A scale per half (16 bytes) of a 32-byte dot, in the form dot_scaled multiplies by: int32 lanes for
-// VNNI (one per 4 bytes), int16 lanes for AVX2 (one per byte pair, before VPMADDWD adds the pairs).
+// Σ u·s·scale over each 4 bytes into acc: u·s summed in byte pairs (VPMADDUBSW; below 2^15 for the
+// 4- and 6-bit codes), times an int16 scale per pair, the pairs added into int32 lanes (VPDPWSSD, or
+// VPMADDWD + VPADDD).
 template <bool VNNI>
-inline __m256i scale_pair(int lo, int hi) {
-  if constexpr (VNNI) return _mm256_setr_m128i(_mm_set1_epi32(lo), _mm_set1_epi32(hi));
-  else return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(lo)), _mm_set1_epi16(static_cast<int16_t>(hi)));
+inline __m256i dot_scaled(__m256i acc, __m256i u, __m256i s, __m256i scale16) {
+  const __m256i p = _mm256_maddubs_epi16(u, s);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  if constexpr (VNNI) return _mm256_dpwssd_epi32(acc, p, scale16);
+#elif defined(__AVXVNNI__)
+  if constexpr (VNNI) return _mm256_dpwssd_avx_epi32(acc, p, scale16);
+#endif
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale16));
 }
-// Σ u·s·scale (scale from scale_pair) into 8 int32 lanes.
-template <bool VNNI>
-inline __m256i dot_scaled(__m256i u, __m256i s, __m256i scale) {
-  if constexpr (VNNI) return _mm256_mullo_epi32(dot<true>(u, s), scale);
-  else return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale);
+// Lane-half k of a 16-bit vector broadcast: within each 128-bit lane, int16 element k everywhere.
+inline __m256i broadcast16(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>((2 * k + 1) << 8 | 2 * k)));
 }
 
 // The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
@@ -137,18 +141,6 @@ inline __m128i k4_scales_and_mins(const uint8_t* p) {
   u[2] = mins03;
   u[0] &= kLow6;  // scales 0..3
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-}
-// The 8 scales (bytes 0..7 of sm) widened once per block; scale_k4 picks sub-block j's in the form
-// dot_scaled multiplies by.
-template <bool VNNI>
-inline __m256i scales_k4(__m128i sm) {
-  if constexpr (VNNI) return _mm256_cvtepu8_epi32(sm);
-  else return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-}
-template <bool VNNI>
-inline __m256i scale_k4(__m256i sc, int j) {
-  if constexpr (VNNI) return _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j));
-  else return _mm256_shuffle_epi8(sc, _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
 }
 
 // One row · TB tokens; y[t · N] for token t. Q8_0 {d f16; qs[32] int8}, 34 bytes.
@@ -182,7 +174,7 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
     const uint8_t* blk = row + s * 144;
     const float d = f16(blk), dmin = f16(blk + 2);
     const __m128i sm = k4_scales_and_mins(blk + 4);
-    const __m256i sc = scales_k4<VNNI>(sm);
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // scale j: broadcast16(sc, j)
     const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
     __m256i q[8];
     for (int c = 0; c < 4; ++c) {
@@ -193,7 +185,7 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
       __m256i sum = _mm256_setzero_si256();
       for (int j = 0; j < 8; ++j)
-        sum = _mm256_add_epi32(sum, dot_scaled<VNNI>(q[j], load(xq + 32 * j), scale_k4<VNNI>(sc, j)));
+        sum = dot_scaled<VNNI>(sum, q[j], load(xq + 32 * j), broadcast16(sc, j));
       const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8));
       const float dx = a.d[(t0 + t) * ns + s];
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * dx), acc[t]);
@@ -225,12 +217,15 @@ void row_q6_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
       q[4 * h + 3] =
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
     }
-    for (int k = 0; k < 8; ++k) scale[k] = scale_pair<VNNI>(sc[2 * k], sc[2 * k + 1]);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    // 32 values k: scales 2k (first 16) and 2k + 1 — even scales in the low lane, odd in the high one
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i split = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+    for (int k = 0; k < 8; ++k) scale[k] = broadcast16(split, k);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
     for (int t = 0; t < TB; ++t) {
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
       __m256i sum = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) sum = _mm256_add_epi32(sum, dot_scaled<VNNI>(q[k], load(xq + 32 * k), scale[k]));
+      for (int k = 0; k < 8; ++k) sum = dot_scaled<VNNI>(sum, q[k], load(xq + 32 * k), scale[k]);
       // − 32 · Σ_g scale_g · Σ x̂ over group g
       const __m256i corr = _mm256_madd_epi16(sc16, load(a.bsum16 + (t0 + t) * (a.K / 16) + s * 16));
       sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(corr, 5));
