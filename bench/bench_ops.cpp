@@ -115,10 +115,11 @@ void BM_Attention(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * S * Hkv * D * 4);
 }
 // llama.cpp block weights (GGUF): random codes, every f16 scale field 2^-10. Bytes processed: the
-// blocks (what a decode step reads). Q8_0 / Q4_K / Q6_K take the int8-activation kernel.
+// blocks (what a decode step reads). Q8_0 / Q4_K / Q6_K take the int8-activation kernel, other types
+// the packed GEMM (rows decoded to f32 panels) from 16 tokens on.
 // Shapes: Qwen3.5-4B's MLP (2560 → 9728 → 2560), 0.8B's (1024 → 3584 → 1024) and its tied head
 // (248320 × 1024, 270 MB at Q8_0: no cache holds it).
-// args: T, N, K, type (8 Q8_0, 12 Q4_K, 14 Q6_K)
+// args: T, N, K, type (8 Q8_0, 12 Q4_K, 14 Q6_K), packed (1: the packed GEMM, for comparison)
 void BM_MatmulGgml(benchmark::State& state) {
   const int64_t T = state.range(0), N = state.range(1), K = state.range(2);
   const auto type = static_cast<GgmlType>(state.range(3));
@@ -137,7 +138,8 @@ void BM_MatmulGgml(benchmark::State& state) {
   Buffer y = Buffer::allocate(DType::f32, {T, N});
   default_thread_pool();
   for (auto _ : state) {
-    ops::cpu::matmul(x, w, y);
+    if (state.range(4)) ops::cpu::matmul_ggml_packed(x, w, y);
+    else ops::cpu::matmul(x, w, y);
     benchmark::DoNotOptimize(y.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * N * row_bytes);
@@ -146,21 +148,25 @@ void BM_MatmulGgml(benchmark::State& state) {
   state.SetLabel(std::string(info.name));
 }
 BENCHMARK(BM_MatmulGgml)
-    ->ArgNames({"T", "N", "K", "type"})
-    ->Args({1, 9728, 2560, 8})
-    ->Args({1, 2560, 9728, 8})
-    ->Args({1, 9728, 2560, 12})
-    ->Args({1, 2560, 9728, 12})
-    ->Args({1, 9728, 2560, 14})
-    ->Args({1, 2560, 9728, 14})
-    ->Args({1, 3584, 1024, 8})
-    ->Args({1, 3584, 1024, 12})
-    ->Args({1, 248320, 1024, 8})
-    ->Args({1, 248320, 1024, 12})
-    ->Args({4, 9728, 2560, 8})
-    ->Args({4, 9728, 2560, 12})
-    ->Args({512, 3584, 1024, 8})
-    ->Args({512, 3584, 1024, 12})
+    ->ArgNames({"T", "N", "K", "type", "packed"})
+    ->Args({1, 9728, 2560, 8, 0})
+    ->Args({1, 2560, 9728, 8, 0})
+    ->Args({1, 9728, 2560, 12, 0})
+    ->Args({1, 2560, 9728, 12, 0})
+    ->Args({1, 9728, 2560, 14, 0})
+    ->Args({1, 2560, 9728, 14, 0})
+    ->Args({1, 3584, 1024, 8, 0})
+    ->Args({1, 3584, 1024, 12, 0})
+    ->Args({1, 248320, 1024, 8, 0})
+    ->Args({1, 248320, 1024, 12, 0})
+    ->Args({4, 9728, 2560, 8, 0})
+    ->Args({4, 9728, 2560, 12, 0})
+    ->Args({8, 3584, 1024, 8, 0})
+    ->Args({16, 3584, 1024, 8, 0})
+    ->Args({512, 3584, 1024, 8, 0})
+    ->Args({512, 3584, 1024, 8, 1})
+    ->Args({512, 3584, 1024, 12, 0})
+    ->Args({512, 3584, 1024, 12, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

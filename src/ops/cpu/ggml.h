@@ -1,6 +1,6 @@
 // llama.cpp block weights (WeightFormat::ggml) on the cpu backend (internal to ops/cpu): the matmul and
-// embedding that matmul.cpp / layout.cpp hand a ggml Linear to (matmul_ggml.cpp), and the
-// int8-activation GEMV it takes for few tokens (matmul_ggml_int8.cpp). Arguments are checked in ops.cpp.
+// embedding that matmul.cpp / layout.cpp hand a ggml Linear to (matmul_ggml.cpp), the int8-activation
+// GEMV it takes for few tokens (matmul_ggml_int8.cpp) and the packed GEMM for many (matmul.cpp). Arguments are checked in ops.cpp.
 #pragma once
 
 #include "tensor/linear.h"
@@ -21,13 +21,18 @@ void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* ou
 // in [−127, 127], d = max|x| / 127 over the block.
 // 32 for Q8_0, 256 for Q4_K and Q6_K; 0 for other types or on builds without AVX2 + FMA + F16C.
 int64_t ggml_int8_block(GgmlType type);
-// Whether matmul_ggml takes the int8 path: a type with a block size above, any token count (at 64
-// prefill tokens it measured 2× faster than decoding rows into f32 panels, docs/quantization.md).
+// Whether matmul_ggml takes the int8 path: a type with a block size above, any token count (at 512
+// tokens it measured 1.4× (Q8_0) and 1.8× (Q4_K) faster than the packed GEMM below, docs/performance.md).
 bool ggml_int8_activations(GgmlType type, int64_t tokens);
 // Whether the build has VPDPBUSD (AVX-512 VNNI + VL, or AVX-VNNI); without it the AVX2 sequence is used.
 bool ggml_int8_has_vnni();
 // y = x·wᵀ with x rounded to int8, where ggml_int8_block(type) > 0 (any token count). vnni = false
 // uses the AVX2 dot products even where VNNI is compiled in (so tests cover both).
 void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vnni = true);
+
+// Prefill of the other block types (matmul.cpp): from this many tokens on, rows are decoded 32 at a
+// time into a transposed f32 panel and multiplied by the dense packed outer-product kernel.
+bool ggml_packed_gemm(int64_t tokens);
+void matmul_ggml_packed(const Tensor& x, const Linear& w, const Tensor& y);
 
 }  // namespace kapitsa::ops::cpu

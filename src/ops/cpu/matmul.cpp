@@ -126,23 +126,36 @@ inline void transpose8(__m256 r[8]) {
 }
 #endif
 
-// panel[k, j] = w[j, k] for j < rows (zero beyond), widened to f32.  panel: [K, kPackRows].
+// Weight rows as f32, for the packed GEMM: dense rows widened (WL), or llama.cpp blocks decoded.
+template <class WL>
+struct DenseRows {
+  const typename WL::T* w;
+  int64_t K;
+  void operator()(int64_t n, float* dst) const {
+    const typename WL::T* src = w + n * K;
+    int64_t k = 0;
+    for (; k + simd::kW <= K; k += simd::kW) simd::store(dst + k, WL::load(src + k));
+    for (; k < K; ++k) dst[k] = WL::scalar(src + k);
+  }
+};
+struct GgmlRows {
+  GgmlType type;
+  const uint8_t* blocks;
+  int64_t row_bytes, K;
+  void operator()(int64_t n, float* dst) const { dequantize_ggml_row(type, blocks + n * row_bytes, K, dst); }
+};
+
+// panel[k, j] = row n0 + j at k for j < rows (zero beyond), as f32.  panel: [K, kPackRows].
 // Rows are widened into `rows_buf` first, then transposed in 8×8 register blocks (a scalar
 // transpose here cost as much as a third of the GEMM at T = 128).
-template <class WL>
-void pack_panel(const typename WL::T* w, int rows, int64_t K, float* panel, std::vector<float>& rows_buf) {
+template <class Rows>
+void pack_panel(const Rows& w, int64_t n0, int rows, int64_t K, float* panel, std::vector<float>& rows_buf) {
   rows_buf.resize(static_cast<size_t>(kPackRows * K));
   float* buf = rows_buf.data();
   for (int j = 0; j < kPackRows; ++j) {
     float* dst = buf + j * K;
-    if (j >= rows) {
-      std::fill(dst, dst + K, 0.0f);
-      continue;
-    }
-    const typename WL::T* src = w + j * K;
-    int64_t k = 0;
-    for (; k + simd::kW <= K; k += simd::kW) simd::store(dst + k, WL::load(src + k));
-    for (; k < K; ++k) dst[k] = WL::scalar(src + k);
+    if (j >= rows) std::fill(dst, dst + K, 0.0f);
+    else w(n0 + j, dst);
   }
   int64_t k = 0;
 #if defined(__AVX2__)
@@ -193,8 +206,8 @@ constexpr std::array<PackedTileFn, sizeof...(I)> make_packed_tiles(std::index_se
 }
 constexpr auto kPackedTiles = make_packed_tiles(std::make_index_sequence<kPackTokens>{});
 
-template <class WL>
-void gemm_packed(const float* x, const typename WL::T* w, float* y, int64_t T, int64_t K, int64_t N) {
+template <class Rows>
+void gemm_packed(const float* x, const Rows& w, float* y, int64_t T, int64_t K, int64_t N) {
   // Token chunk: x chunk ≈ 512 KiB (L2), up to 256 tokens, so packing is amortised over many tiles.
   int64_t tc = std::max<int64_t>(kPackTokens, ((512 << 10) / (4 * K)) / kPackTokens * kPackTokens);
   tc = std::min<int64_t>(tc, 256 / kPackTokens * kPackTokens);
@@ -216,7 +229,7 @@ void gemm_packed(const float* x, const typename WL::T* w, float* y, int64_t T, i
         const int64_t n0 = g * kPackRows;
         const int cols = static_cast<int>(std::min<int64_t>(kPackRows, N - n0));
         panel.resize(static_cast<size_t>(K * kPackRows));
-        pack_panel<WL>(w + n0 * K, cols, K, panel.data(), row);
+        pack_panel(w, n0, cols, K, panel.data(), row);
         int64_t t0 = t_begin;
         for (; t0 + kPackTokens <= t_end; t0 += kPackTokens)
           packed_tile<kPackTokens>(x + t0 * K, K, panel.data(), K, y + t0 * N + n0, N, cols);
@@ -235,10 +248,18 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
   else if (T < 2 * kPackTokens)
     gemm_small<WL>(x, wt, y, T, K, N);
   else
-    gemm_packed<WL>(x, wt, y, T, K, N);
+    gemm_packed(x, DenseRows<WL>{wt, K}, y, T, K, N);
 }
 
 }  // namespace
+
+bool ggml_packed_gemm(int64_t tokens) { return tokens >= 2 * kPackTokens; }
+
+void matmul_ggml_packed(const Tensor& x, const Linear& w, const Tensor& y) {
+  const int64_t N = w.rows(), K = w.cols(), T = x.numel() / K;
+  const GgmlRows rows{w.ggml_type(), w.weight().data_as<const uint8_t>(), w.weight().dim(-1), K};
+  gemm_packed(x.f32(), rows, y.f32(), T, K, N);
+}
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32.  (Leading dims of x and y are flattened.)
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {

@@ -1,8 +1,9 @@
 // llama.cpp block weights (WeightFormat::ggml, GGUF) on the cpu backend: each block is unpacked into
 // integer codes plus a (scale, offset) per run of 16 or 32 values, then y = scale·q + offset in one
 // loop the compiler vectorizes; rows are decoded kTileR at a time into an f32 panel and multiplied with
-// the dense register tiles (dot_tile.h): the path for the types without an int8 kernel. Q8_0 / Q4_K /
-// Q6_K go to the fused int8-activation kernel of matmul_ggml_int8.cpp instead (decode and prefill). Compared with ops/ref in tests/ops/test_ggml.cpp.
+// the dense register tiles (dot_tile.h): the path for few tokens of the types without an int8 kernel.
+// Q8_0 / Q4_K / Q6_K go to the fused int8-activation kernel of matmul_ggml_int8.cpp (any token
+// count), the other types at many tokens (prefill) to the packed GEMM of matmul.cpp. Compared with ops/ref in tests/ops/test_ggml.cpp.
 #include "ops/cpu/cpu.h"
 #include "ops/cpu/dot_tile.h"
 #include "ops/cpu/ggml.h"
@@ -118,6 +119,7 @@ void matmul_ggml(const Tensor& x, const Linear& w, const Tensor& y) {
   const int64_t N = w.rows(), K = w.cols(), T = K == 0 ? 0 : x.numel() / K;
   if (T == 0 || N == 0) return;
   if (ggml_int8_activations(w.ggml_type(), T)) return matmul_ggml_int8(x, w, y);
+  if (ggml_packed_gemm(T)) return matmul_ggml_packed(x, w, y);
   const auto* blocks = w.weight().data_as<const uint8_t>();
   const int64_t row_bytes = w.weight().dim(-1);
   const float* px = x.f32();

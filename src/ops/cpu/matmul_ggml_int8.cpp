@@ -1,4 +1,4 @@
-// Decode GEMV (and prefill GEMM) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it:
+// Decode GEMV (and prefill) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it:
 // each token's x is rounded once per call to int8 codes with one f32 scale per block of inputs
 // (dx = max|x| / 127 over 32 inputs for Q8_0 — llama.cpp's q8_0 — and over 256 for the K-quants —
 // its q8_K — with Σ codes per 16 and per 32 inputs), then each weight block is dotted in integers
