@@ -1,7 +1,7 @@
 // `kapitsa doctor`: what this machine can run and how fast — CPU, memory, measured bandwidth, GPUs, disk,
-// then every catalog model × quantization with its size, whether it fits, the longest context that fits
-// and the roofline decode rate; the coding agents on PATH, the default port, and warnings a person can
-// act on. A report, text or --json; it changes nothing.
+// then every catalog model × quantization with its size, whether Kapitsa runs that format yet, whether
+// it fits, the longest context that fits and the roofline decode rate; the coding agents on PATH, the
+// default port, and warnings a person can act on. A report, text or --json; it changes nothing.
 #include "cli/catalog/catalog.h"
 #include "cli/catalog/memory_fit.h"
 #include "cli/commands.h"
@@ -51,9 +51,11 @@ int run_doctor(const DoctorOptions& o) {
       for (const catalog::QuantEntry& q : m.quants) {
         const catalog::FitEstimate f = catalog::estimate_fit(m, q, double(mem.available_bytes), bandwidth);
         const std::string spec = m.alias + ":" + q.name;
-        if (f.fits && f.weight_bytes < smallest_fit_bytes) smallest_fit = spec, smallest_fit_bytes = f.weight_bytes;
+        const bool runs = q.unsupported.empty();
+        if (runs && f.fits && f.weight_bytes < smallest_fit_bytes) smallest_fit = spec, smallest_fit_bytes = f.weight_bytes;
         models.push_back({{"alias", m.alias}, {"name", m.name}, {"quant", q.name}, {"spec", spec}, {"repo", q.repo},
-                          {"file", q.file}, {"verified", q.verified}, {"weight_bytes", f.weight_bytes},
+                          {"file", q.file}, {"verified", q.verified}, {"runs", runs}, {"unsupported", q.unsupported},
+                          {"weight_bytes", f.weight_bytes},
                           {"kv_bytes_per_token", f.kv_bytes_per_token}, {"state_bytes", f.state_bytes},
                           {"fits", f.fits}, {"max_context", f.max_context},
                           {"decode_tokens_per_s", f.decode_tokens_per_s},
@@ -67,8 +69,8 @@ int run_doctor(const DoctorOptions& o) {
     warnings.push_back(fmt::format("Only {} of {} cores are usable by this process (CPU affinity or container limit).",
                                    cpu.usable_cores, cpu.logical_cores));
   if (cat.ok() && !cat.value().models.empty() && smallest_fit.empty())
-    warnings.push_back(fmt::format("No catalog model fits in the {} of available memory: close other programs or "
-                                   "use a machine with more RAM.", gib(double(mem.available_bytes))));
+    warnings.push_back(fmt::format("No catalog model that Kapitsa runs fits in the {} of available memory: close "
+                                   "other programs or use a machine with more RAM.", gib(double(mem.available_bytes))));
   if (!smallest_fit.empty() && double(disk.free_bytes) < smallest_fit_bytes)
     warnings.push_back(fmt::format("Only {} free in {}: not enough for even {} ({}). Free space, or set HF_HUB_CACHE "
                                    "to a larger disk.", gib(double(disk.free_bytes)), disk.path.string(), smallest_fit,
@@ -121,17 +123,23 @@ int run_doctor(const DoctorOptions& o) {
   std::printf("Disk       %s free of %s in %s (models: %s)\n", gib(double(disk.free_bytes)).c_str(),
               gib(double(disk.total_bytes)).c_str(), disk.path.string().c_str(), hub.string().c_str());
 
-  std::printf("\nModels: size on disk; fits = weights + state + %ld tokens of context in the available memory;\n"
+  std::printf("\nModels: size on disk; runs = Kapitsa loads that format today;\n"
+              "fits = weights + state + %ld tokens of context in the available memory;\n"
               "decode = roofline, bandwidth / bytes of weights read per token (a ceiling, not a promise)\n",
               catalog::kMinUsefulContext);
-  std::printf("  %-22s %10s  %-4s %12s %12s  %-10s %s\n", "model", "size", "fits", "max context", "decode tok/s",
-              "downloaded", "repository");
-  for (const Json& m : models)
-    std::printf("  %-22s %10s  %-4s %12ld %12.1f  %-10s %s%s\n", m["spec"].get<std::string>().c_str(),
-                gib(m["weight_bytes"].get<double>()).c_str(), m["fits"].get<bool>() ? "yes" : "no",
+  std::printf("  %-22s %10s  %-8s %-4s %12s %12s  %-10s %s\n", "model", "size", "runs", "fits", "max context",
+              "decode tok/s", "downloaded", "repository");
+  std::string not_yet;  // the formats Kapitsa cannot run yet, said once below the table
+  for (const Json& m : models) {
+    const bool runs = m["runs"].get<bool>();
+    if (!runs) not_yet += fmt::format("  {}: {}\n", m["spec"].get<std::string>(), m["unsupported"].get<std::string>());
+    std::printf("  %-22s %10s  %-8s %-4s %12ld %12.1f  %-10s %s%s\n", m["spec"].get<std::string>().c_str(),
+                gib(m["weight_bytes"].get<double>()).c_str(), runs ? "yes" : "not yet", m["fits"].get<bool>() ? "yes" : "no",
                 m["max_context"].get<long>(), m["decode_tokens_per_s"].get<double>(),
                 m["downloaded"].get<bool>() ? "yes" : "no", m["repo"].get<std::string>().c_str(),
                 m["verified"].get<bool>() ? "" : " (unverified)");
+  }
+  if (!not_yet.empty()) std::printf("Not run by Kapitsa yet (the numbers are for when it does):\n%s", not_yet.c_str());
 
   std::printf("\nAgents\n");
   for (const doctor::AgentInfo& a : agents)

@@ -44,6 +44,7 @@ Expected<std::string> resolve_model_dir(const std::string& option, bool pull) {
     auto found = catalog::resolve_model(option, models);  // alias, org/name[:quant], .gguf
     if (found.ok() || !pull || !catalog::names_hub_model(option)) return found;
     KAPITSA_TRY(catalog::HubRef ref, catalog::hub_ref(option, models));
+    if (!ref.unsupported.empty()) return found;  // says why it cannot run: nothing to download for
     hub::PullRequest req;
     req.repo = ref.repo, req.file = ref.file;
     std::fprintf(stderr, "kapitsa: --pull: downloading %s into %s\n", ref.repo.c_str(), catalog::hub_cache_dir().c_str());

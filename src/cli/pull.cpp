@@ -29,6 +29,9 @@ int run_pull(const PullOptions& o) {
   hub::PullRequest req;
   req.repo = ref->repo, req.file = ref->file, req.revision = o.revision, req.local_dir = o.local_dir;
   req.jobs = o.jobs, req.retries = o.retries, req.quiet = o.quiet;
+  if (!ref->unsupported.empty())  // asked for by name: downloaded (other tools read the same cache), with a note
+    std::fprintf(stderr, "kapitsa pull: note: Kapitsa cannot run %s yet: %s. Downloading it anyway.\n", o.spec.c_str(),
+                 ref->unsupported.c_str());
   if (!o.quiet)
     std::fprintf(stderr, "kapitsa pull: %s%s%s (%s)\n", req.repo.c_str(), req.file.empty() ? "" : " ", req.file.c_str(),
                  o.local_dir.empty() ? catalog::hub_cache_dir().c_str() : o.local_dir.c_str());

@@ -37,10 +37,14 @@ Expected<Quantization> parse_quantization(const weights::HfConfig& top) {
     key = "quantization_config";
     // mlx-lm writes both keys; a quant_method names another format (fp8, modelopt's NVFP4, GPTQ, AWQ,
     // compressed-tensors, bitsandbytes): say so instead of failing later on a tensor's dtype.
-    if (json.contains(key) && json[key].is_object() && json[key].contains("quant_method"))
-      return error("{}: the checkpoint is quantized with quant_method {}, which Kapitsa does not load yet; it loads "
-                   "bf16/f16/f32 weights and MLX affine quantization (docs/quantization.md)",
-                   top.where(key), json[key]["quant_method"].dump());
+    if (json.contains(key) && json[key].is_object() && json[key].contains("quant_method")) {
+      const Json& qc = json[key];  // modelopt names its algorithm (NVFP4, FP8) apart from the method
+      const std::string algo = qc.contains("quant_algo") && qc["quant_algo"].is_string()
+                                   ? " (" + qc["quant_algo"].get<std::string>() + ")" : std::string();
+      return error("{}: the checkpoint is quantized with quant_method {}{}, which Kapitsa does not load yet; it loads "
+                   "bf16/f16/f32 weights, MLX affine quantization and Qwen3.5 GGUF files (docs/quantization.md)",
+                   top.where(key), qc["quant_method"].dump(), algo);
+    }
     if (!json.contains(key) || !json[key].is_object() || !json[key].contains("bits")) return q;
   }
   q.where = top.where(key);

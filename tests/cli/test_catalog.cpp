@@ -1,7 +1,8 @@
 // The model catalog and the --model resolver: the shipped catalog parses and names every quantization
 // issue 15 lists; a user models.json (under a temporary XDG_CONFIG_HOME) adds and overrides aliases;
 // aliases and Hub ids resolve to snapshots in a temporary Hub cache; folders and .gguf files pass
-// through; an alias not downloaded names the `kapitsa pull` command; `kapitsa run` says the same.
+// through; an alias not downloaded names the `kapitsa pull` command; `kapitsa run` says the same; an
+// entry Kapitsa cannot run yet says why and what it runs instead, and --pull downloads nothing for it.
 #include "cli/catalog/catalog.h"
 #include "models/cli_runner.h"
 #include "test_util.h"
@@ -11,6 +12,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <utility>
+#include <vector>
 
 namespace kapitsa::testing {
 namespace {
@@ -163,6 +166,50 @@ TEST_F(CatalogTest, FoldersAndGgufFilesPassThrough) {
   auto empty = cli::catalog::resolve_model(scratch_.path(), c);  // a folder without config.json
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.error().message.find("config.json"), std::string::npos) << empty.error().message;
+}
+
+TEST_F(CatalogTest, EntriesKapitsaCannotRunYetAreMarked) {
+  const Catalog c = load();
+  const auto why = [&](const char* alias, const char* quant) {
+    const cli::catalog::ModelEntry* m = c.find(alias);
+    const cli::catalog::QuantEntry* q = m == nullptr ? nullptr : m->quant(quant);
+    return q == nullptr ? std::string("(no such entry)") : q->unsupported;
+  };
+  EXPECT_NE(why("nemotron-30b", "nvfp4").find("NVFP4"), std::string::npos);  // from the quantization's default
+  EXPECT_NE(why("nemotron-30b", "q4_k_m").find("Nemotron-H"), std::string::npos);  // the entry's own
+  const std::vector<std::pair<const char*, const char*>> runnable = {{"4b", "bf16"}, {"27b", "4bit"}, {"35b", "8bit"},
+                                                                     {"nemotron-30b", "bf16"}};
+  for (const auto& [alias, quant] : runnable) EXPECT_EQ(why(alias, quant), "") << alias << ":" << quant;
+}
+
+TEST_F(CatalogTest, NotDownloadedEntryKapitsaCannotRunSaysWhyNotHowToPull) {
+  const Catalog c = load();
+  auto r = cli::catalog::resolve_model("nemotron-30b:nvfp4", c);
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.error().message;
+  EXPECT_NE(m.find("cannot run it yet: NVFP4"), std::string::npos) << m;
+  EXPECT_NE(m.find("it runs nemotron-30b:bf16"), std::string::npos) << m;
+  EXPECT_EQ(m.find("kapitsa pull"), std::string::npos) << m;
+  // A user file can mark an entry too (here one the shipped catalog runs).
+  write_user_file(R"({"models": {"4b": {"quants": {"bf16": {"unsupported": "marked by the test"}}}}})");
+  auto marked = cli::catalog::resolve_model("4b:bf16", load());
+  ASSERT_FALSE(marked.ok());
+  EXPECT_NE(marked.error().message.find("marked by the test; it runs 4b:4bit, 4b:8bit"), std::string::npos)
+      << marked.error().message;
+}
+
+// --pull refuses before downloading (HF_ENDPOINT points nowhere: a download would fail differently);
+// kapitsa pull downloads all the same when asked by name, after a note.
+TEST_F(CatalogTest, PullOfAnEntryKapitsaCannotRun) {
+  setenv("HF_ENDPOINT", "http://127.0.0.1:9", 1);
+  const CommandResult run = run_kapitsa("run --pull --model nemotron-30b:nvfp4 --max-tokens 1 hello");
+  const CommandResult pull = run_kapitsa("pull nemotron-30b:nvfp4 --retries 0");
+  unsetenv("HF_ENDPOINT");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find("cannot run it yet"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("downloading"), std::string::npos) << run.output;
+  EXPECT_NE(pull.exit_code, 0);
+  EXPECT_NE(pull.output.find("note: Kapitsa cannot run nemotron-30b:nvfp4 yet: NVFP4"), std::string::npos) << pull.output;
 }
 
 TEST_F(CatalogTest, RunWithAnAliasNotDownloadedPrintsThePullCommand) {

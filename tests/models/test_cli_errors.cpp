@@ -66,7 +66,19 @@ TEST_F(CliErrors, UnsupportedQuantMethodIsNamed) {
   std::string config = text.str();
   config.insert(config.find('{') + 1, R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},)");
   std::ofstream(dir_.path("config.json")) << config;
-  expect_error({"config.json", "quant_method \"fp8\"", "does not load yet", "MLX affine"});
+  expect_error({"config.json", "quant_method \"fp8\"", "does not load yet", "MLX affine", "GGUF"});
+}
+
+// modelopt's NVFP4 (nvidia's -NVFP4 releases) is named by its algorithm, not only "modelopt".
+TEST_F(CliErrors, ModeloptNamesItsAlgorithm) {
+  write_model([](auto&) {});
+  std::ifstream in(dir_.path("config.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  config.insert(config.find('{') + 1, R"("quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"},)");
+  std::ofstream(dir_.path("config.json")) << config;
+  expect_error({"config.json", "quant_method \"modelopt\" (NVFP4)", "does not load yet"});
 }
 
 // A broken .gguf is named with its problem, for logits and for run (which reads its tokenizer first).

@@ -91,7 +91,9 @@ Expected<Catalog> parse_catalog(const Json& json, const std::string& where) {
       qe.repo = q["repo"].get<std::string>();
       qe.file = q.value("file", std::string());
       qe.verified = q.value("verified", false);
-      qe.bits_per_weight = q.value("bits_per_weight", quant_defaults.value(qname, Json::object()).value("bits_per_weight", 16.0));
+      const Json defaults = quant_defaults.value(qname, Json::object());
+      qe.bits_per_weight = q.value("bits_per_weight", defaults.value("bits_per_weight", 16.0));
+      qe.unsupported = q.value("unsupported", defaults.value("unsupported", std::string()));
       e.quants.push_back(std::move(qe));
     }
     if (e.quants.empty()) return error("{}: models.{} has no quants", where, alias);
@@ -174,13 +176,13 @@ Expected<HubRef> hub_ref(const std::string& spec, const Catalog& catalog) {
       for (const QuantEntry& e : m->quants) known += (known.empty() ? "" : ", ") + e.name;
       return error("{}: {} has no quantization '{}' in the catalog (known: {})", spec, base, quant, known);
     }
-    out.repo = q->repo, out.file = q->file;
+    out.repo = q->repo, out.file = q->file, out.unsupported = q->unsupported;
   } else if (is_hub_id(base)) {
     out.repo = base;
     if (!quant.empty())  // a Hub id with a quantization: the matching catalog entry, if one names this repo
       for (const ModelEntry& m : catalog.models)
         for (const QuantEntry& q : m.quants)
-          if (q.repo == base && q.name == quant) out.file = q.file;
+          if (q.repo == base && q.name == quant) out.file = q.file, out.unsupported = q.unsupported;
   } else {
     std::string aliases;
     for (const ModelEntry& m : catalog.models) aliases += (aliases.empty() ? "" : ", ") + m.alias;
@@ -210,6 +212,15 @@ Expected<std::string> resolve_model(const std::string& spec, const Catalog& cata
   if (!ref.ok()) return error("--model {}", ref.error().message);
   const std::string repo = ref->repo, file = ref->file;
   const std::optional<fs::path> snap = cached_snapshot(repo);
+  if (!snap && !ref->unsupported.empty()) {
+    std::string runnable;  // the same model's quantizations Kapitsa can run
+    const size_t colon = spec.rfind(':');
+    if (const ModelEntry* m = catalog.find(colon == std::string::npos ? spec : spec.substr(0, colon)))
+      for (const QuantEntry& q : m->quants)
+        if (q.unsupported.empty()) runnable += (runnable.empty() ? "" : ", ") + m->alias + ":" + q.name;
+    return error("--model {}: {} is not downloaded, and Kapitsa cannot run it yet: {}{}", spec, repo, ref->unsupported,
+                 runnable.empty() ? "" : "; it runs " + runnable);
+  }
   if (!snap) return error("--model {}: {} is not downloaded (looked in {}); {}", spec, repo, hub_cache_dir().string(), pull_hint(spec, repo, file));
   const fs::path target = file.empty() ? *snap : *snap / file;
   if (file.empty() ? !fs::is_regular_file(target / "config.json", ec) : !fs::is_regular_file(target, ec))

@@ -30,6 +30,7 @@ struct QuantEntry {
   std::string file;   // one file in the repo (a .gguf), or empty for the whole repository
   double bits_per_weight = 16;
   bool verified = false;  // the repository id was checked against the Hub
+  std::string unsupported;  // why Kapitsa cannot run this format yet; empty when it can
 };
 
 struct ModelEntry {
@@ -77,6 +78,7 @@ std::optional<std::filesystem::path> cached_snapshot(const std::string& repo);
 // org/name[:quant] stands for. Errors name the known aliases and the user catalog.
 struct HubRef {
   std::string repo, file;
+  std::string unsupported;  // a catalog entry Kapitsa cannot run yet: why (QuantEntry::unsupported)
 };
 Expected<HubRef> hub_ref(const std::string& spec, const Catalog& catalog);
 
@@ -84,7 +86,9 @@ Expected<HubRef> hub_ref(const std::string& spec, const Catalog& catalog);
 bool names_hub_model(const std::string& spec);
 
 // What --model names: a folder with config.json or a .gguf file (as given), or the cached snapshot (or
-// the .gguf file in it) of an alias or Hub id. Errors say what was tried and what to run.
+// the .gguf file in it) of an alias or Hub id. Errors say what was tried and what to run; for a catalog
+// entry Kapitsa cannot run yet that is not downloaded, why, and the model's quantizations it can run
+// (not the pull command). A downloaded one is passed on: the loader names what it meets.
 Expected<std::string> resolve_model(const std::string& spec, const Catalog& catalog);
 
 }  // namespace kapitsa::cli::catalog
