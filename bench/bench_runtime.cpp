@@ -9,6 +9,7 @@
 //   build/release/bench/bench_runtime --config bench/configs/qwen35-0.8b.json [--turn1 4000] [--decode 32]
 //   [--kv-dtype f32|bf16|f16]  (the engine's KV pages; default f32, EngineOptions' default)
 //   [--device cpu|cuda|cuda:N]  (where the model and its pools live; default cpu)
+#include "cli/bench/timeline.h"  // header-only: the same measurement as kapitsa bench
 #include "models/model.h"
 #include "ops/memory.h"
 #include "runtime/engine.h"
@@ -25,27 +26,11 @@
 #include <vector>
 
 using namespace kapitsa;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Timeline {
-  std::vector<Clock::time_point> tokens;
-  std::vector<int32_t> ids;
-  runtime::FinishEvent finish;
-};
-
-Timeline read_all(runtime::Generation& g) {
-  Timeline t;
-  runtime::Event e;
-  while (g.next(e)) {
-    if (auto* token = std::get_if<runtime::TokenEvent>(&e)) {
-      t.tokens.push_back(Clock::now());
-      t.ids.push_back(token->id);
-    } else t.finish = std::get<runtime::FinishEvent>(e);
-  }
-  return t;
-}
+using cli::bench::read_all;
+using cli::bench::Timeline;
 
 std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t vocab) {
   std::vector<int32_t> ids(n);
@@ -87,18 +72,7 @@ Expected<double> decode_throughput(const std::string& dir, int n, int prompt, in
   std::vector<std::thread> readers;
   for (int i = 0; i < n; ++i) readers.emplace_back([&, i] { timelines[static_cast<size_t>(i)] = read_all(*gens[static_cast<size_t>(i)]); });
   for (auto& r : readers) r.join();
-  Clock::time_point start = Clock::time_point::min(), end = Clock::time_point::max();
-  for (const Timeline& t : timelines) {
-    if (t.tokens.size() < 2) return error("a sequence produced {} tokens", t.tokens.size());
-    start = std::max(start, t.tokens.front());
-    end = std::min(end, t.tokens.back());
-  }
-  int64_t tokens = 0;
-  for (const Timeline& t : timelines)
-    for (const auto& at : t.tokens) tokens += at > start && at <= end;
-  const double seconds = std::chrono::duration<double>(end - start).count();
-  if (seconds <= 0 || tokens == 0) return error("no overlapping decode window (raise --decode)");
-  return static_cast<double>(tokens) / seconds;
+  return cli::bench::aggregate_decode_rate(timelines);
 }
 
 struct TurnTwo {

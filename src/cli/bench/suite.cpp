@@ -2,6 +2,7 @@
 // produces exactly the tokens asked for; the prefix cache is off, so nothing is reused between them.
 #include "cli/bench/suite.h"
 
+#include "cli/bench/timeline.h"
 #include "cli/kv_dtype_option.h"
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -14,28 +15,6 @@
 
 namespace kapitsa::cli::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct Timeline {
-  std::vector<Clock::time_point> tokens;
-  std::vector<int32_t> ids;
-  runtime::FinishEvent finish;
-};
-
-Timeline read_all(runtime::Generation& g) {
-  Timeline t;
-  runtime::Event e;
-  while (g.next(e)) {
-    if (auto* token = std::get_if<runtime::TokenEvent>(&e)) {
-      t.tokens.push_back(Clock::now());
-      t.ids.push_back(token->id);
-    } else {
-      t.finish = std::get<runtime::FinishEvent>(e);
-    }
-  }
-  return t;
-}
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -132,16 +111,9 @@ Expected<Json> run_suite(const std::string& dir, const SuiteOptions& o, const st
     std::vector<std::thread> readers;
     for (int i = 0; i < o.sequences; ++i) readers.emplace_back([&, i] { lines[size_t(i)] = read_all(*gens[size_t(i)]); });
     for (std::thread& r : readers) r.join();
-    Clock::time_point start = Clock::time_point::min(), end = Clock::time_point::max();
-    for (const Timeline& t : lines) {
-      if (t.tokens.size() < 2) return error("bench: a sequence produced {} tokens", t.tokens.size());
-      start = std::max(start, t.tokens.front()), end = std::min(end, t.tokens.back());
-    }
-    int64_t tokens = 0;  // decoded while every sequence was decoding
-    for (const Timeline& t : lines)
-      for (const auto& at : t.tokens) tokens += at > start && at <= end;
-    const double s = seconds(start, end);
-    out["aggregate_decode"] = {{"sequences", o.sequences}, {"tokens_per_s", s > 0 ? double(tokens) / s : 0}};
+    auto rate = aggregate_decode_rate(lines);
+    if (!rate.ok()) return error("aggregate decode: {}", rate.error().message);
+    out["aggregate_decode"] = {{"sequences", o.sequences}, {"tokens_per_s", *rate}};
   }
   engine.reset();
 
