@@ -94,6 +94,8 @@ TEST_F(Pull, DownloadsIntoTheHubCacheRunsListsAndRemoves) {
   expect_complete_snapshot();
   EXPECT_NE(pulled.output.find("model.safetensors"), std::string::npos) << pulled.output;  // plain progress lines
   EXPECT_NE(pulled.output.find("MiB/s"), std::string::npos) << pulled.output;
+  EXPECT_NE(pulled.output.find("ETA "), std::string::npos) << pulled.output;         // rate and ETA
+  EXPECT_NE(pulled.output.find("(5/5 files)"), std::string::npos) << pulled.output;  // every file counted
 
   // The pulled model generates what the folder it was served from generates.
   const std::string demo = std::string(KAPITSA_TEST_DATA) + "/../models/demo/target";
