@@ -1,7 +1,8 @@
 // Kernel of matmul for a few tokens (decode): a GEMV reading the weight once for up to kGemvMaxTokens
 // rows of x. One warp per output feature n: lanes stride over K (coalesced weight reads), accumulate
 // in f32 for every token, then a warp sum. When rows are 16-byte aligned each lane reads 16 bytes of
-// the weight at a time (8 bf16/f16 or 4 f32); otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
+// the weight at a time (8 bf16/f16 or 4 f32), and for 2 or more tokens a warp computes 4 outputs so each
+// x load serves 4 weight rows; otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
@@ -40,8 +41,8 @@ __global__ void gemv_kernel(const float* x, const W* w, float* y, int64_t T, int
 
 // Requires K % (16 / sizeof(W)) == 0 and 16-byte aligned w and x. Each lane issues kUnroll 16-byte
 // weight loads before using any (decode launches few warps per SM: without several loads in flight
-// per lane the GEMV stalls on memory latency at about half the bandwidth). MaxT = 1 for one token
-// (no per-token guards), kGemvMaxTokens otherwise.
+// per lane the GEMV stalls on memory latency at about half the bandwidth). Launched with MaxT = 1 (one
+// token, no per-token guards); 2 … kGemvMaxTokens tokens go to gemv_rows_kernel.
 template <typename W, int MaxT>
 __global__ void gemv_vec_kernel(const float* x, const W* __restrict__ w, float* y, int64_t T, int64_t K, int64_t N) {
   constexpr int kVec = 16 / sizeof(W), kUnroll = 4, kStep = 32 * kVec;
@@ -84,14 +85,70 @@ __global__ void gemv_vec_kernel(const float* x, const W* __restrict__ w, float* 
   }
 }
 
+// 2 … kGemvMaxTokens tokens: each warp computes kRows consecutive outputs, so every float4 of x it loads
+// serves kRows weight rows (with one row per warp the x reads, T floats per weight element, bound the
+// kernel at a fraction of the weight bandwidth). Same per-lane order of accumulation as above.
+constexpr int kRows = 4;
+template <typename W>
+__global__ void gemv_rows_kernel(const float* x, const W* __restrict__ w, float* y, int64_t T, int64_t K, int64_t N) {
+  constexpr int kVec = 16 / sizeof(W), kStep = 32 * kVec;
+  const int lane = threadIdx.x & 31;
+  const int64_t n0 = (blockIdx.x * int64_t{kWarps} + (threadIdx.x >> 5)) * kRows;
+  if (n0 >= N) return;
+  const int rows = N - n0 < kRows ? static_cast<int>(N - n0) : kRows;
+  float acc[kRows][kGemvMaxTokens] = {};
+  for (int64_t k = int64_t{lane} * kVec; k < K; k += kStep) {
+    float wk[kRows][kVec];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r < rows) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * K + k));
+        const W* v = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) wk[r][i] = widen(v[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) wk[r][i] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kGemvMaxTokens; ++t) {
+      if (t < T) {
+#pragma unroll
+        for (int i = 0; i < kVec; i += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(x + t * K + k + i);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+            acc[r][t] += xv.x * wk[r][i] + xv.y * wk[r][i + 1] + xv.z * wk[r][i + 2] + xv.w * wk[r][i + 3];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int t = 0; t < kGemvMaxTokens; ++t) {
+      if (t < T) {
+        const float sum = warp_sum(acc[r][t]);
+        if (lane == 0 && r < rows) y[t * N + n0 + r] = sum;
+      }
+    }
+  }
+}
+
 template <typename W>
 void launch_gemv(const float* x, const W* w, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   const bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (!aligned) gemv_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
-  else if (T == 1) gemv_vec_kernel<W, 1><<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
-  else gemv_vec_kernel<W, kGemvMaxTokens><<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  if (!aligned) {
+    gemv_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  } else if (T == 1) {
+    gemv_vec_kernel<W, 1><<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  } else {
+    const unsigned row_blocks = static_cast<unsigned>((N + kWarps * kRows - 1) / (kWarps * kRows));
+    gemv_rows_kernel<W><<<row_blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+  }
 }
 
 __global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {
