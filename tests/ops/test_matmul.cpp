@@ -3,6 +3,7 @@
 // multiple of the SIMD width, N not a multiple of the row block).
 #include "op_test_helpers.h"
 
+#include <cmath>
 #include <vector>
 
 namespace kapitsa::ops {
@@ -52,6 +53,30 @@ TEST_P(OnBackend, MatmulMatchesRef) {
       const double scale = std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3;
       EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr) / scale, 1e-5);
     }
+}
+
+// Every token count of the decode GEMV (2 … 8 rows of x) with K a multiple of 8 (the 16-byte weight
+// loads) but not of a warp's 256-element step, and N not a multiple of the 4 outputs a warp computes
+// nor of a block's outputs: cuda's multi-row GEMV, its tails and its last partial warp against ref.
+TEST_P(OnBackend, MatmulFewTokensMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t T = 2; T <= 8; ++T)
+      for (const int64_t K : {int64_t{296}, int64_t{2056}}) {
+        const int64_t N = 4 * 8 * 3 + T;  // 3 full blocks of 8 warps × 4 outputs, then T more
+        SCOPED_TRACE(fmt::format("{} T={} K={} N={}", dtype_name(dt), T, K, N));
+        Buffer x = test::random_f32(r, {T, K});
+        Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
+        Buffer yr = Buffer::zeros(DType::f32, {T, N});
+        Buffer yc = Buffer::allocate(DType::f32, {T, N});
+        for (int64_t i = 0; i < T * N; ++i) yc.f32()[i] = std::nanf("");  // every output must be written
+        test::run(test::ref(), matmul, x, Linear(w), yr);
+        test::run(backend(), matmul, x, Linear(w), yc);
+        EXPECT_LE(relative_error(yc, yr), 2e-6);
+        const double scale = std::sqrt(static_cast<double>(K) / 9.0);
+        EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr) / scale, 1e-5);
+      }
 }
 
 TEST_P(OnBackend, MatmulAcceptsFlattenedLeadingDims) {
