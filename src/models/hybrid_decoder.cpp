@@ -7,6 +7,7 @@
 #include "ops/ops.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <optional>
 
 namespace kapitsa::models {
@@ -120,12 +121,21 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
     step.n_tokens += static_cast<int64_t>(s.ids.size());
     n_blocks += s.state->kv_pages().size();
   }
+  // Sizes fixed by the step's shape first, the block tables (which grow with the context) last: a
+  // decode graph reads each array at the same place every step (ops/step_graph.h).
   std::span<int64_t> row_offsets = ws.take_span<int64_t>(n + 1);
   std::span<int64_t> positions0 = ws.take_span<int64_t>(n);
   std::span<int32_t> state_slots = ws.take_span<int32_t>(n);
   std::span<int32_t> block_offsets = ws.take_span<int32_t>(n + 1);
-  std::span<int32_t> block_tables = ws.take_span<int32_t>(n_blocks);
   std::span<int32_t> positions = ws.take_span<int32_t>(static_cast<size_t>(step.n_tokens));
+  std::span<int32_t> ckpt_offsets, ckpt_slots;
+  if (!outputs.checkpoints.empty()) {
+    size_t n_ckpts = 0;
+    for (const auto& c : outputs.checkpoints) n_ckpts += c.slots.size();
+    ckpt_offsets = ws.take_span<int32_t>(n + 1);
+    ckpt_slots = ws.take_span<int32_t>(n_ckpts);
+  }
+  std::span<int32_t> block_tables = ws.take_span<int32_t>(n_blocks);
   row_offsets[0] = 0;
   block_offsets[0] = 0;
   for (size_t j = 0; j < n; ++j) {
@@ -146,10 +156,6 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
   step.seqs.block_tables = block_tables;
   if (!outputs.checkpoints.empty()) {
     // Checkpoint slots in sequence order.
-    std::span<int32_t> ckpt_offsets = ws.take_span<int32_t>(n + 1);
-    size_t n_ckpts = 0;
-    for (const auto& c : outputs.checkpoints) n_ckpts += c.slots.size();
-    std::span<int32_t> ckpt_slots = ws.take_span<int32_t>(n_ckpts);
     std::fill(ckpt_offsets.begin(), ckpt_offsets.end(), 0);
     for (const auto& c : outputs.checkpoints) {
       KAPITSA_CHECK(ckpt_offsets[c.sequence + 1] == 0, "checkpoints of sequence {} given twice", c.sequence);
@@ -168,6 +174,25 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
   return step;
 }
 
+namespace {
+
+// A plain decode step: one new token per sequence (at most kMaxGraphTokens), logits of each token and
+// nothing else. Such a step computes the head over its rows into the workspace and copies each row
+// out, and on cuda may run as a graph (graphs on or off, the same ops in the same order).
+constexpr size_t kMaxGraphTokens = 8;  // the decode GEMV's rows (larger batches go to cuBLAS)
+bool plain_decode(const ForwardBatch& batch, const ForwardOutputs& outputs) {
+  if (batch.sequences.size() > kMaxGraphTokens || !outputs.hidden.empty() || !outputs.all_layers.empty() ||
+      !outputs.checkpoints.empty() || outputs.logits.size() != batch.sequences.size())
+    return false;
+  for (const auto& s : batch.sequences)
+    if (s.ids.size() != 1) return false;
+  for (const auto& r : outputs.logits)
+    if (r.rows.size() != 1 || r.rows[0] != 0) return false;
+  return true;
+}
+
+}  // namespace
+
 Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const {
   KAPITSA_RETURN_IF_ERROR(validate(batch, outputs, info_));
   KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(batch.sequences));
@@ -176,16 +201,51 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   std::optional<ops::ScopedBackend> on_device;  // a model on the GPU runs on its backend whatever the thread's
   if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
   ws.begin_step();
+  // The ids, then the step's metadata: one host range, mirrored to the device below.
+  size_t n_ids = 0;
+  for (const auto& s : batch.sequences) n_ids += s.ids.size();
+  std::span<int32_t> ids = ws.take_span<int32_t>(n_ids);
+  n_ids = 0;
+  for (const auto& s : batch.sequences) {
+    std::copy(s.ids.begin(), s.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(n_ids));
+    n_ids += s.ids.size();
+  }
   KAPITSA_TRY(const StepBatch step, build_step(batch, outputs, ws));
-  const int64_t T = step.n_tokens, H = info_.hidden_size, L = info_.n_layers;
+  const int64_t T = step.n_tokens, H = info_.hidden_size;
   const Tensor& all_layers = outputs.all_layers;
 
-  std::span<int32_t> ids = ws.take_span<int32_t>(static_cast<size_t>(T));
-  for (size_t j = 0; j < batch.sequences.size(); ++j)
-    std::copy(batch.sequences[j].ids.begin(), batch.sequences[j].ids.end(), ids.begin() + step.seqs.row_offsets[j]);
+  const bool decode = device_ != Device::cpu && plain_decode(batch, outputs);
+  const Tensor logits = decode ? ws.take(DType::f32, {T, info_.vocab_size}) : Tensor();
   const Tensor x = ws.take(DType::f32, {T, H});  // the residual stream
   const Tensor normed = ws.take(DType::f32, {T, H});
   const Tensor mixed = ws.take(DType::f32, {T, H});
+  // Ops given spans of this range read its device copy instead of copying each span per op.
+  const std::span<const std::byte> metadata = ws.host_taken();
+  ops::mirror_step_metadata(device_, metadata.data(), metadata.size());
+  struct ClearMirror {
+    Device d;
+    ~ClearMirror() { ops::clear_step_metadata(d); }
+  } clear_mirror{device_};
+
+  if (!(decode && run_as_graph(step, ids, x, normed, mixed, logits, ctx)))
+    trunk(step, ids, x, normed, mixed, all_layers, logits, ctx);
+  if (decode) {
+    for (const auto& r : outputs.logits) {
+      const int64_t row = step.seqs.row_offsets[r.sequence];
+      store(logits.rows(row, row + 1), r.out);
+    }
+  } else {
+    write_outputs(batch, outputs, normed, ws);
+  }
+  ops::synchronize(device_);  // the one wait of a step: outputs copied to the host are complete
+  for (const auto& s : batch.sequences) static_cast<HybridState&>(*s.state).advance(static_cast<int64_t>(s.ids.size()));
+  return ok_status();
+}
+
+void HybridDecoder::trunk(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x, const Tensor& normed,
+                          const Tensor& mixed, const Tensor& all_layers, const Tensor& logits,
+                          ForwardContext& ctx) const {
+  const int64_t L = info_.n_layers;
   ops::embedding(embedding_, ids, x);
   if (!all_layers.empty()) store(x, all_layers.index(0));
   for (size_t i = 0; i < static_cast<size_t>(L); ++i) {
@@ -198,11 +258,55 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   }
   ops::rms_norm(x, final_norm_, norm_eps_, norm_weight_offset_, normed);
   if (!all_layers.empty()) store(normed, all_layers.index(L));
+  if (!logits.empty()) ops::matmul(normed, head_, logits);
+}
 
-  write_outputs(batch, outputs, normed, ws);
-  ops::synchronize(device_);  // the one wait of a step: outputs copied to the host are complete
-  for (const auto& s : batch.sequences) static_cast<HybridState&>(*s.state).advance(static_cast<int64_t>(s.ids.size()));
-  return ok_status();
+bool HybridDecoder::run_as_graph(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x,
+                                 const Tensor& normed, const Tensor& mixed, const Tensor& logits,
+                                 ForwardContext& ctx) const {
+  Workspace& ws = ctx.workspace;
+  if (!ops::step_graphs_enabled(device_) || ws.overflowed() || ws.host_taken().empty()) return false;
+  // Everything a captured op bakes in: the shape, the split-K bucket of the longest sequence, memory
+  // generation, the workspace's and the pools' arrays (they move when they grow).
+  int64_t max_keys = 0;
+  for (int64_t i = 0; i < step.seqs.n_seqs(); ++i)
+    max_keys = std::max(max_keys, step.seqs.positions0[static_cast<size_t>(i)] + step.seqs.rows(i));
+  std::vector<uint64_t> key = {static_cast<uint64_t>(step.n_tokens),
+                               static_cast<uint64_t>(ops::attention_key_bucket(max_keys)),
+                               ops::step_graph_generation(device_),
+                               reinterpret_cast<uintptr_t>(ws.tensor_block()),
+                               ws.capacity_bytes(),
+                               reinterpret_cast<uintptr_t>(step.kv),
+                               reinterpret_cast<uintptr_t>(step.slots)};
+  auto add_tensor = [&](const Tensor& t) {
+    key.push_back(reinterpret_cast<uintptr_t>(t.data()));
+    key.push_back(t.rank() > 0 ? static_cast<uint64_t>(t.dim(0)) : 0);
+  };
+  if (step.kv != nullptr)
+    for (int64_t l = 0; l < step.kv->layout().n_layers; ++l) add_tensor(step.kv->k(l)), add_tensor(step.kv->v(l));
+  if (step.slots != nullptr)
+    for (int64_t l = 0; l < step.slots->layout().n_layers; ++l) add_tensor(step.slots->conv(l)), add_tensor(step.slots->ssm(l));
+
+  std::lock_guard lock(graphs_mu_);
+  if (graphs_.size() > 64 && graphs_.find(key) == graphs_.end()) graphs_.clear();  // mostly stale keys
+  CapturedStep& entry = graphs_[key];
+  if (!entry.graph) {
+    // The first step of a key runs eagerly (the workspace and scratch reach their sizes); a capture
+    // that failed twice is not tried again.
+    if (++entry.seen < 2 || entry.failures >= 2) return false;
+    ops::begin_step_capture(device_);
+    trunk(step, ids, x, normed, mixed, Tensor(), logits, ctx);
+    entry.graph = ops::end_step_capture(device_);
+    if (entry.graph && ws.overflowed()) entry.graph.reset();  // it would point into this step's overflow
+    if (!entry.graph) {
+      ++entry.failures;
+      log::debug("decode step of {} tokens not captured: {}", step.n_tokens,
+                 ws.overflowed() ? "workspace overflow" : ops::step_capture_failure());
+      return false;
+    }
+  }
+  entry.graph->launch();
+  return true;
 }
 
 void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,

@@ -9,9 +9,13 @@
 #include "models/model.h"
 #include "models/state_slots.h"
 #include "models/weight_list.h"
+#include "ops/step_graph.h"
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +59,13 @@ class HybridDecoder : public Model {
 
  private:
   Expected<StepBatch> build_step(const ForwardBatch& batch, const ForwardOutputs& outputs, Workspace& ws) const;
+  // Embedding, blocks, final norm into `normed`; then, when `logits` is given, the head over every row.
+  void trunk(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x, const Tensor& normed,
+             const Tensor& mixed, const Tensor& all_layers, const Tensor& logits, ForwardContext& ctx) const;
+  // A decode step as a CUDA graph (ops/step_graph.h): replays the graph of this step's key, or captures
+  // it the second time the key is seen. False: nothing ran, the caller runs the step eagerly.
+  bool run_as_graph(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x, const Tensor& normed,
+                    const Tensor& mixed, const Tensor& logits, ForwardContext& ctx) const;
   void write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,
                      Workspace& ws) const;
   // out := src (a device_ tensor); out may be on the host, then the copy completes at the step's end.
@@ -64,6 +75,13 @@ class HybridDecoder : public Model {
   std::vector<Buffer> device_weights_;  // every Linear's copy on device_ (empty on cpu)
   mutable std::mutex slot_pool_mu_;
   mutable std::shared_ptr<StateSlotPool> slot_pool_;
+  // Captured decode steps by key (step shape, key-count bucket, the addresses and generation they bake in).
+  struct CapturedStep {
+    std::unique_ptr<ops::StepGraph> graph;
+    int seen = 0, failures = 0;
+  };
+  mutable std::mutex graphs_mu_;
+  mutable std::map<std::vector<uint64_t>, CapturedStep> graphs_;
 };
 
 }  // namespace kapitsa::models

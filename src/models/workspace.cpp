@@ -49,6 +49,11 @@ void* Workspace::Arena::take(size_t bytes) {
   return overflow.back().second.tensor().data();
 }
 
+std::span<const std::byte> Workspace::host_taken() const {
+  if (device_ == Device::cpu || !host_.overflow.empty() || host_.used == 0 || host_.used > host_.block_bytes) return {};
+  return {static_cast<const std::byte*>(host_.block.tensor().data()), host_.used};
+}
+
 Tensor Workspace::take(DType dtype, Shape shape) {
   return Tensor(dtype, shape, tensors_.take(static_cast<size_t>(shape.numel()) * dtype_size(dtype)), device_);
 }

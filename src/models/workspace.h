@@ -53,6 +53,14 @@ class Workspace {
 
   // Bytes of the tensor arena's block (on device()).
   size_t capacity_bytes() const { return tensors_.block_bytes; }
+  // The tensor arena's block: with capacity_bytes(), what a captured step's addresses depend on.
+  const void* tensor_block() const { return tensors_.block_bytes == 0 ? nullptr : tensors_.block.tensor().data(); }
+  // Everything take_span() handed out this step so far, as one host range from the block's start (what a
+  // step on a device mirrors there, ops/step_graph.h); empty when device() is the host or a span
+  // overflowed the block.
+  std::span<const std::byte> host_taken() const;
+  // Whether this step took memory beyond the blocks (such addresses are not the next step's).
+  bool overflowed() const { return !tensors_.overflow.empty() || !host_.overflow.empty(); }
 
  private:
   struct Arena {

@@ -4,12 +4,13 @@
 # worktree they were built in compiled in (KAPITSA_TEST_DATA, KAPITSA_BIN): that path is recreated as
 # links to this checkout. Then: fixtures unpacked, CUDA op tests, the engine on cuda vs cpu (models and
 # runtime tests), the CLI, whole-model tokens/s on cuda and cpu (bench_model: demo, Qwen3.5-0.8B, -4B and
-# Nemotron shapes) and the engine's aggregate decode at 1 and 16 sequences (bench_runtime, 4B shape).
+# Nemotron shapes, decode with CUDA graphs and without) and the engine's aggregate decode at 1 and 16
+# sequences (bench_runtime, 4B shape).
 # Logs under $OUT, summary on stdout.
 # Usage (device run, carry [".device"]): bash .device/run_engine.sh /work/wt/cuda
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
-REPO="$(dirname "$DEV")"
+REPO="${REPO:-$(dirname "$DEV")}"  # the checkout; set it when DEV is not its .device folder
 export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
 for b in "$DEV"/test_* "$DEV"/kapitsa "$DEV"/bench_model "$DEV"/bench_runtime; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
@@ -41,6 +42,9 @@ grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
 if [ -x "$DEV/bench_ops_cuda" ]; then
   step bench_ops.log 90 "$DEV/bench_ops_cuda"; grep -iE "matmul" $OUT/bench_ops.log | head -8
 fi
+echo "== memcheck of a decode step captured and replayed as a CUDA graph"
+step memcheck_graph.log 240 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_models" --gtest_filter='Qwen/*GraphDecodeEqualsEager*:Nemotron/*GraphDecodeEqualsEager*'
+grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck_graph.log | tail -3
 echo "== models on cuda vs cpu"
 step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device*'; summ $OUT/models.log 60
 grep -B2 -A10 "Failure" $OUT/models.log | head -80
@@ -55,17 +59,21 @@ for d in cuda cpu; do
   step bench_demo_$d.log 120 "$DEV/bench_model" --model "$REPO/models/demo/target" --device $d --prompt 256 --decode 256
   grep -E "device|bandwidth|weights|prefill|decode" $OUT/bench_demo_$d.log
 done
-step bench_08b_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/qwen35-0.8b.json" --device cuda --prompt 512 --decode 128
-grep -E "model|device|bandwidth|weights|prefill|decode" $OUT/bench_08b_cuda.log
-step bench_nano_cuda.log 240 "$DEV/bench_model" --config "$REPO/bench/configs/nemotron3-nano-scaled.json" --device cuda --prompt 512 --decode 128
-grep -E "model|bandwidth|weights|prefill|decode" $OUT/bench_nano_cuda.log
 # Configs newer than the checkout the run was sent from travel in .device/configs.
 CONFIGS="$REPO/bench/configs"; [ -f "$DEV/configs/qwen35-4b.json" ] && CONFIGS="$DEV/configs"
-step bench_4b_cuda.log 300 "$DEV/bench_model" --config "$CONFIGS/qwen35-4b.json" --device cuda --prompt 512 --decode 128
-grep -E "model|bandwidth|weights|prefill|decode" $OUT/bench_4b_cuda.log
+# Each config twice: decode steps as CUDA graphs (the default), then op by op (KAPITSA_CUDA_GRAPHS=0).
+# BENCH_CONFIGS picks configs (the 4B one spends about 4 minutes writing its random checkpoint).
+for c in ${BENCH_CONFIGS:-qwen35-0.8b nemotron3-nano-scaled qwen35-4b}; do
+  step bench_${c}_cuda.log 300 "$DEV/bench_model" --config "$CONFIGS/$c.json" --device cuda --prompt 512 --decode 128
+  grep -E "model|bandwidth|weights|prefill|decode" $OUT/bench_${c}_cuda.log
+  step bench_${c}_cuda_eager.log 120 env KAPITSA_CUDA_GRAPHS=0 "$DEV/bench_model" --config "$CONFIGS/$c.json" --device cuda --prompt 512 --decode 128
+  echo "  graphs off:"; grep -E "decode" $OUT/bench_${c}_cuda_eager.log
+done
+[[ " ${BENCH_CONFIGS:-qwen35-4b} " == *" qwen35-4b "* ]] && {
 echo "== aggregate decode, 1 and 16 sequences (engine on cuda)"
 step runtime_4b_cuda.log 240 "$DEV/bench_runtime" --config "$CONFIGS/qwen35-4b.json" --device cuda --prompt 32 --decode 64 \
   --concurrency 1 16 --turn1 0
 grep -vE "^writing" $OUT/runtime_4b_cuda.log | tail -4
+}
 # At most 8 files come back from $OUT: the logs travel as one archive.
 (cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)

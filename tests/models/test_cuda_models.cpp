@@ -2,7 +2,8 @@
 // reference): prompt logits and every hidden-state row within 1e-4 relative error, the greedy
 // continuation (state carried token by token) with identical ids and logits within 1e-4 of the CPU's;
 // several sequences in one step equal each alone (1e-5); bf16 KV pages within the CPU's bf16 bounds with
-// the reference's greedy ids; and decode steps allocate nothing after warm-up. The
+// the reference's greedy ids; decode steps allocate nothing after warm-up; decode steps replayed as
+// CUDA graphs equal the same steps run op by op, bit for bit. The
 // tolerances are the CPU fixture tests': the CUDA ops match ref to 1e-5 per op (shared op tests), so a
 // model's logits move by rounding only. Skipped visibly without a GPU.
 #include "cuda_test.h"
@@ -10,6 +11,7 @@
 #include "models/model.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
+#include "ops/step_graph.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -173,6 +175,61 @@ TEST_P(CudaFixture, DecodeStepsAllocateNothing) {
   const int64_t before = Buffer::allocation_count();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(model.forward(std::span<const int32_t>(&next, 1), *state, logits).ok());
   EXPECT_EQ(Buffer::allocation_count(), before);
+}
+
+// Decode steps replayed as CUDA graphs give bit-identical logits (hence ids) to the same steps run op
+// by op: three sequences decoding together (one of them crossing a KV page boundary, so its block table
+// grows under a replayed graph), then the first alone; greedy ids fed back. The graph run must have
+// launched graphs and the eager run none.
+TEST_P(CudaFixture, GraphDecodeEqualsEager) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  auto loaded = load(Device::cuda);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  const int64_t V = model.info().vocab_size;
+  const bool was_enabled = ops::step_graphs_enabled(Device::cuda);
+  struct Run {
+    std::vector<int32_t> ids;
+    std::vector<Buffer> logits;
+    uint64_t launches = 0;
+  };
+  auto run = [&](bool graphs) {
+    ops::set_step_graphs(graphs);
+    const uint64_t launches0 = ops::step_graph_launches();
+    Run r;
+    const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7, 6, 5, 4, 3, 2, 1}, {3, 1, 4}};
+    std::vector<std::unique_ptr<models::SequenceState>> states;
+    std::vector<int32_t> next(prompts.size());
+    for (size_t j = 0; j < prompts.size(); ++j) {
+      states.push_back(model.new_state(64));
+      Buffer last = Buffer::allocate(DType::f32, {static_cast<int64_t>(prompts[j].size()), V});
+      EXPECT_TRUE(model.forward(prompts[j], *states[j], last).ok());
+      next[j] = argmax(last.tensor().rows(last.tensor().dim(0) - 1, last.tensor().dim(0)).f32(), V);
+    }
+    for (int step = 0; step < 16; ++step) {
+      const size_t n = step < 10 ? prompts.size() : 1;  // all three, then the first alone
+      std::vector<models::Model::BatchItem> items;
+      for (size_t j = 0; j < n; ++j) {
+        r.logits.push_back(Buffer::allocate(DType::f32, {1, V}));
+        items.push_back({std::span<const int32_t>(&next[j], 1), states[j].get(), r.logits.back().tensor()});
+      }
+      EXPECT_TRUE(model.forward_batch(items).ok());
+      for (size_t j = 0; j < n; ++j) {
+        next[j] = argmax(r.logits[r.logits.size() - n + j].f32(), V);
+        r.ids.push_back(next[j]);
+      }
+    }
+    r.launches = ops::step_graph_launches() - launches0;
+    return r;
+  };
+  const Run eager = run(false), graph = run(true);
+  ops::set_step_graphs(was_enabled);
+  EXPECT_EQ(eager.launches, 0u);
+  EXPECT_GT(graph.launches, 0u) << "no decode step was replayed as a graph";
+  EXPECT_EQ(graph.ids, eager.ids);
+  ASSERT_EQ(graph.logits.size(), eager.logits.size());
+  for (size_t i = 0; i < eager.logits.size(); ++i)
+    ASSERT_EQ(max_abs_diff(graph.logits[i], eager.logits[i]), 0.0) << "logits row " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Demo, CudaFixture,

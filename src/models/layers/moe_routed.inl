@@ -8,6 +8,7 @@
 #include "models/workspace.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
+#include "ops/step_graph.h"
 
 #include <algorithm>
 
@@ -25,6 +26,9 @@ void run_routed_experts(int64_t n_experts, const Tensor& expert_ids, const Tenso
     std::span<float> host_weights = ws.take_span<float>(static_cast<size_t>(T * k));
     ops::copy_bytes(host_weights.data(), Device::cpu, weights, expert_weights.device(), host_weights.size_bytes(), false);
     ops::copy_bytes(host_ids.data(), Device::cpu, ids, expert_ids.device(), host_ids.size_bytes());
+    // A step being captured as a graph copies nothing (the capture is given up and the step then runs
+    // eagerly, ops/step_graph.h): the choices are not there to read.
+    if (ops::capturing_step(expert_ids.device())) return;
     ids = host_ids.data(), weights = host_weights.data();
   }
   // begin[e] .. begin[e + 1]: expert e's slice of rows / scales, in token order.

@@ -2,9 +2,11 @@
 // store: checks, host spans (positions, inv_freq, block tables, per-row key counts and destinations)
 // copied to the device (a batch's in one transfer), the split-K choice for decode, then the kernels of
 // attention.cu. Pages may be f32, bf16 or f16 (the KV cache dtype).
+#include "ops/cuda/attention_varlen.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
+#include "ops/step_graph.h"
 
 #include <algorithm>
 #include <vector>
@@ -27,7 +29,8 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<co
   KAPITSA_CHECK(half > 0 && 2 * half <= D, "rope_neox: rotary_dim {} must be within head_dim {}", 2 * half, D);
   if (T == 0) return;
   const int32_t* d_pos = upload(positions, Slot::span0);
-  const float* d_freq = upload(inv_freq, Slot::span1);
+  // The frequencies are a layer's constants: uploaded once, not per call.
+  const float* d_freq = static_cast<const float*>(detail::upload_constant(inv_freq.data(), inv_freq.size_bytes()));
   kernels::rope_neox(x.f32(), d_pos, d_freq, T, H, D, half, stream());
   check_launch("rope_neox");
 }
@@ -103,6 +106,21 @@ void check_table(std::span<const int32_t> block_table, int64_t n, int64_t P, int
     KAPITSA_CHECK(block_table[static_cast<size_t>(i)] >= 0 && block_table[static_cast<size_t>(i)] < n_pages,
                   "{}: page id {} outside [0, {})", op, block_table[static_cast<size_t>(i)], n_pages);
 }
+// The batch's attention arrays on the device, in one transfer (none when they lie in the step's
+// metadata mirror). Valid until the next pack.
+kernels::VarlenRows device_rows(const SeqBatch& batch) {
+  detail::HostPack pack;
+  const size_t rows_at = pack.add(batch.row_offsets), pos_at = pack.add(batch.positions0);
+  const size_t offsets_at = pack.add(batch.block_offsets), tables_at = pack.add(batch.block_tables);
+  pack.upload();
+  kernels::VarlenRows r;
+  r.row_offsets = pack.at<int64_t>(rows_at);
+  r.positions0 = pack.at<int64_t>(pos_at);
+  r.block_offsets = pack.at<int32_t>(offsets_at);
+  r.block_tables = pack.at<int32_t>(tables_at);
+  r.n_seqs = batch.n_seqs();
+  return r;
+}
 }  // namespace
 
 // q: [T, Hq, D];  k_pages, v_pages: [n_pages, P, Hkv, D] f32|bf16|f16;  o: [T, Hq, D].
@@ -122,8 +140,9 @@ void attention_paged(const Tensor& q, const Tensor& k_pages, const Tensor& v_pag
   check_launch("attention_paged");
 }
 
-// q, o: [T, Hq, D];  pages as attention_paged. Each query row gets its key count and the offset of its
-// sequence's block table (host arrays built here, uploaded with the tables in one transfer).
+// q, o: [T, Hq, D];  pages as attention_paged. The kernel derives each query row's sequence, key count
+// and block table from the batch's arrays on the device (attention_varlen.h); the split-K shape comes
+// from the key-count bucket (step_graph.h), so it stays fixed while a decode graph is replayed.
 void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,
                             float scale, const Tensor& o) {
   const char* op = "attention_paged_varlen";
@@ -131,36 +150,22 @@ void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor
   const int64_t T = q.rank() == 3 ? q.dim(0) : 0;
   KAPITSA_CHECK(!batch.row_offsets.empty() && batch.row_offsets.back() == T, "{}: the batch does not cover the {} rows of q",
                 op, T);
-  std::vector<int64_t> row_keys(static_cast<size_t>(T));
-  std::vector<int32_t> row_table(static_cast<size_t>(T));
   int64_t max_keys = 0;
   for (int64_t i = 0; i < batch.n_seqs(); ++i) {
-    const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
-    const int64_t pos0 = batch.positions0[size_t(i)];
-    check_table(batch.block_table(i), pos0 + r1 - r0, P, n_pages, op);
-    for (int64_t t = r0; t < r1; ++t) {
-      row_keys[size_t(t)] = pos0 + (t - r0) + 1;
-      row_table[size_t(t)] = batch.block_offsets[size_t(i)];
-    }
-    max_keys = std::max(max_keys, pos0 + r1 - r0);
+    const int64_t keys = batch.positions0[size_t(i)] + batch.rows(i);
+    check_table(batch.block_table(i), keys, P, n_pages, op);
+    max_keys = std::max(max_keys, keys);
   }
   // Key counts are per sequence (checked against its table above); T keys at q_pos0 0 only passes the
   // shared shape checks.
   kernels::AttentionArgs a = check_attention(q, o, k_pages.dim(2), k_pages.dim(3), T, 0, scale, op);
   if (a.T == 0) return;
-  detail::HostPack pack;
-  const size_t keys_at = pack.add(std::span<const int64_t>(row_keys));
-  const size_t table_at = pack.add(std::span<const int32_t>(row_table));
-  const size_t tables_at = pack.add(batch.block_tables);
-  pack.upload();
   a.k = k_pages.data(), a.v = v_pages.data();
   a.kv_type = detail::elem_type(k_pages.dtype());
-  a.row_keys = pack.at<int64_t>(keys_at);
-  a.row_table = pack.at<int32_t>(table_at);
-  a.block_table = pack.at<int32_t>(tables_at);
   a.page_tokens = P;
-  choose_splits(a, max_keys);
-  kernels::attention(a, stream());
+  const kernels::VarlenRows rows = device_rows(batch);
+  choose_splits(a, attention_key_bucket(max_keys));
+  kernels::attention_varlen(a, rows, stream());
   check_launch(op);
 }
 
@@ -206,18 +211,18 @@ void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqB
   const int64_t P = pages.dim(1), T = rows.dim(0);
   KAPITSA_CHECK(!batch.row_offsets.empty() && batch.row_offsets.back() == T, "{}: the batch does not cover the {} rows",
                 op, T);
-  std::vector<int64_t> dest(static_cast<size_t>(T));
-  for (int64_t i = 0; i < batch.n_seqs(); ++i) {
-    const int64_t r0 = batch.row_offsets[size_t(i)], r1 = batch.row_offsets[size_t(i + 1)];
-    const int64_t pos0 = batch.positions0[size_t(i)];
-    const std::span<const int32_t> table = batch.block_table(i);
-    check_table(table, pos0 + r1 - r0, P, pages.dim(0), op);
-    for (int64_t t = r0; t < r1; ++t) {
-      const int64_t pos = pos0 + (t - r0);
-      dest[size_t(t)] = int64_t{table[size_t(pos / P)]} * P + pos % P;
-    }
-  }
-  store_rows(rows, pages, dest, op);
+  for (int64_t i = 0; i < batch.n_seqs(); ++i)
+    check_table(batch.block_table(i), batch.positions0[size_t(i)] + batch.rows(i), P, pages.dim(0), op);
+  check_f32(rows, op, "rows");
+  detail::check_on_device(pages, op, "pages");
+  KAPITSA_CHECK(detail::is_weight_dtype(pages.dtype()) && rows.dim(1) == pages.dim(2) && rows.dim(2) == pages.dim(3),
+                "{}: rows {} into pages {} {} (f32|bf16|f16)", op, rows.shape().str(), dtype_name(pages.dtype()),
+                pages.shape().str());
+  if (T == 0) return;
+  // Each row's page row is found on the device (attention_varlen.h): nothing per row built here.
+  kernels::write_paged_rows_varlen(rows.f32(), pages.data(), detail::elem_type(pages.dtype()), device_rows(batch), P,
+                                   T, rows.dim(1) * rows.dim(2), stream());
+  check_launch(op);
 }
 
 }  // namespace kapitsa::ops::cuda

@@ -9,6 +9,7 @@
 // With one range the block writes o; with several (split-K, for decode with few queries × heads) each
 // writes its unnormalised partial (m, l, acc) and a second kernel combines them. Keys are re-read for
 // every query (no tiling across queries: prefill is slow).
+#include "ops/cuda/attention_varlen.h"
 #include "ops/cuda/kernel_util.cuh"
 
 #include <cmath>
@@ -32,11 +33,23 @@ __global__ void rope_neox_kernel(float* x, const int32_t* positions, const float
   }
 }
 
+// The sequence holding step row r: the last i with row_offsets[i] ≤ r (empty sequences before it are
+// skipped since their end equals the next one's start).
+__device__ __forceinline__ int64_t seq_of_row(const VarlenRows& v, int64_t r) {
+  int64_t lo = 0, hi = v.n_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (v.row_offsets[mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 constexpr int kAttnWarps = 4;
 constexpr int kSlots = static_cast<int>(kAttentionMaxHeadDim / 32);  // output columns per lane
 
 template <typename KV>
-__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a, VarlenRows vr, int64_t row0) {
   __shared__ float q_s[kAttentionMaxHeadDim];
   __shared__ float acc_s[kAttnWarps][kAttentionMaxHeadDim];
   __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
@@ -46,8 +59,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) q_s[d] = a.q[(t * a.Hq + h) * D + d];
   __syncthreads();
 
-  const int64_t n_keys = a.row_keys != nullptr ? a.row_keys[t] : a.q_pos0 + t + 1, split = blockIdx.z;
+  const int64_t split = blockIdx.z;
+  int64_t n_keys = a.row_keys != nullptr ? a.row_keys[t] : a.q_pos0 + t + 1;
   const int32_t* table = a.row_table != nullptr ? a.block_table + a.row_table[t] : a.block_table;
+  if (vr.row_offsets != nullptr) {  // varlen with device metadata: this row's sequence
+    const int64_t r = row0 + t, i = seq_of_row(vr, r);
+    n_keys = vr.positions0[i] + (r - vr.row_offsets[i]) + 1;
+    table = vr.block_tables + vr.block_offsets[i];
+  }
   const KV* k = static_cast<const KV*>(a.k);
   const KV* v = static_cast<const KV*>(a.v);
   const int64_t key_begin = a.splits > 1 ? split * a.keys_per_split : 0;
@@ -129,10 +148,24 @@ __global__ void attention_combine_kernel(AttentionArgs a) {
   }
 }
 
-template <typename P>
-__global__ void write_paged_rows_kernel(const float* rows, P* pages, const int64_t* dest_rows, int64_t row) {
-  const int64_t t = blockIdx.y;
-  P* dst = pages + dest_rows[t] * row;
+// Page row of step row t: given per row (dest_rows), or found from the batch's arrays (varlen).
+struct ListedDest {
+  const int64_t* dest_rows;
+  __device__ int64_t operator()(int64_t t) const { return dest_rows[t]; }
+};
+struct VarlenDest {
+  VarlenRows vr;
+  int64_t page_tokens;
+  __device__ int64_t operator()(int64_t t) const {
+    const int64_t i = seq_of_row(vr, t), pos = vr.positions0[i] + (t - vr.row_offsets[i]);
+    return int64_t{vr.block_tables[vr.block_offsets[i] + pos / page_tokens]} * page_tokens + pos % page_tokens;
+  }
+};
+
+template <typename P, typename Dest>
+__global__ void write_paged_rows_kernel(const float* rows, P* pages, Dest dest, int64_t row0, int64_t row) {
+  const int64_t t = row0 + blockIdx.y;
+  P* dst = pages + dest(t) * row;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < row; i += int64_t{gridDim.x} * blockDim.x) {
     const float v = rows[t * row + i];
     if constexpr (std::is_same_v<P, __half>) dst[i] = __float2half_rn(v);
@@ -141,15 +174,24 @@ __global__ void write_paged_rows_kernel(const float* rows, P* pages, const int64
   }
 }
 
-template <typename P>
-void launch_write_paged_rows(const float* rows, P* pages, const int64_t* dest_rows, int64_t T, int64_t row,
+template <typename Dest>
+void launch_write_paged_rows(const float* rows, void* pages, ElemType type, Dest dest, int64_t T, int64_t row,
                              cudaStream_t s) {
+  if (T == 0 || row == 0) return;
   constexpr int kThreads = 256;
+  const dim3 block(kThreads);
   const unsigned x_blocks = static_cast<unsigned>((row + kThreads - 1) / kThreads);
   for (int64_t t0 = 0; t0 < T; t0 += 65535) {  // gridDim.y is at most 65535
-    const int64_t n = T - t0 < 65535 ? T - t0 : 65535;
-    write_paged_rows_kernel<<<dim3(x_blocks, static_cast<unsigned>(n)), kThreads, 0, s>>>(rows + t0 * row, pages,
-                                                                                          dest_rows + t0, row);
+    const dim3 grid(x_blocks, static_cast<unsigned>(T - t0 < 65535 ? T - t0 : 65535));
+    switch (type) {
+      case ElemType::f16:
+        write_paged_rows_kernel<<<grid, block, 0, s>>>(rows, static_cast<__half*>(pages), dest, t0, row);
+        break;
+      case ElemType::bf16:
+        write_paged_rows_kernel<<<grid, block, 0, s>>>(rows, static_cast<__nv_bfloat16*>(pages), dest, t0, row);
+        break;
+      default: write_paged_rows_kernel<<<grid, block, 0, s>>>(rows, static_cast<float*>(pages), dest, t0, row); break;
+    }
   }
 }
 
@@ -157,12 +199,12 @@ void launch_write_paged_rows(const float* rows, P* pages, const int64_t* dest_ro
 
 void write_paged_rows(const float* rows, void* pages, ElemType type, const int64_t* dest_rows, int64_t T, int64_t row,
                       cudaStream_t s) {
-  if (T == 0 || row == 0) return;
-  switch (type) {
-    case ElemType::f16: launch_write_paged_rows(rows, static_cast<__half*>(pages), dest_rows, T, row, s); break;
-    case ElemType::bf16: launch_write_paged_rows(rows, static_cast<__nv_bfloat16*>(pages), dest_rows, T, row, s); break;
-    default: launch_write_paged_rows(rows, static_cast<float*>(pages), dest_rows, T, row, s); break;
-  }
+  launch_write_paged_rows(rows, pages, type, ListedDest{dest_rows}, T, row, s);
+}
+
+void write_paged_rows_varlen(const float* rows, void* pages, ElemType type, const VarlenRows& seqs,
+                             int64_t page_tokens, int64_t T, int64_t row, cudaStream_t s) {
+  launch_write_paged_rows(rows, pages, type, VarlenDest{seqs, page_tokens}, T, row, s);
 }
 
 void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t H, int64_t D, int half,
@@ -176,7 +218,8 @@ void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_
   }
 }
 
-void attention(const AttentionArgs& a, cudaStream_t s) {
+namespace {
+void launch_attention(const AttentionArgs& a, const VarlenRows& vr, cudaStream_t s) {
   if (a.T == 0 || a.Hq == 0) return;
   for (int64_t t0 = 0; t0 < a.T; t0 += 65535) {  // gridDim.y is at most 65535
     AttentionArgs part = a;
@@ -188,13 +231,21 @@ void attention(const AttentionArgs& a, cudaStream_t s) {
     if (a.splits > 1) part.partials = a.partials + t0 * a.Hq * a.splits * (a.D + 2);
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T), static_cast<unsigned>(a.splits));
     switch (a.kv_type) {
-      case ElemType::f16: attention_kernel<__half><<<grid, kAttnWarps * 32, 0, s>>>(part); break;
-      case ElemType::bf16: attention_kernel<__nv_bfloat16><<<grid, kAttnWarps * 32, 0, s>>>(part); break;
-      default: attention_kernel<float><<<grid, kAttnWarps * 32, 0, s>>>(part); break;
+      case ElemType::f16: attention_kernel<__half><<<grid, kAttnWarps * 32, 0, s>>>(part, vr, t0); break;
+      case ElemType::bf16: attention_kernel<__nv_bfloat16><<<grid, kAttnWarps * 32, 0, s>>>(part, vr, t0); break;
+      default: attention_kernel<float><<<grid, kAttnWarps * 32, 0, s>>>(part, vr, t0); break;
     }
     if (a.splits > 1)
       attention_combine_kernel<<<dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), 128, 0, s>>>(part);
   }
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& a, cudaStream_t s) { launch_attention(a, VarlenRows{}, s); }
+
+void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s) {
+  launch_attention(a, rows, s);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

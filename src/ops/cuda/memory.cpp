@@ -2,6 +2,7 @@
 // asked for and how much is free, byte copies in every direction and zeroing, all queued on the ops'
 // stream, and the choice of GPU (cuda:N) before anything else touches the device.
 #include "ops/cuda/cuda.h"
+#include "ops/cuda/graph.h"
 #include "ops/cuda/runtime.h"
 
 #include <fmt/format.h>
@@ -80,8 +81,19 @@ void free_bytes(void* p) {
   cudaFree(p);
 }
 
+namespace {
+bool on_device(const void* p) {
+  cudaPointerAttributes a{};
+  return cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
+}
+}  // namespace
+
 void copy_bytes(void* dst, const void* src, size_t bytes, bool wait) {
   if (bytes == 0) return;
+  if (capturing() && (wait || !on_device(dst) || !on_device(src))) {
+    // A replay would copy into this step's host memory again, or cannot wait: give the capture up.
+    return detail::capture_unrepeatable("a copy to or from host memory");
+  }
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync");
   if (wait) check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (copy)");
 }

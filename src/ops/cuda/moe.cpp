@@ -81,7 +81,9 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
     aligned = aligned && reinterpret_cast<uintptr_t>(t.data()) % 16 == 0;
     pointers.push_back(t.data());
   }
-  const void* const* table = upload(std::span<const void* const>(pointers), Slot::span0);
+  // The experts' addresses are the model's constants: their table is uploaded once, not per call.
+  const auto* table = static_cast<const void* const*>(
+      detail::upload_constant(pointers.data(), pointers.size() * sizeof(const void*)));
   kernels::matmul_experts(x.f32(), table, static_cast<int64_t>(experts.size()), detail::elem_type(w0.dtype()),
                           expert_ids.data_as<const int32_t>(), y.f32(), T, k, K, N, aligned, detail::stream());
   detail::check_launch(op);

@@ -2,13 +2,50 @@
 // scratch slots, and the checks the ops share. Created on first use, never destroyed (the driver
 // reclaims everything at exit; destroying it from a static destructor races the driver's own teardown).
 #include "ops/cuda/cuda.h"
+#include "ops/cuda/graph.h"
 #include "ops/cuda/runtime.h"
 
 #include <algorithm>
 #include <array>
 #include <fmt/format.h>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace kapitsa::ops::cuda {
+namespace {
+
+// The stream capture in progress (graph.h): whether it is still replayable, and why not. Nothing runs
+// while capturing, so what a replay could not repeat is only recorded (and skipped); the step then runs
+// eagerly.
+struct Capture {
+  bool active = false;
+  bool usable = true;
+  std::string why;
+};
+Capture& capture_state() {
+  static Capture c;
+  return c;
+}
+uint64_t g_generation = 1;
+
+// The step's metadata mirror: host range, its pinned staging copy and its device copy.
+struct Mirror {
+  const unsigned char* host = nullptr;
+  size_t bytes = 0;
+  unsigned char* pinned = nullptr;
+  size_t pinned_bytes = 0;
+  unsigned char* device = nullptr;
+  size_t device_bytes = 0;
+  cudaEvent_t copied = nullptr;  // the last copy out of `pinned` has been done
+};
+Mirror& mirror_state() {
+  static Mirror m;
+  return m;
+}
+
+}  // namespace
+
 namespace detail {
 
 void check(cudaError_t err, const char* what) {
@@ -54,11 +91,48 @@ void* scratch(Slot slot, size_t bytes) {
   static std::array<Region, static_cast<size_t>(Slot::count)> regions;
   Region& r = regions[static_cast<size_t>(slot)];
   if (r.bytes < bytes) {
+    if (capture_state().active) {  // nothing runs while capturing: give the capture up, allocate later
+      capture_unrepeatable("scratch grew");
+      return r.data;
+    }
     if (r.data != nullptr) check(cudaFree(r.data), "cudaFree (scratch)");
     r.bytes = std::max<size_t>(bytes, 2 * r.bytes);
     check(cudaMalloc(&r.data, r.bytes), "cudaMalloc (scratch)");
+    ++g_generation;  // graphs may point into the old region
   }
   return r.data;
+}
+
+const void* mirrored(const void* host, size_t bytes) {
+  const Mirror& m = mirror_state();
+  const auto* p = static_cast<const unsigned char*>(host);
+  if (m.bytes == 0 || p < m.host || p + bytes > m.host + m.bytes) return nullptr;
+  return m.device + (p - m.host);
+}
+
+void capture_unrepeatable(const char* why) {
+  Capture& c = capture_state();
+  if (!c.active || !c.usable) return;
+  c.usable = false;
+  c.why = why;
+}
+
+const void* upload_constant(const void* host, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  // Keyed by content: the same bytes at another address share one copy.
+  static std::map<std::string, void*> copies;
+  std::string key(static_cast<const char*>(host), bytes);
+  auto it = copies.find(key);
+  if (it != copies.end()) return it->second;
+  if (capture_state().active) {  // nothing runs while capturing: give the capture up, upload later
+    capture_unrepeatable("a constant seen for the first time");
+    return nullptr;
+  }
+  void* d = nullptr;
+  check(cudaMalloc(&d, bytes), "cudaMalloc (constant)");
+  check(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "upload (constant)");
+  copies.emplace(std::move(key), d);
+  return d;
 }
 
 // The ring is never overwritten under a queued copy: regions are handed out in order, and wrapping
@@ -66,6 +140,10 @@ void* scratch(Slot slot, size_t bytes) {
 // copies than the ring go straight from the pageable source (cudaMemcpyAsync waits then).
 void copy_host_to_device(void* device, const void* host, size_t bytes) {
   if (bytes == 0) return;
+  if (capture_state().active) {  // a replay would copy stale ring bytes: give the capture up
+    capture_unrepeatable("a host span outside the step's metadata");
+    return;
+  }
   constexpr size_t kRing = size_t{32} << 20;
   static unsigned char* ring = [] {
     void* p = nullptr;
@@ -171,6 +249,77 @@ std::string device_description() {
                      static_cast<double>(p.totalGlobalMem) / (1 << 30), driver / 1000, driver % 1000 / 10);
 }
 
-void synchronize() { detail::check(cudaStreamSynchronize(detail::stream()), "cudaStreamSynchronize"); }
+void synchronize() {
+  if (capturing()) return detail::capture_unrepeatable("a wait for the stream");
+  detail::check(cudaStreamSynchronize(detail::stream()), "cudaStreamSynchronize");
+}
+
+void set_mirror(const void* host, size_t bytes) {
+  using detail::check;
+  Mirror& m = mirror_state();
+  m.host = nullptr, m.bytes = 0;
+  if (bytes == 0) return;
+  KAPITSA_CHECK(!capturing(), "cuda: step metadata mirrored during a capture");
+  const cudaStream_t s = detail::stream();
+  if (m.copied == nullptr) check(cudaEventCreateWithFlags(&m.copied, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventSynchronize(m.copied), "cudaEventSynchronize (metadata mirror)");  // pinned is free again
+  if (m.pinned_bytes < bytes) {
+    if (m.pinned != nullptr) check(cudaFreeHost(m.pinned), "cudaFreeHost (metadata mirror)");
+    m.pinned_bytes = std::max(bytes, 2 * m.pinned_bytes);
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, m.pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc (metadata mirror)");
+    m.pinned = static_cast<unsigned char*>(p);
+  }
+  if (m.device_bytes < bytes) {
+    if (m.device != nullptr) check(cudaFree(m.device), "cudaFree (metadata mirror)");
+    m.device_bytes = std::max(bytes, 2 * m.device_bytes);
+    void* p = nullptr;
+    check(cudaMalloc(&p, m.device_bytes), "cudaMalloc (metadata mirror)");
+    m.device = static_cast<unsigned char*>(p);
+    ++g_generation;
+  }
+  std::memcpy(m.pinned, host, bytes);
+  check(cudaMemcpyAsync(m.device, m.pinned, bytes, cudaMemcpyHostToDevice, s), "upload (metadata mirror)");
+  check(cudaEventRecord(m.copied, s), "cudaEventRecord (metadata mirror)");
+  m.host = static_cast<const unsigned char*>(host), m.bytes = bytes;
+}
+
+void clear_mirror() { mirror_state().host = nullptr, mirror_state().bytes = 0; }
+
+bool capturing() { return capture_state().active; }
+
+void begin_capture() {
+  Capture& c = capture_state();
+  KAPITSA_CHECK(!c.active, "cuda: a graph capture inside another");
+  detail::check(cudaStreamBeginCapture(detail::stream(), cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  c.active = true, c.usable = true, c.why.clear();
+}
+
+void* end_capture() {
+  Capture& c = capture_state();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t err = cudaStreamEndCapture(detail::stream(), &graph);
+  c.active = false;
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // the capture's error is not the next op's
+    if (c.usable) c.usable = false, c.why = cudaGetErrorName(err);
+  }
+  cudaGraphExec_t exec = nullptr;
+  if (c.usable) detail::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return exec;
+}
+
+const char* capture_failure() { return capture_state().why.c_str(); }
+
+void launch_graph(void* exec) {
+  detail::check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), detail::stream()), "cudaGraphLaunch");
+}
+
+void destroy_graph(void* exec) {
+  if (exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+}
+
+uint64_t generation() { return g_generation; }
 
 }  // namespace kapitsa::ops::cuda

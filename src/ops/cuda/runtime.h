@@ -40,10 +40,19 @@ void* scratch(Slot slot, size_t bytes);
 // Host memory → device, stream-ordered, through a pinned staging ring: the copy is queued without waiting
 // (a pageable source would make it wait for the stream), so host spans cost no sync per op.
 void copy_host_to_device(void* device, const void* host, size_t bytes);
-// Copies a host span to the device (stream-ordered) and returns the device pointer.
+// The device copy of host bytes inside this step's metadata mirror (graph.h), or null.
+const void* mirrored(const void* host, size_t bytes);
+// While capturing: records that the capture cannot be replayed (`why`, logged at debug level).
+void capture_unrepeatable(const char* why);
+// A device copy of constant host bytes (rope frequencies, expert pointer tables), uploaded once per
+// distinct content and kept for the process: no copy per call, and a captured graph may read it.
+const void* upload_constant(const void* host, size_t bytes);
+// Copies a host span to the device (stream-ordered) and returns the device pointer; a span inside the
+// step's metadata mirror is not copied (its device copy is returned).
 template <typename T>
 const T* upload(std::span<const T> host, Slot slot) {
   if (host.empty()) return nullptr;
+  if (const void* m = mirrored(host.data(), host.size_bytes())) return static_cast<const T*>(m);
   void* d = scratch(slot, host.size_bytes());
   copy_host_to_device(d, host.data(), host.size_bytes());
   return static_cast<const T*>(d);
@@ -51,25 +60,34 @@ const T* upload(std::span<const T> host, Slot slot) {
 
 // Several host arrays (an op's batch metadata) copied to the device in one transfer: add() each, then
 // upload() once into Slot::pack; at(i) is then array i's device pointer (valid until the next pack).
+// Arrays inside the step's metadata mirror are not copied: at(i) is their device copy.
 class HostPack {
  public:
   template <typename T>
   size_t add(std::span<const T> v) {
+    if (const void* m = v.empty() ? nullptr : mirrored(v.data(), v.size_bytes())) {
+      offsets_.push_back(kMirrored);
+      mirrored_.push_back(static_cast<const unsigned char*>(m));
+      return offsets_.size() - 1;
+    }
     const size_t at = (bytes_.size() + 7) / 8 * 8;  // 8-byte aligned arrays
     bytes_.resize(at + v.size_bytes());
     if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size_bytes());
     offsets_.push_back(at);
+    mirrored_.push_back(nullptr);
     return offsets_.size() - 1;
   }
   void upload();
   template <typename T>
   const T* at(size_t i) const {
-    return reinterpret_cast<const T*>(device_ + offsets_[i]);
+    return reinterpret_cast<const T*>(offsets_[i] == kMirrored ? mirrored_[i] : device_ + offsets_[i]);
   }
 
  private:
+  static constexpr size_t kMirrored = ~size_t{0};
   std::vector<unsigned char> bytes_;
   std::vector<size_t> offsets_;
+  std::vector<const unsigned char*> mirrored_;
   unsigned char* device_ = nullptr;
 };
 

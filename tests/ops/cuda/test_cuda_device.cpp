@@ -1,14 +1,19 @@
 // CUDA-specific tests (every op against ref is a shared op test in tests/ops, run on cuda through the
-// backend table): the device report, the backend's registration, DeviceBuffer and the raw copies, and
-// the error for a host tensor handed to the cuda backend. Each test needing a GPU skips visibly without one.
+// backend table): the device report, the backend's registration, DeviceBuffer and the raw copies, the
+// step-graph mechanism (metadata mirror, capture, replay), and the error for a host tensor handed to the
+// cuda backend. Each test needing a GPU skips visibly without one.
 #include "ops/backend.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/device_buffer.h"
+#include "ops/ops.h"
+#include "ops/step_graph.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -67,6 +72,67 @@ TEST_F(Cuda, DeviceBufferRoundTrips) {
     z.download(zb);
     for (size_t i = 0; i < zb.tensor().nbytes(); ++i) ASSERT_EQ(static_cast<uint8_t*>(zb.tensor().data())[i], 0);
   }
+}
+
+// The decode-graph mechanism (ops/step_graph.h) on one op: an embedding given ids inside the mirrored
+// step metadata reads the copy made when mirrored (the host bytes changed afterwards are not seen);
+// the same embedding captured as a graph, replayed after each new mirror, gathers each mirror's fresh
+// random ids; a capture that meets a host span outside the mirror yields no graph and says why.
+TEST_F(Cuda, StepGraphReplaysMirroredMetadata) {
+  std::mt19937_64 gen(kapitsa::testing::fresh_seed());
+  constexpr int64_t V = 50, H = 24, T = 4;
+  Buffer table = kapitsa::testing::random_buffer(gen, DType::f32, {V, H});
+  cuda::DeviceBuffer d_table = cuda::DeviceBuffer::upload(table), out = cuda::DeviceBuffer::allocate(DType::f32, {T, H});
+  const Linear w(d_table.tensor());
+  ScopedBackend on(find_backend("cuda"));
+  std::uniform_int_distribution<int32_t> pick(0, V - 1);
+  std::vector<int32_t> meta(T);  // the step's metadata: written in place (the span below stays valid)
+  const std::span<const int32_t> ids(meta);
+  auto write = [&](const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), meta.begin()); };
+  auto fresh_ids = [&] {
+    std::vector<int32_t> v(T);
+    for (int32_t& id : v) id = pick(gen);
+    return v;
+  };
+  auto expect_rows = [&](const std::vector<int32_t>& want, const char* what) {
+    Buffer back = Buffer::allocate(DType::f32, {T, H});
+    std::memset(back.tensor().data(), 0xff, back.tensor().nbytes());
+    out.download(back);
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(std::memcmp(back.tensor().rows(t, t + 1).data(), table.tensor().rows(want[t], want[t] + 1).data(),
+                            H * sizeof(float)),
+                0)
+          << what << ": row " << t;
+  };
+
+  const std::vector<int32_t> mirrored = fresh_ids();
+  write(mirrored);
+  mirror_step_metadata(Device::cuda, meta.data(), meta.size() * sizeof(int32_t));
+  write(fresh_ids());  // after the copy: not what the op reads
+  ops::embedding(w, ids, out.tensor());
+  expect_rows(mirrored, "mirrored");
+  clear_step_metadata(Device::cuda);
+
+  mirror_step_metadata(Device::cuda, meta.data(), meta.size() * sizeof(int32_t));
+  begin_step_capture(Device::cuda);
+  ops::embedding(w, ids, out.tensor());
+  const std::unique_ptr<StepGraph> graph = end_step_capture(Device::cuda);
+  clear_step_metadata(Device::cuda);
+  ASSERT_NE(graph, nullptr) << step_capture_failure();
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t> now = fresh_ids();
+    write(now);
+    mirror_step_metadata(Device::cuda, meta.data(), meta.size() * sizeof(int32_t));
+    graph->launch();
+    expect_rows(now, "replayed");
+    clear_step_metadata(Device::cuda);
+  }
+
+  ops::embedding(w, ids, out.tensor());  // eagerly first: its scratch exists before the capture
+  begin_step_capture(Device::cuda);
+  ops::embedding(w, ids, out.tensor());  // no mirror: a per-call copy a replay would not repeat
+  EXPECT_EQ(end_step_capture(Device::cuda), nullptr);
+  EXPECT_STREQ(step_capture_failure(), "a host span outside the step's metadata");
 }
 
 TEST_F(Cuda, HostTensorIsAClearError) {

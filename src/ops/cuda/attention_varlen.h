@@ -1,0 +1,30 @@
+// Internal to ops/cuda: the batched (varlen) attention and paged-KV store launchers, which read the
+// batch's per-sequence metadata on the device and derive each row's sequence, position, key count and
+// page there (a binary search of row_offsets), so nothing per row is built on the host. Their arguments
+// then stay fixed from one decode step to the next (device pointers into the step's metadata), which is
+// what lets a CUDA graph replay them (graph.h).
+#pragma once
+
+#include "ops/cuda/kernels.h"
+
+namespace kapitsa::ops::cuda::kernels {
+
+// A SeqBatch's attention metadata (ops/seq_batch.h), device copies. Row r of the step belongs to the
+// sequence i with row_offsets[i] ≤ r < row_offsets[i + 1], sits at position positions0[i] + r −
+// row_offsets[i], and sees that many keys plus one, through block_tables + block_offsets[i].
+struct VarlenRows {
+  const int64_t* row_offsets = nullptr;   // [n_seqs + 1]
+  const int64_t* positions0 = nullptr;    // [n_seqs]
+  const int32_t* block_offsets = nullptr;  // [n_seqs + 1]
+  const int32_t* block_tables = nullptr;
+  int64_t n_seqs = 0;
+};
+
+// As attention() with a.row_keys / a.row_table / a.block_table unused: every row's keys and table
+// from `rows`. a.T is the step's rows.
+void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s);
+// rows: [T, row] f32 into pages ([n_pages · page_tokens, row] of `type`) at each row's position.
+void write_paged_rows_varlen(const float* rows, void* pages, ElemType type, const VarlenRows& seqs,
+                             int64_t page_tokens, int64_t T, int64_t row, cudaStream_t s);
+
+}  // namespace kapitsa::ops::cuda::kernels

@@ -1,0 +1,71 @@
+// Decode-step graphs (see step_graph.h): the backend-neutral face of ops/cuda/graph.h.
+#include "ops/step_graph.h"
+
+#if KAPITSA_HAVE_CUDA
+#include "ops/cuda/graph.h"
+#endif
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace kapitsa::ops {
+namespace {
+std::atomic<uint64_t> g_launches{0};
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_GRAPHS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
+bool step_graphs_enabled(Device device) {
+#if KAPITSA_HAVE_CUDA
+  return device == Device::cuda && enabled_flag().load();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+void set_step_graphs(bool enabled) { enabled_flag() = enabled; }
+uint64_t step_graph_launches() { return g_launches.load(); }
+
+#if KAPITSA_HAVE_CUDA
+void mirror_step_metadata(Device device, const void* data, size_t bytes) {
+  if (device == Device::cuda) cuda::set_mirror(data, bytes);
+}
+void clear_step_metadata(Device device) {
+  if (device == Device::cuda) cuda::clear_mirror();
+}
+uint64_t step_graph_generation(Device device) { return device == Device::cuda ? cuda::generation() : 0; }
+StepGraph::~StepGraph() { cuda::destroy_graph(exec_); }
+void StepGraph::launch() const {
+  cuda::launch_graph(exec_);
+  ++g_launches;
+}
+void begin_step_capture(Device device) {
+  if (device == Device::cuda) cuda::begin_capture();
+}
+std::unique_ptr<StepGraph> end_step_capture(Device device) {
+  if (device != Device::cuda) return nullptr;
+  void* exec = cuda::end_capture();
+  return exec == nullptr ? nullptr : std::unique_ptr<StepGraph>(new StepGraph(exec));
+}
+const char* step_capture_failure() { return cuda::capture_failure(); }
+bool capturing_step(Device device) { return device == Device::cuda && cuda::capturing(); }
+#else
+void mirror_step_metadata(Device, const void*, size_t) {}
+void clear_step_metadata(Device) {}
+uint64_t step_graph_generation(Device) { return 0; }
+StepGraph::~StepGraph() = default;
+void StepGraph::launch() const {}
+void begin_step_capture(Device) {}
+std::unique_ptr<StepGraph> end_step_capture(Device) { return nullptr; }
+const char* step_capture_failure() { return "no CUDA backend in this build"; }
+bool capturing_step(Device) { return false; }
+#endif
+
+}  // namespace kapitsa::ops
