@@ -8,6 +8,7 @@
 # sequences (bench_runtime, 4B shape).
 # Logs under $OUT, summary on stdout.
 # Usage (device run, carry [".device"]): bash .device/run_engine.sh /work/wt/cuda
+# or from a subfolder (carry [".device/cuda"]): REPO=$PWD bash .device/cuda/run_engine.sh /work/wt/cuda
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="${REPO:-$(dirname "$DEV")}"  # the checkout; set it when DEV is not its .device folder
