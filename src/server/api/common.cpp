@@ -5,7 +5,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <random>
 
 namespace kapitsa::server::api {
@@ -21,9 +24,16 @@ ApiResult<OJson> parse_body(const HttpRequest& request) {
 ApiResult<std::optional<int64_t>> opt_int(const OJson& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::optional<int64_t>();
+  // An unsigned above int64's range would wrap: out of every field's range anyway, so an error.
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return invalid_request(fmt::format("{} is too large", key), key);
   if (it->is_number_integer()) return std::optional<int64_t>(it->get<int64_t>());
-  if (it->is_number_float() && it->get<double>() == static_cast<double>(static_cast<int64_t>(it->get<double>())))
-    return std::optional<int64_t>(static_cast<int64_t>(it->get<double>()));
+  if (it->is_number_float()) {
+    // 3.0 is accepted as 3; the range check first, as casting a double outside int64 is undefined.
+    const double d = it->get<double>();
+    if (std::abs(d) > 9.0e18) return invalid_request(fmt::format("{} is too large", key), key);
+    if (d == std::trunc(d)) return std::optional<int64_t>(static_cast<int64_t>(d));
+  }
   return invalid_request(fmt::format("{} must be an integer", key), key);
 }
 
@@ -64,29 +74,28 @@ ApiResult<runtime::SamplingParams> sampling_params(const OJson& body, runtime::S
   std::optional<ApiError> err;
   std::optional<double> v;
   std::optional<int64_t> i;
-  if (!take(opt_number(body, "temperature"), v, err)) return *err;
-  if (v) {
-    if (*v < 0 || *v > 2) return invalid_request("temperature must be between 0 and 2", "temperature");
-    s.temperature = static_cast<float>(*v);
-  }
-  if (!take(opt_number(body, "top_p"), v, err)) return *err;
-  if (v) {
-    if (*v <= 0 || *v > 1) return invalid_request("top_p must be in (0, 1]", "top_p");
-    s.top_p = static_cast<float>(*v);
-  }
+  // Each number within [lo, hi] (lo excluded when open_low): the ranges OpenAI documents, where it does.
+  auto ranged = [&](const char* key, double lo, double hi, bool open_low, float& out) {
+    if (!take(opt_number(body, key), v, err)) return false;
+    if (!v) return true;
+    if ((open_low ? *v <= lo : *v < lo) || *v > hi) {
+      err = invalid_request(fmt::format("{} must be {}{}, {}], got {}", key, open_low ? "in (" : "in [", lo, hi, *v), key);
+      return false;
+    }
+    out = static_cast<float>(*v);
+    return true;
+  };
+  if (!ranged("temperature", 0, 2, false, s.temperature)) return *err;
+  if (!ranged("top_p", 0, 1, true, s.top_p)) return *err;
+  if (!ranged("min_p", 0, 1, false, s.min_p)) return *err;
+  if (!ranged("presence_penalty", -2, 2, false, s.presence_penalty)) return *err;
+  if (!ranged("frequency_penalty", -2, 2, false, s.frequency_penalty)) return *err;
+  if (!ranged("repetition_penalty", 0, 10, true, s.repetition_penalty)) return *err;
   if (!take(opt_int(body, "top_k"), i, err)) return *err;
   if (i) {
-    if (*i < 0) return invalid_request("top_k must be >= 0", "top_k");
-    s.top_k = static_cast<int>(*i);
+    if (*i < 0) return invalid_request(fmt::format("top_k must be >= 0 (0 = no limit), got {}", *i), "top_k");
+    s.top_k = static_cast<int>(std::min<int64_t>(*i, INT32_MAX));  // more than the vocabulary = no limit
   }
-  if (!take(opt_number(body, "min_p"), v, err)) return *err;
-  if (v) s.min_p = static_cast<float>(*v);
-  if (!take(opt_number(body, "presence_penalty"), v, err)) return *err;
-  if (v) s.presence_penalty = static_cast<float>(*v);
-  if (!take(opt_number(body, "frequency_penalty"), v, err)) return *err;
-  if (v) s.frequency_penalty = static_cast<float>(*v);
-  if (!take(opt_number(body, "repetition_penalty"), v, err)) return *err;
-  if (v) s.repetition_penalty = static_cast<float>(*v);
   if (!take(opt_int(body, "seed"), i, err)) return *err;
   if (i) s.seed = static_cast<uint64_t>(*i);
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
@@ -94,8 +103,10 @@ ApiResult<runtime::SamplingParams> sampling_params(const OJson& body, runtime::S
     for (auto b = it->begin(); b != it->end(); ++b) {
       char* end = nullptr;
       const long id = std::strtol(b.key().c_str(), &end, 10);
-      if (end == b.key().c_str() || *end != 0 || id < 0 || !b.value().is_number())
+      if (end == b.key().c_str() || *end != 0 || id < 0 || id > INT32_MAX || !b.value().is_number())
         return invalid_request(fmt::format("logit_bias: '{}' must map a token id to a number", b.key()), "logit_bias");
+      if (const double bias = b.value().get<double>(); bias < -100 || bias > 100)
+        return invalid_request(fmt::format("logit_bias: the bias of token {} must be in [-100, 100], got {}", id, bias), "logit_bias");
       s.logit_bias[static_cast<int32_t>(id)] = b.value().get<float>();
     }
   }
