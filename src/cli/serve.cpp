@@ -35,6 +35,7 @@ struct ServeOptions {
   int parallel = 16;
   double max_body_mb = 64;
   int threads = 128;
+  double request_timeout_s = 30;
   int keepalive_ms = 5000;
   bool no_think = false;
   std::string template_kwargs;
@@ -105,6 +106,7 @@ int run_serve(const ServeOptions& o) {
   to.cors = o.cors;
   to.max_body_bytes = static_cast<size_t>(o.max_body_mb * 1024 * 1024);
   to.threads = o.threads;
+  to.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1000));
   if (to.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
     std::fprintf(stderr,
                  "kapitsa serve: warning: binding %s without --api-key: anyone who can reach this address can use "
@@ -187,6 +189,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--parallel", o->parallel, "Sequences decoded together")->check(CLI::Range(1, 1024));
   cmd->add_option("--max-body-mb", o->max_body_mb, "Largest request body accepted, in MiB")->check(CLI::Range(0.001, 4096.0));
   cmd->add_option("--threads", o->threads, "HTTP connections served at once")->check(CLI::Range(4, 4096));
+  cmd->add_option("--request-timeout", o->request_timeout_s,
+                  "Seconds a connection has to send a whole request (head and body) before it is dropped; 0: no limit")
+      ->check(CLI::Range(0.0, 86400.0));
   cmd->add_option("--keepalive-ms", o->keepalive_ms, "Keep-alive interval of idle streams (pings during long prefills)");
   cmd->add_flag("--no-think", o->no_think, "Render prompts with enable_thinking=false unless a request asks otherwise");
   add_kv_dtype_option(cmd, o->kv_dtype);

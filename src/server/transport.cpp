@@ -1,12 +1,11 @@
 // HttpServer over cpp-httplib (see transport.h).
 #include "server/transport.h"
 
-#include "server/port_owner.h"
-
 #include "base/log.h"
 #include "server/api/api.h"
 #include "server/api/common.h"
 #include "server/port_owner.h"
+#include "server/slow_client_guard.h"
 
 #include <httplib.h>
 
@@ -50,6 +49,7 @@ struct HttpServer::Impl {
   // while run() was starting would be lost and run() would serve forever (a test's join hung under
   // load). run() and stop() tell each other where they are; see both.
   std::atomic<bool> run_started{false}, run_returned{false}, stopping{false};
+  std::unique_ptr<SlowClientGuard> slow_client_guard;  // made once the port is known
 };
 
 HttpServer::HttpServer(Service& service, TransportOptions options)
@@ -127,6 +127,9 @@ bool HttpServer::bind(std::string& error) {
   });
 
   auto handler = [this](const httplib::Request& hreq, httplib::Response& hres) {
+    // Busy until the reply is written: the token lives in the stream's provider when there is one.
+    std::shared_ptr<void> busy;
+    if (impl_->slow_client_guard) busy = impl_->slow_client_guard->busy(hreq.remote_addr + ":" + std::to_string(hreq.remote_port));
     HttpRequest req;
     req.method = hreq.method;
     req.path = hreq.path;
@@ -145,7 +148,7 @@ bool HttpServer::bind(std::string& error) {
     service_.metrics().count_request(req.method + " " + (res.status == 404 ? std::string("other") : req.path), res.status);
     if (res.stream) {
       auto writer = std::move(res.stream);
-      hres.set_chunked_content_provider(res.content_type, [writer](size_t, httplib::DataSink& sink) {
+      hres.set_chunked_content_provider(res.content_type, [writer, busy](size_t, httplib::DataSink& sink) {
         HttplibSink s(sink);
         writer(s);
         sink.done();
@@ -189,6 +192,8 @@ bool HttpServer::bind(std::string& error) {
     }
     port_ = options_.port;
   }
+  if (options_.request_timeout.count() > 0)
+    impl_->slow_client_guard = std::make_unique<SlowClientGuard>(port_, options_.request_timeout);
   return true;
 }
 

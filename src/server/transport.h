@@ -1,13 +1,14 @@
 // HttpServer: the HTTP transport (cpp-httplib). Binds 127.0.0.1 by default, routes paths to the API
 // endpoints, checks the optional API key (Bearer or x-api-key; /health and HEAD / stay open), limits
 // body size, streams SSE responses with a flush per event, keeps connections alive, answers CORS only
-// when enabled, and stops gracefully. route() is the whole request → response mapping without
+// when enabled, drops clients too slow to send a request, and stops gracefully. route() is the whole request → response mapping without
 // sockets, so tests can drive it directly.
 #pragma once
 
 #include "server/http.h"
 #include "server/service.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,9 @@ struct TransportOptions {
   bool cors = false;                         // Access-Control-Allow-Origin: * and preflight answers
   size_t max_body_bytes = size_t{64} << 20;  // agents send up to a few MB of history
   int threads = 128;                         // connections served at once (streams hold one each)
+  // Time a connection has, from its accept or the end of its previous request, to send a whole
+  // request (head and body); a slower client is dropped (SlowClientGuard). 0: no limit.
+  std::chrono::milliseconds request_timeout{30'000};
   bool log_requests = true;
 };
 

@@ -157,6 +157,60 @@ TEST_F(LiveServer, OversizedBodyIs413) {
   EXPECT_TRUE(engine->requests().empty());
 }
 
+// A client that sends its request a byte at a time is dropped once the request timeout passes, and
+// so is one that connects and sends nothing; a fast client on the same server is served meanwhile.
+TEST_F(LiveServer, SlowClientsAreDropped) {
+  TransportOptions t;
+  t.request_timeout = std::chrono::milliseconds(1500);
+  start(t);
+  Socket idle(http->port());
+  Socket slow(http->port());
+  ASSERT_TRUE(idle.ok() && slow.ok());
+  const std::string request = http_post("/v1/chat/completions", kChat);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool cut = false;
+  size_t sent = 0;
+  while (sent < request.size() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(8)) {
+    if (!slow.send_all(request.substr(sent, 1))) {
+      cut = true;
+      break;
+    }
+    ++sent;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // The server shut the connection: either a send failed or the read sees the end (no response).
+  const std::string answer = slow.read_until("\r\n\r\n");
+  EXPECT_TRUE(cut || answer.empty()) << "sent " << sent << " bytes; got " << answer;
+  EXPECT_LT(sent, request.size()) << "the whole request went through at 10 bytes a second";
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 6.0);
+  EXPECT_EQ(idle.read_until("\r\n\r\n"), "");  // dropped too (or closed by keep-alive idling): no answer
+
+  Socket fast(http->port());
+  ASSERT_TRUE(fast.send_all(request));
+  EXPECT_EQ(status_of(fast.read_until("\r\n0\r\n\r\n")), 200);
+  EXPECT_TRUE(engine->requests().size() == 1u);
+}
+
+// A reply that streams for longer than the request timeout is not cut: the clock runs only while the
+// server waits for a request.
+TEST_F(LiveServer, LongRepliesOutliveTheRequestTimeout) {
+  Script slow;
+  for (int i = 0; i < 30; ++i) slow.tokens.push_back("tok ");
+  slow.delay = std::chrono::milliseconds(100);  // 3 s of streaming
+  engine->push(slow);
+  TransportOptions t;
+  t.request_timeout = std::chrono::milliseconds(1000);
+  start(t);
+  Socket s(http->port());
+  ASSERT_TRUE(s.send_all(http_post("/v1/chat/completions", kChat)));
+  const std::string resp = s.read_until("\r\n0\r\n\r\n");
+  EXPECT_EQ(status_of(resp), 200) << resp;
+  auto frames = parse_sse(dechunk(resp));
+  ASSERT_FALSE(frames.empty()) << resp;
+  EXPECT_TRUE(frames.back().data.is_null()) << "the stream was cut before [DONE]";
+}
+
 TEST_F(LiveServer, DisconnectCancelsGeneration) {
   Script slow;
   for (int i = 0; i < 200; ++i) slow.tokens.push_back("tok ");
