@@ -15,5 +15,5 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 for t in "${targets[@]}"; do
   echo "== $t: $seconds s"
-  tests/fuzz/run_fuzz.sh "build/sanitize/tests/fuzz/$t" tests/fuzz "$seconds" build/sanitize/fuzz 2>&1 | tail -4
+  tests/fuzz/run_fuzz.sh "build/sanitize/tests/fuzz/$t" tests/fuzz build/sanitize/fuzz "seconds=$seconds" 2>&1 | tail -4
 done

@@ -105,3 +105,70 @@ requests = [
 ]
 for i, (b, body) in enumerate(requests):
     put("http", f"r{i}", bytes([b]) + json.dumps(body).encode())
+
+# gguf: small GGUF v3/v2 files — every metadata value type, tensors of several block types — and one
+# with a Qwen3.5 model's metadata (from the converter-made fixture) and tiny tensors under its names.
+GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_F64 = 4, 5, 6, 7, 8, 9, 10, 12
+def gg_str(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+def gg_value(t, v):
+    if t == GG_STR: return gg_str(v)
+    if t == GG_ARR:
+        et, items = v
+        return struct.pack("<IQ", et, len(items)) + b"".join(gg_value(et, x) for x in items)
+    return struct.pack({GG_U32: "<I", GG_I32: "<i", GG_F32: "<f", GG_BOOL: "<?", GG_U64: "<Q", GG_F64: "<d"}[t], v)
+def gguf(kvs, tensors, version=3, align=32):
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    head += b"".join(gg_str(k) + struct.pack("<I", t) + gg_value(t, v) for k, t, v in kvs)
+    blob = b""
+    for name, shape, gtype, data in tensors:  # shape as ggml writes it: innermost first
+        blob += b"\0" * (-len(blob) % align)
+        head += gg_str(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", d) for d in shape)
+        head += struct.pack("<IQ", gtype, len(blob))
+        blob += data
+    return head + b"\0" * (-len(head) % align) + blob
+q8_block = struct.pack("<e", 0.5) + bytes(range(32))
+q4k_block = struct.pack("<ee", 0.25, 0.125) + bytes(range(12)) + bytes(range(128))
+kinds = [("general.architecture", GG_STR, "llama"), ("general.alignment", GG_U32, 32), ("a.i32", GG_I32, -3),
+         ("a.f32", GG_F32, 1.5), ("a.bool", GG_BOOL, True), ("a.u64", GG_U64, 7), ("a.f64", GG_F64, 2.5),
+         ("a.strs", GG_ARR, (GG_STR, ["x", "yz"])), ("a.ints", GG_ARR, (GG_I32, [1, -2, 3]))]
+blocks = [("f32", [4, 2], 0, struct.pack("<8f", *range(8))), ("q8_0", [32, 2], 8, q8_block * 2),
+          ("q4_k", [256, 1], 12, q4k_block), ("bf16", [2], 30, b"\x80\x3f\x00\x40")]
+put("gguf", "kinds_v3", gguf(kinds, blocks))
+put("gguf", "kinds_v2", gguf(kinds[:4], blocks[:2], version=2))
+put("gguf", "empty", gguf([], []))
+
+def gguf_metadata(data):
+    """(key, type, value) of a GGUF file's metadata, long arrays (the vocabulary) left out."""
+    pos = 24
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, data, pos)[0]
+        pos += struct.calcsize(fmt)
+        return v
+    def value(t):
+        nonlocal pos
+        if t == GG_STR:
+            n = take("<Q")
+            pos += n
+            return data[pos - n: pos].decode()
+        if t == GG_ARR:
+            et, n = take("<I"), take("<Q")
+            return (et, [value(et) for _ in range(n)])
+        return take({0: "<B", 1: "<b", 2: "<H", 3: "<h", GG_U32: "<I", GG_I32: "<i", GG_F32: "<f", GG_BOOL: "<?",
+                     GG_U64: "<Q", 11: "<q", GG_F64: "<d"}[t])
+    out = []
+    for _ in range(struct.unpack_from("<Q", data, 16)[0]):
+        key, t = value(GG_STR), take("<I")
+        v = value(t)
+        writable = t in (GG_U32, GG_I32, GG_F32, GG_BOOL, GG_U64, GG_F64, GG_STR) or (
+            t == GG_ARR and v[0] in (GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR) and len(v[1]) <= 64)
+        if writable: out.append((key, t, v))
+    return out
+import lzma
+model = lzma.decompress(read("tests/fixtures/gguf/qwen35-dense-tiny-Q8_0.gguf.xz"))
+meta = gguf_metadata(model)
+names = ["token_embd.weight", "output_norm.weight", "blk.0.attn_qkv.weight", "blk.0.attn_norm.weight",
+         "blk.0.ssm_a", "blk.0.ssm_conv1d.weight", "blk.0.ffn_down.weight"]
+put("gguf", "qwen35_meta", gguf(meta, [(n, [32, 2], 8, q8_block * 2) for n in names]))

@@ -114,26 +114,32 @@ void note(DeviceMirror& m, const A& a) {
     for (const Linear& l : a) note(m, l);
 }
 
+// A weight as the device backend takes it: its tensors as device views. (A plain function, not a
+// branch of on_device, so the list case below can call it: clang refuses a deduced-return-type
+// function calling itself before its return type is known.)
+inline Linear linear_on_device(const DeviceMirror& m, const Linear& a) {
+  switch (a.format()) {
+    case WeightFormat::dense: return Linear(m.view(a.weight()));
+    case WeightFormat::affine:
+      return Linear::affine(m.view(a.weight()), m.view(a.scales()), m.view(a.biases()), a.bits(), a.group_size());
+    case WeightFormat::ggml: return Linear::ggml(m.view(a.weight()), a.ggml_type(), a.cols());
+  }
+  KAPITSA_CHECK(false, "DeviceMirror: weight format {} not mirrored yet", weight_format_name(a.format()));
+  return Linear();
+}
+
 // The argument as the device backend takes it (tensors → device views; anything else unchanged).
 template <class A>
 decltype(auto) on_device(const DeviceMirror& m, A&& a) {
   if constexpr (is_tensor_like<A>) return m.view(static_cast<const Tensor&>(a));
-  else if constexpr (std::is_same_v<Plain<A>, Linear>) {
-    switch (a.format()) {
-      case WeightFormat::dense: return Linear(m.view(a.weight()));
-      case WeightFormat::affine:
-        return Linear::affine(m.view(a.weight()), m.view(a.scales()), m.view(a.biases()), a.bits(), a.group_size());
-      case WeightFormat::ggml: return Linear::ggml(m.view(a.weight()), a.ggml_type(), a.cols());
-    }
-    KAPITSA_CHECK(false, "DeviceMirror: weight format {} not mirrored yet", weight_format_name(a.format()));
-    return Linear();
-  } else if constexpr (is_tensor_list<A>) {
+  else if constexpr (std::is_same_v<Plain<A>, Linear>) return linear_on_device(m, a);
+  else if constexpr (is_tensor_list<A>) {
     std::vector<Tensor> v;
     for (const Tensor& t : a) v.push_back(m.view(t));
     return v;
   } else if constexpr (is_linear_list<A>) {
     std::vector<Linear> v;
-    for (const Linear& l : a) v.push_back(on_device(m, l));
+    for (const Linear& l : a) v.push_back(linear_on_device(m, l));
     return v;
   } else {
     return std::forward<A>(a);
