@@ -29,23 +29,10 @@ using namespace kapitsa;
 
 namespace {
 
+using cli::bench::greedy;
+using cli::bench::random_ids;
 using cli::bench::read_all;
 using cli::bench::Timeline;
-
-std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t vocab) {
-  std::vector<int32_t> ids(n);
-  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-  return ids;
-}
-
-runtime::GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
-  runtime::GenerateRequest r;
-  r.prompt_ids = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
 
 models::LoadOptions load_options;  // --device: every engine's model is loaded there
 

@@ -18,21 +18,6 @@ namespace {
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t vocab) {
-  std::vector<int32_t> ids(n);
-  for (int32_t& id : ids) id = int32_t(rng() % uint64_t(vocab));
-  return ids;
-}
-
-runtime::GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
-  runtime::GenerateRequest r;
-  r.prompt_ids = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  return r;
-}
-
 Expected<Timeline> generate(runtime::Engine& engine, std::vector<int32_t> prompt, int max_tokens) {
   KAPITSA_TRY(auto g, engine.submit(greedy(std::move(prompt), max_tokens)));
   Timeline t = read_all(*g);

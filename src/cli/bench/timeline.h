@@ -1,6 +1,7 @@
 // A generation read to its end with the time each token arrived, and the aggregate decode rate of
-// several generations over the window in which all of them decode. Header-only: shared by `kapitsa
-// bench` (cli/bench/suite.cpp) and bench/bench_runtime, which measure the same way.
+// several generations over the window in which all of them decode; the random prompts and greedy
+// requests both measure with. Header-only: shared by `kapitsa bench` (cli/bench/suite.cpp) and
+// bench/bench_runtime, which measure the same way.
 #pragma once
 
 #include "base/status.h"
@@ -8,12 +9,30 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <variant>
 #include <vector>
 
 namespace kapitsa::cli::bench {
 
 using Clock = std::chrono::steady_clock;
+
+// n token ids drawn uniformly from [0, vocab).
+inline std::vector<int32_t> random_ids(std::mt19937_64& rng, size_t n, int64_t vocab) {
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+// Greedy, exactly max_tokens tokens (end of sequence ignored): what a timing run asks for.
+inline runtime::GenerateRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  runtime::GenerateRequest r;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
 
 struct Timeline {
   std::vector<Clock::time_point> tokens;  // when each token was read
