@@ -67,7 +67,8 @@ std::shared_ptr<void> SlowClientGuard::busy(const std::string& peer) {
   }
   return std::shared_ptr<void>(nullptr, [this, peer](void*) {
     std::lock_guard lock(mu_);
-    // The connection's time to send its next request starts now (the scan sees it busy until then).
+    // The connection's time to send its next request starts now (a request that came and went between
+    // two scans was never seen busy).
     if (--busy_[peer] <= 0) busy_.erase(peer);
     for (auto& [fd, c] : connections_)
       if (c.peer == peer) c.idle_since = Clock::now();
@@ -94,15 +95,15 @@ void SlowClientGuard::scan() {
   std::lock_guard lock(mu_);
   while (const dirent* e = readdir(dir)) {
     char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
+    const int fd = static_cast<int>(std::strtol(e->d_name, &end, 10));
     if (end == e->d_name || *end != 0 || fd == dirfd(dir)) continue;
     struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (local_port(static_cast<int>(fd)) != port_) continue;
-    const std::string peer = peer_of(static_cast<int>(fd));
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (local_port(fd) != port_) continue;
+    const std::string peer = peer_of(fd);
     if (peer.empty()) continue;  // the listening socket
-    seen.insert(static_cast<int>(fd));
-    auto [it, added] = connections_.try_emplace(static_cast<int>(fd), Connection{peer, now, false});
+    seen.insert(fd);
+    auto [it, added] = connections_.try_emplace(fd, Connection{peer, now, false});
     if (!added && it->second.peer != peer) it->second = Connection{peer, now, false};  // the fd was reused
     if (it->second.dropped) continue;  // shut down already; httplib closes it when its read returns
     if (busy_.count(peer)) {
@@ -112,10 +113,8 @@ void SlowClientGuard::scan() {
     if (now - it->second.idle_since <= timeout_) continue;
     // Shut down, not close: httplib still owns the descriptor and closes it when its read fails.
     it->second.dropped = true;
-    if (shutdown(static_cast<int>(fd), SHUT_RDWR) == 0) {
-      ++dropped_;
+    if (shutdown(fd, SHUT_RDWR) == 0)
       log::warn("dropped the connection from {}: no complete request in {} ms", peer, timeout_.count());
-    }
   }
   closedir(dir);
   std::erase_if(connections_, [&](const auto& kv) { return !seen.count(kv.first); });

@@ -10,7 +10,6 @@
 // peer address httplib reports. Linux only; elsewhere it does nothing (see docs/reliability.md).
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -32,11 +31,6 @@ class SlowClientGuard {
 
   // Marks the connection from `peer` ("ip:port" as httplib reports it) busy until the token is dropped.
   std::shared_ptr<void> busy(const std::string& peer);
-  // Connections dropped so far.
-  uint64_t dropped() const { return dropped_.load(); }
-
-  // One pass over the sockets (the thread calls it; tests may too).
-  void scan();
 
  private:
   struct Connection {
@@ -45,13 +39,13 @@ class SlowClientGuard {
     bool dropped;
   };
   void loop();
+  void scan();  // one pass over the sockets
 
   const int port_;
   const std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::map<std::string, int> busy_;       // peer → requests in progress
   std::map<int, Connection> connections_; // fd → what the last scan saw
-  std::atomic<uint64_t> dropped_{0};
   std::condition_variable wake_;
   bool stopping_ = false;
   std::thread thread_;
