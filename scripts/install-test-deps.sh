@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what only the tests need, after scripts/install-deps.sh: clang with its sanitizer and libFuzzer
-# runtimes (the sanitizer pass, scripts/test-sanitized.sh), the official OpenAI / Anthropic SDKs and the
-# four coding agents from npm (~1.2 GB). Without npm or a registry the tests that use them are skipped
+# runtimes (the sanitizer pass, scripts/test-sanitized.sh), Chromium with playwright-core from npm (the
+# chat page's browser test, tests/browser), the official OpenAI / Anthropic SDKs and the four coding
+# agents from npm (~1.2 GB). Without npm or a registry the tests that use them are skipped
 # (exit 77), never failed; this script still succeeds.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=()
-for p in clang libclang-rt-14-dev; do
+for p in clang libclang-rt-14-dev chromium; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -20,6 +21,12 @@ fi
 js="$(dirname "$0")/../tests/server_js"
 if command -v npm >/dev/null 2>&1 && [ -f "$js/package-lock.json" ] && [ ! -d "$js/node_modules" ]; then
   (cd "$js" && npm ci --no-audit --no-fund --prefer-offline) || echo "kapitsa: npm ci in tests/server_js failed; the SDK tests will be skipped"
+fi
+# playwright-core (14 MB, no dependencies) drives Debian's chromium for tests/browser; it downloads no
+# browser of its own.
+browser="$(dirname "$0")/../tests/browser"
+if command -v npm >/dev/null 2>&1 && [ -f "$browser/package-lock.json" ] && [ ! -d "$browser/node_modules" ]; then
+  (cd "$browser" && npm ci --no-audit --no-fund --prefer-offline) || echo "kapitsa: npm ci in tests/browser failed; the browser test will be skipped"
 fi
 # The four coding agents for tests/agents (exact versions in its package-lock.json; ~1.2 GB, 1-2 min).
 # Install scripts must run: opencode-ai's postinstall puts its native binary in place.

@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "server/api/api.h"
 #include "server/api/common.h"
+#include "server/page.h"
 #include "server/port_owner.h"
 #include "server/slow_client_guard.h"
 
@@ -78,8 +79,10 @@ HttpResponse HttpServer::route(const HttpRequest& req) {
     return r;
   }
   if (path == "/health" || path == "/v1/health") return api::health(service_, req);
-  if (path == "/" && (req.method == "GET" || req.method == "HEAD"))  // Claude Code's connectivity probe
-    return api::json_response(200, R"({"status":"ok","server":"kapitsa"})");
+  // The chat page needs no key (it asks for one and sends it with its API calls). Claude Code's
+  // preconnect is `HEAD <base URL>` without a key (docs/agents.md): it gets the page's 200.
+  if (req.method == "GET" || req.method == "HEAD")
+    if (auto page = page_response(path)) return *std::move(page);
 
   if (!options_.api_key.empty()) {
     std::string auth = req.header("authorization");

@@ -1,5 +1,5 @@
 // HttpServer: the HTTP transport (cpp-httplib). Binds 127.0.0.1 by default, routes paths to the API
-// endpoints, checks the optional API key (Bearer or x-api-key; /health and HEAD / stay open), limits
+// endpoints, checks the optional API key (Bearer or x-api-key; /health and the chat page at / stay open), limits
 // body size, streams SSE responses with a flush per event, keeps connections alive, answers CORS only
 // when enabled, drops clients too slow to send a request, and stops gracefully. route() is the whole request → response mapping without
 // sockets, so tests can drive it directly.

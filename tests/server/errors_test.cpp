@@ -192,6 +192,18 @@ TEST_F(ServerTest, ApiKey) {
   EXPECT_EQ(call("/v1/chat/completions", body, {{"x-api-key", "s3cret"}}).status, 200);
   EXPECT_EQ(call_raw("/health", "", {}, "GET").status, 200);  // health stays open
   EXPECT_EQ(call_raw("/", "", {}, "HEAD").status, 200);       // Claude Code's probe carries no auth
+  // The chat page is open too (it asks for the key and sends it itself), and only as files of its own.
+  HttpResponse page = call_raw("/", "", {}, "GET");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<script type=\"module\" src=\"/page/app.js\">"), std::string::npos);
+  bool csp = false;
+  for (const auto& [k, v] : page.headers) csp |= k == "Content-Security-Policy" && v.find("script-src 'self';") != std::string::npos;
+  EXPECT_TRUE(csp) << "no inline script may run";
+  for (const char* file : {"/page/app.js", "/page/markdown.js", "/page/style.css"})
+    EXPECT_EQ(call_raw(file, "", {}, "GET").status, 200) << file;
+  EXPECT_EQ(call_raw("/page/app.js", "", {}, "GET").content_type, "text/javascript; charset=utf-8");
+  EXPECT_EQ(call_raw("/page/../CMakeLists.txt", "", {}, "GET").status, 401);  // not a page file: the API's rules
 }
 
 TEST_F(ServerTest, UnknownPath) {

@@ -39,6 +39,9 @@ TEST_F(ServerTest, ChatStreamGoldenText) {
   EXPECT_EQ(frames[4].data["usage"]["completion_tokens_details"]["reasoning_tokens"], 2);
   EXPECT_GT(frames[4].data["usage"]["prompt_tokens"].get<int>(), 0);
   EXPECT_TRUE(frames[4].data["usage"]["prompt_tokens_details"].contains("cached_tokens"));
+  EXPECT_EQ(frames[4].data["timings"]["predicted_n"], 4);  // llama.cpp's names, read by the chat page
+  EXPECT_TRUE(frames[4].data["timings"]["predicted_per_second"].is_number());
+  EXPECT_TRUE(frames[4].data["timings"]["prompt_ms"].is_number());
   EXPECT_TRUE(frames[5].data.is_null());  // [DONE]
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(frames[i].data["id"], frames[0].data["id"]);
 }

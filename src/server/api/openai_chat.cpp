@@ -2,7 +2,8 @@
 // role "assistant", content / reasoning_content deltas, tool calls as delta.tool_calls (a header
 // fragment {index, id, type, function.name, arguments:""} then the arguments), a final chunk that
 // always carries finish_reason (stop | length | tool_calls — opencode loops forever without one), the
-// usage chunk (choices: []) when stream_options.include_usage, then [DONE]. Keep-alive: SSE comments.
+// usage chunk (choices: [], with llama.cpp's `timings`) when stream_options.include_usage, then
+// [DONE]. Keep-alive: SSE comments.
 #include "server/api/api.h"
 #include "server/api/common.h"
 #include "server/turn.h"
@@ -42,6 +43,18 @@ OJson usage_json(const TurnResult& r, size_t prompt_ids, int reasoning_tokens) {
                 {{"reasoning_tokens", reasoning_tokens},
                  {"accepted_prediction_tokens", s.draft_tokens_accepted},
                  {"rejected_prediction_tokens", s.draft_tokens - s.draft_tokens_accepted}}}};
+}
+
+// The server's own clock for the turn, in llama.cpp's `timings` names (its web UI and scripts read
+// them): prompt_ms is submit → first token (queueing and prompt processing), predicted_per_second the
+// decode speed after the first token. The chat page shows them (src/server/page/app.js).
+OJson timings_json(const TurnResult& r) {
+  const auto& s = r.finish.stats;
+  return OJson{{"cache_n", s.cached_prompt_tokens},
+               {"prompt_n", std::max(0, s.prompt_tokens - s.cached_prompt_tokens)},
+               {"prompt_ms", s.time_to_first_token_s * 1000.0},
+               {"predicted_n", s.completion_tokens},
+               {"predicted_per_second", s.decode_tokens_per_s}};
 }
 
 ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& request, bool& stream) {
@@ -172,6 +185,7 @@ void write_stream(Service& service, ChatCall& call, StreamSink& sink) {
     OJson u = {{"id", call.id},       {"object", "chat.completion.chunk"}, {"created", call.created},
                {"model", call.model}, {"system_fingerprint", "kapitsa"},   {"choices", OJson::array()},
                {"usage", usage_json(r, call.prompt.ids.size(), reasoning.tokens)}};
+    u["timings"] = timings_json(r);
     if (!sink.write(sse_frame("", dump(u)))) return;
   }
   if (kind == StopKind::error) {
