@@ -2,9 +2,10 @@
 # The sanitizer pass (the second half of scripts/test.sh): a clang build with AddressSanitizer,
 # UndefinedBehaviorSanitizer and LeakSanitizer (preset "sanitize", build/sanitize, no CUDA, no
 # benchmarks) runs the tests of every folder not in KAPITSA_SANITIZE_SKIP (tests/CMakeLists.txt; today
-# all but models) — not the agents, the npm SDK tests or the install test — and each libFuzzer target in
-# tests/fuzz for a fixed number of inputs from a fixed seed (tests/fuzz/CMakeLists.txt). Any sanitizer
-# report fails the test that caused it. Needs clang and libclang-rt-14-dev (scripts/install-test-deps.sh).
+# all but models) — not the agents, the npm SDK tests, the chat page's browser tests or the install
+# test — and each libFuzzer target in tests/fuzz for a fixed number of inputs from a fixed seed
+# (tests/fuzz/CMakeLists.txt). Any sanitizer report fails the test that caused it. Needs clang and
+# libclang-rt-14-dev (scripts/install-test-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset sanitize >/dev/null
@@ -16,4 +17,4 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export KAPITSA_FUZZ_ITERS=${KAPITSA_FUZZ_ITERS:-2000}
 # Left out besides: the chi-square tests of sampling distributions (thousands of samples: statistics,
 # which the release pass checks, minutes each under ASan) and the install test.
-ctest --preset sanitize -j "$(nproc)" --timeout 900 -LE "agents|server_js|cuda" -E "^install_prefix$|HasThePlainDistribution"
+ctest --preset sanitize -j "$(nproc)" --timeout 900 -LE "agents|server_js|browser|cuda" -E "^install_prefix$|HasThePlainDistribution"

@@ -196,6 +196,7 @@ async function send(text) {
       if (choice.finish_reason) msg.finish = choice.finish_reason;
       redraw();
     });
+    if (!msg.finish && !msg.error) msg.error = 'The reply ended without a finish reason (the server closed the stream).';
   } catch (e) {
     if (e.name === 'AbortError') msg.stopped = true;
     else msg.error = e instanceof TypeError ? `Connection failed: ${e.message}` : e.message;
