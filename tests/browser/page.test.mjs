@@ -69,19 +69,19 @@ test('asks for the API key, rejects a wrong one, then lists the model', async ()
 });
 
 test('sends a message and streams the reply with its stats line', async () => {
-  await setSetting('max-tokens', '40');
-  // Counts the reply's text changes: a streamed reply changes many times, a whole one once.
-  await page.evaluate(() => {
-    window.__changes = 0;
-    new MutationObserver(() => { window.__changes++; }).observe(document.getElementById('log'), { childList: true, subtree: true, characterData: true });
-  });
+  await setSetting('max-tokens', '120');
+  await setSetting('temperature', '0');  // greedy: the demo model writes code until max tokens
   await page.fill('#input', 'Hello! Write a Python function.');
   await page.press('#input', 'Enter');
+  // Part of the reply (reasoning or text) shows while it still streams (checked every frame).
+  await page.waitForFunction(() => {
+    const live = [...document.querySelectorAll('.msg.assistant.live .md')].map((e) => e.textContent).join('');
+    return live.length > 0 && !document.getElementById('stop').hidden;
+  }, null, { polling: 'raf' });
   await lastReply().locator('.stats', { hasText: 'tok/s' }).waitFor();
   const stats = await lastReply().locator('.stats').textContent();
   assert.match(stats, /^\d+ tokens · [\d.]+ tok\/s · first token \d+ ms · prompt \d+ tokens \(\d+ cached\)/);
-  assert.ok(Number(stats.match(/^(\d+)/)[1]) <= 40, stats);
-  assert.ok((await page.evaluate(() => window.__changes)) > 3, 'the reply arrived in several updates');
+  assert.ok(Number(stats.match(/^(\d+)/)[1]) <= 120, stats);
   assert.ok((await lastReply().textContent()).length > 0);
   assert.equal(await page.locator('#send').isVisible(), true);
   await shot('reply');
@@ -97,8 +97,7 @@ test('the second turn reuses the cached prompt', async () => {
 
 test('stops a long reply', async () => {
   await page.click('#new-chat');
-  await setSetting('max-tokens', '1500');  // greedy decoding of the demo model repeats without end
-  await setSetting('temperature', '0');
+  await setSetting('max-tokens', '1500');  // greedy (set above): the demo model repeats without end
   await page.fill('#input', 'Write a long story.');
   await page.press('#input', 'Enter');
   await lastReply().locator('.content pre').waitFor();  // text streams in (a code block)
@@ -107,8 +106,13 @@ test('stops a long reply', async () => {
   await lastReply().locator('.stats', { hasText: 'stopped' }).waitFor({ timeout: 5000 });
   assert.equal(await page.locator('#send').isVisible(), true);
   assert.match(await lastReply().locator('.stats').textContent(), /^~\d+ tokens .*· stopped$/);
-  const r = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${KEY}` } });
-  assert.match(await r.text(), /kapitsa_client_disconnects_total [1-9]/, 'the server saw the request go away');
+  // The server notices the hang-up at its next write and cancels the generation.
+  let metrics = '';
+  for (let i = 0; i < 50 && !/kapitsa_client_disconnects_total [1-9]/.test(metrics); i++) {
+    if (i) await new Promise((r) => setTimeout(r, 100));
+    metrics = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
+  }
+  assert.match(metrics, /kapitsa_client_disconnects_total [1-9]/, 'the server saw the request go away');
 });
 
 test('a reload keeps the conversations and the key', async () => {
