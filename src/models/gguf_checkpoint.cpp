@@ -1,14 +1,17 @@
 // GGUF → config + Hugging Face-named checkpoint (see gguf_checkpoint.h). The names, reorderings and
 // stored forms are those of llama.cpp's conversion/qwen.py (Qwen3NextModel.modify_tensors and
-// _LinearAttentionVReorderBase) and gguf-py's tensor_mapping.py.
+// _LinearAttentionVReorderBase), conversion/nemotron.py + mamba.py (NemotronHModel, Mamba2Model) and
+// gguf-py's tensor_mapping.py.
 #include "models/gguf_checkpoint.h"
 
-#include "base/json.h"
+#include "models/gguf_config.h"
+
 #include "ops/ref/ref.h"
 
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <span>
 
 namespace kapitsa::models {
 namespace {
@@ -23,8 +26,11 @@ enum class Fix {
   v_rows_1,     // rows are V heads of one row each (in_proj_a / in_proj_b, 2-D)
   v_rows_tail,  // the rows after the q and k rows are V heads (in_proj_qkv; conv1d's channels)
   v_vector,     // a vector of one value per V head (dt_bias)
-  a_log,        // -exp(A_log) per V head → A_log
+  a_log,        // -exp(A_log) per V head → A_log (any shape of that many values: Mamba-2's is [H, 1])
   v_cols,       // columns are V heads (out_proj)
+  ba_b,         // Qwen3-Next's packed in_proj_ba [Hk·2r, H] (per key head r rows of b, then r of a): the b rows
+  ba_a,         // … the a rows
+  flatten,      // an f32 tensor stored [n, 1] or [groups, n / groups] (Mamba-2's D, norm): read as [n]
 };
 
 struct Mapping {
@@ -33,7 +39,7 @@ struct Mapping {
   Fix fix = Fix::none;
 };
 
-constexpr Mapping kGlobal[] = {
+constexpr Mapping kQwenGlobal[] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
     {"output.weight", "lm_head.weight"},
     {"output_norm.weight", "model.norm.weight"},
@@ -68,15 +74,48 @@ constexpr Mapping kQwen35Layer[] = {
     {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"ssm_ba.weight", "linear_attn.in_proj_b.weight", Fix::ba_b},  // Qwen3-Next: in_proj_ba kept packed
+    {"ssm_ba.weight", "linear_attn.in_proj_a.weight", Fix::ba_a},
 };
 
-// The GDN head geometry the V reordering needs.
-struct Heads {
-  int64_t k_heads = 0, v_per_k = 1, k_dim = 0, v_dim = 0;
-  bool reordered() const { return v_per_k > 1; }
-  // HF V head h = k·v_per_k + j sits at GGUF position j·k_heads + k (tiled order).
-  int64_t gguf_head(int64_t h) const { return (h % v_per_k) * k_heads + h / v_per_k; }
+constexpr Mapping kNemotronGlobal[] = {
+    {"token_embd.weight", "backbone.embeddings.weight"},
+    {"output.weight", "lm_head.weight"},
+    {"output_norm.weight", "backbone.norm_f.weight"},
 };
+
+// Every Nemotron-H block has one norm (attn_norm in GGUF) and one mixer. Attention's q/k rows stay in the
+// order the converter wrote them (LlamaModel.permute, for RoPE): the same permutation of each head's
+// dimensions in q and k leaves q·k unchanged, and Nemotron-H's attention has no RoPE or q/k norms.
+constexpr Mapping kNemotronLayer[] = {
+    {"attn_norm.weight", "norm.weight"},
+    {"ssm_in.weight", "mixer.in_proj.weight"},
+    {"ssm_in.bias", "mixer.in_proj.bias"},
+    {"ssm_conv1d.weight", "mixer.conv1d.weight"},
+    {"ssm_conv1d.bias", "mixer.conv1d.bias"},
+    {"ssm_a", "mixer.A_log", Fix::a_log},
+    {"ssm_d", "mixer.D", Fix::flatten},
+    {"ssm_dt.bias", "mixer.dt_bias"},
+    {"ssm_norm.weight", "mixer.norm.weight", Fix::flatten},
+    {"ssm_out.weight", "mixer.out_proj.weight"},
+    {"ssm_out.bias", "mixer.out_proj.bias"},
+    {"attn_q.weight", "mixer.q_proj.weight"},
+    {"attn_k.weight", "mixer.k_proj.weight"},
+    {"attn_v.weight", "mixer.v_proj.weight"},
+    {"attn_output.weight", "mixer.o_proj.weight"},
+    {"ffn_up.weight", "mixer.up_proj.weight"},
+    {"ffn_down.weight", "mixer.down_proj.weight"},
+    {"ffn_gate_inp.weight", "mixer.gate.weight"},
+    {"exp_probs_b.bias", "mixer.gate.e_score_correction_bias"},
+    {"ffn_up_exps.weight", "mixer.switch_mlp.fc1.weight"},  // [E, I, W]: the layout mlx-lm writes
+    {"ffn_down_exps.weight", "mixer.switch_mlp.fc2.weight"},
+    {"ffn_up_shexp.weight", "mixer.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mixer.shared_experts.down_proj.weight"},
+    {"ffn_latent_down.weight", "mixer.fc1_latent_proj.weight"},
+    {"ffn_latent_up.weight", "mixer.fc2_latent_proj.weight"},
+};
+
+using Heads = GgufGdnHeads;
 
 DType dense_dtype(GgmlType t) {
   return t == GgmlType::f32 ? DType::f32 : t == GgmlType::f16 ? DType::f16 : DType::bf16;
@@ -112,6 +151,13 @@ class Builder {
   Status add(const std::shared_ptr<GgufFile>& file, const GgufTensor& t, const std::string& hf, Fix fix) {
     const uint8_t* src = file->data(t);
     weights::TensorEntry e = entry_of(t, hf);
+    if (fix == Fix::ba_b || fix == Fix::ba_a) return ba_split(file, t, std::move(e), hf, src, fix == Fix::ba_a);
+    if (fix == Fix::flatten) {
+      if (t.type != GgmlType::f32)
+        return error("{}: tensor '{}' must be F32, got {}", file->path(), t.name, ggml_type_name(t.type));
+      e.shape = {t.numel()};
+      return out_.add(hf, std::move(e), src, file->path(), file);
+    }
     if (!heads_.reordered() || fix == Fix::none) {
       if (fix == Fix::a_log) return add_a_log(file, t, hf);
       if (hf.ends_with("conv1d.weight")) e.shape.push_back(1);  // [C, K] presented as mlx-lm's [C, K, 1]
@@ -131,7 +177,7 @@ class Builder {
       }
       case Fix::a_log: return add_a_log(file, t, hf);
       case Fix::v_cols: return cols_fixed(file, t, hf);
-      case Fix::none: break;
+      case Fix::none: case Fix::ba_b: case Fix::ba_a: case Fix::flatten: break;
     }
     return ok_status();
   }
@@ -156,11 +202,31 @@ class Builder {
     return out_.add(hf, std::move(e), dst, file->path(), buf);
   }
 
+  // Qwen3-Next's in_proj_ba rows: per key head, v_per_k rows of b then v_per_k of a → in_proj_b or
+  // in_proj_a [Hv, H] (V head h = k·v_per_k + j).
+  Status ba_split(const std::shared_ptr<GgufFile>& file, const GgufTensor& t, weights::TensorEntry e,
+                  const std::string& hf, const uint8_t* src, bool a_rows) {
+    const int64_t r = heads_.v_per_k, heads = heads_.k_heads * r;
+    if (t.shape.size() != 2 || t.shape[0] != 2 * heads)
+      return error("{}: tensor '{}' has {} rows, expected {} (b and a per V head) from the GDN head counts in the "
+                   "metadata", file->path(), t.name, t.shape[0], 2 * heads);
+    const size_t row_bytes = e.nbytes / static_cast<size_t>(t.shape[0]);
+    e.shape[0] = heads;
+    e.nbytes = row_bytes * static_cast<size_t>(heads);
+    auto buf = owned_bytes(e.nbytes);
+    uint8_t* dst = buf->tensor().data_as<uint8_t>();
+    for (int64_t h = 0; h < heads; ++h)
+      std::memcpy(dst + static_cast<size_t>(h) * row_bytes,
+                  src + static_cast<size_t>(h / r * 2 * r + (a_rows ? r : 0) + h % r) * row_bytes, row_bytes);
+    return out_.add(hf, std::move(e), dst, file->path(), buf);
+  }
+
   // A_log = log(−a) per V head, in HF order (f32).
   Status add_a_log(const std::shared_ptr<GgufFile>& file, const GgufTensor& t, const std::string& hf) {
-    if (t.type != GgmlType::f32 || t.shape.size() != 1)
-      return error("{}: tensor '{}' must be a F32 vector, got {}", file->path(), t.name, ggml_type_name(t.type));
-    const int64_t n = t.shape[0];
+    if (t.type != GgmlType::f32 || t.shape.empty() || t.shape[0] != t.numel())
+      return error("{}: tensor '{}' must be F32 [n] or [n, 1], got {} with {} dims", file->path(), t.name,
+                   ggml_type_name(t.type), t.shape.size());
+    const int64_t n = t.numel();
     if (heads_.reordered() && n != heads_.k_heads * heads_.v_per_k)
       return error("{}: tensor '{}' has {} values, expected one per V head ({})", file->path(), t.name, n,
                    heads_.k_heads * heads_.v_per_k);
@@ -173,6 +239,7 @@ class Builder {
       buf->f32()[h] = std::log(-a);
     }
     weights::TensorEntry e = entry_of(t, hf);
+    e.shape = {n};
     return out_.add(hf, std::move(e), buf->tensor().data_as<uint8_t>(), file->path(), buf);
   }
 
@@ -217,79 +284,6 @@ class Builder {
   Heads heads_;
 };
 
-// A head count that may be stored per layer (an array): the largest.
-Expected<int64_t> int_or_max(const GgufFile& f, const std::string& key) {
-  const weights::GgufValue* v = f.find(key);
-  if (v != nullptr && v->type == weights::GgufValueType::array && !v->ints.empty()) {
-    int64_t m = 0;
-    for (int64_t x : v->ints) m = std::max(m, x);
-    return m;
-  }
-  return f.get_int(key);
-}
-
-Expected<Json> qwen35_config(const GgufFile& f, const std::string& arch, const std::map<std::string, const GgufTensor*>& tensors,
-                             Heads& heads) {
-  const std::string a = arch + ".";
-  Json c = Json::object();
-  c["model_type"] = arch == "qwen35" ? "qwen3_5_text" : "qwen3_5_moe_text";
-  const auto embd = tensors.find("token_embd.weight");
-  if (embd == tensors.end()) return error("{}: tensor 'token_embd.weight' is missing", f.path());
-  c["vocab_size"] = embd->second->shape[0];
-  KAPITSA_TRY(const int64_t hidden, f.get_int(a + "embedding_length"));
-  KAPITSA_TRY(const int64_t layers, f.get_int(a + "block_count"));
-  KAPITSA_TRY(const int64_t n_heads, int_or_max(f, a + "attention.head_count"));
-  KAPITSA_TRY(const int64_t n_kv, int_or_max(f, a + "attention.head_count_kv"));
-  KAPITSA_TRY(const int64_t head_dim, f.get_int(a + "attention.key_length"));
-  KAPITSA_TRY(const int64_t k_heads, f.get_int(a + "ssm.group_count"));
-  KAPITSA_TRY(const int64_t v_heads, f.get_int(a + "ssm.time_step_rank"));
-  KAPITSA_TRY(const int64_t k_dim, f.get_int(a + "ssm.state_size"));
-  KAPITSA_TRY(const int64_t inner, f.get_int(a + "ssm.inner_size"));
-  KAPITSA_TRY(const int64_t conv, f.get_int(a + "ssm.conv_kernel"));
-  KAPITSA_TRY(const double eps, f.get_float(a + "attention.layer_norm_rms_epsilon"));
-  KAPITSA_TRY(const double theta, f.get_float(a + "rope.freq_base"));
-  KAPITSA_TRY(const int64_t rope_dim, f.get_int(a + "rope.dimension_count"));
-  if (k_heads <= 0 || v_heads <= 0 || v_heads % k_heads != 0 || inner % v_heads != 0 || head_dim <= 0)
-    return error("{}: metadata '{}ssm.*' gives {} key heads, {} value heads and inner size {}: not a valid GDN shape",
-                 f.path(), a, k_heads, v_heads, inner);
-  heads = Heads{k_heads, v_heads / k_heads, k_dim, inner / v_heads};
-  c["hidden_size"] = hidden, c["num_hidden_layers"] = layers;
-  c["num_attention_heads"] = n_heads, c["num_key_value_heads"] = n_kv, c["head_dim"] = head_dim;
-  c["linear_num_key_heads"] = k_heads, c["linear_num_value_heads"] = v_heads;
-  c["linear_key_head_dim"] = k_dim, c["linear_value_head_dim"] = inner / v_heads;
-  c["linear_conv_kernel_dim"] = conv;
-  c["rms_norm_eps"] = eps, c["rope_theta"] = theta;
-  c["partial_rotary_factor"] = static_cast<double>(rope_dim) / static_cast<double>(head_dim);
-  if (f.find(a + "context_length")) {
-    KAPITSA_TRY(c["max_position_embeddings"], f.get_int(a + "context_length"));
-  }
-  if (const weights::GgufValue* r = f.find(a + "attention.recurrent_layers"); r != nullptr && !r->ints.empty()) {
-    if (static_cast<int64_t>(r->ints.size()) < layers)
-      return error("{}: metadata '{}attention.recurrent_layers' has {} entries for {} layers", f.path(), a, r->ints.size(), layers);
-    Json types = Json::array();
-    for (int64_t i = 0; i < layers; ++i) types.push_back(r->ints[static_cast<size_t>(i)] ? "linear_attention" : "full_attention");
-    c["layer_types"] = types;
-  } else {
-    KAPITSA_TRY(c["full_attention_interval"], f.get_int(a + "full_attention_interval"));
-  }
-  if (f.find(a + "feed_forward_length")) {
-    KAPITSA_TRY(c["intermediate_size"], int_or_max(f, a + "feed_forward_length"));
-  }
-  if (arch == "qwen35moe") {
-    KAPITSA_TRY(c["num_experts"], f.get_int(a + "expert_count"));
-    KAPITSA_TRY(c["num_experts_per_tok"], f.get_int(a + "expert_used_count"));
-    KAPITSA_TRY(c["moe_intermediate_size"], f.get_int(a + "expert_feed_forward_length"));
-    if (f.find(a + "expert_shared_feed_forward_length")) {
-      KAPITSA_TRY(c["shared_expert_intermediate_size"], f.get_int(a + "expert_shared_feed_forward_length"));
-    }
-  }
-  c["tie_word_embeddings"] = !tensors.contains("output.weight");
-  if (f.find("tokenizer.ggml.eos_token_id")) {
-    KAPITSA_TRY(c["eos_token_id"], f.get_int("tokenizer.ggml.eos_token_id"));
-  }
-  return c;
-}
-
 }  // namespace
 
 Expected<GgufCheckpoint> open_gguf_checkpoint(const std::string& path) {
@@ -301,28 +295,24 @@ Expected<GgufCheckpoint> open_gguf_checkpoint(const std::string& path) {
   for (const auto& part : parts)
     for (const auto& [name, t] : part->tensors()) tensors[name] = &t, file_of[name] = part;
 
-  if (arch != "qwen35" && arch != "qwen35moe")
-    return error("{}: GGUF architecture '{}' is not loaded yet (Kapitsa reads qwen35 and qwen35moe GGUF files, as "
-                 "llama.cpp's converter writes Qwen3.5; other models as Hugging Face folders)",
-                 path, arch);
-  Heads heads;
-  KAPITSA_TRY(Json json, qwen35_config(meta, arch, tensors, heads));
-  GgufCheckpoint out{weights::HfConfig::from_json(json, path + " (GGUF metadata)"), weights::Checkpoint{}, parts};
-  Builder builder(out.checkpoint, heads);
+  KAPITSA_TRY(GgufModelConfig config, gguf_model_config(meta, arch, tensors));
+  GgufCheckpoint out{weights::HfConfig::from_json(config.json, path + " (GGUF metadata)"), weights::Checkpoint{}, parts};
+  Builder builder(out.checkpoint, config.heads);
+  const bool nemotron = config.family == GgufFamily::nemotron_h;
+  const std::span<const Mapping> global = nemotron ? std::span<const Mapping>(kNemotronGlobal) : kQwenGlobal;
+  const std::span<const Mapping> per_layer = nemotron ? std::span<const Mapping>(kNemotronLayer) : kQwen35Layer;
+  const char* layer_prefix = nemotron ? "backbone.layers" : "model.layers";
 
   for (const auto& [name, t] : tensors) {
-    std::string hf;
-    Fix fix = Fix::none;
-    for (const Mapping& m : kGlobal)
-      if (name == m.gguf) hf = m.hf;
-    if (hf.empty() && name.starts_with("blk.")) {
-      const size_t dot = name.find('.', 4);
-      const std::string layer = name.substr(4, dot - 4), rest = dot == std::string::npos ? "" : name.substr(dot + 1);
-      for (const Mapping& m : kQwen35Layer)
-        if (rest == m.gguf) hf = fmt::format("model.layers.{}.{}", layer, m.hf), fix = m.fix;
-    }
-    if (hf.empty()) continue;  // tensors the models do not read (e.g. MTP layers)
-    KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, hf, fix));
+    for (const Mapping& m : global)
+      if (name == m.gguf) KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, m.hf, m.fix));
+    if (!name.starts_with("blk.")) continue;
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos) continue;
+    const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
+    for (const Mapping& m : per_layer)  // tensors the models do not read (e.g. MTP layers) match nothing
+      if (rest == m.gguf)
+        KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, fmt::format("{}.{}.{}", layer_prefix, layer, m.hf), m.fix));
   }
   return out;
 }

@@ -2,7 +2,8 @@
 // make_test_files.sh: convert_hf_to_gguf.py to BF16 and Q8_0, llama-quantize for one tensor of each
 // block type in blocks.gguf): every tensor's values as Kapitsa reads them against gguf-py's numpy
 // dequantization (reference.json, written by that script, not by Kapitsa); the BF16 file gives the
-// safetensors fixture's logits; the Q8_0 file stays close; and broken model files (unknown
+// safetensors fixture's logits, as do BF16 files of the Qwen3-Next and Nemotron-H fixtures; the Q8_0
+// file stays close; and broken model files (unknown
 // architecture, a missing tensor, a block type Kapitsa does not decode) are errors naming them.
 #include "cli_runner.h"
 #include "fixture_reference.h"
@@ -16,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -109,6 +111,52 @@ TEST(GgufModel, Bf16FileGivesTheFixtureLogits) {
   EXPECT_EQ(top1_agreement(gg, st), 1.0);
 }
 
+// The other architectures as the converter writes them (tools/gguf/make_test_files.sh: BF16, no MTP):
+// Qwen3-Next (qwen3next: in_proj_qkvz split into qkv + z, in_proj_ba kept packed, norms 1 + w),
+// Nemotron-H with MoE (nemotron_h_moe: Mamba-2's A as -exp(A_log), D and the grouped norm reshaped,
+// experts stacked, attention q/k rows permuted for RoPE it does not use) and its LatentMoE variant
+// (ffn_latent_down / up, group-limited routing from expert_group_count / expert_group_used_count).
+// Their logits against transformers' reference logits for the fixture, at the fixtures' f32 bound
+// (tests/fixtures/README.md), and against the same model read from the safetensors folder.
+class GgufArchitecture : public ::testing::TestWithParam<const char*> {};
+
+// Prompt logits [T, V] with RoPE frequencies rounded to bf16, as transformers computed the fixtures'
+// references (tests/models/test_fixtures.cpp).
+Buffer fixture_logits(const std::string& path, std::span<const int32_t> ids) {
+  auto model = models::load_model(path, models::LoadOptions{/*rope_bf16_frequencies=*/true});
+  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
+  if (!model.ok()) return Buffer();
+  const int64_t T = static_cast<int64_t>(ids.size());
+  auto state = (*model)->new_state(T);
+  Buffer logits = Buffer::allocate(DType::f32, {T, (*model)->info().vocab_size});
+  const Status s = (*model)->forward(ids, *state, logits);
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+  return logits;
+}
+
+TEST_P(GgufArchitecture, Bf16FileGivesTheFixtureLogits) {
+  const std::string name = GetParam();
+  const std::string src = test_data_path("fixtures/" + name);
+  FixtureReference ref = load_fixture_reference(src);
+  const Buffer st = fixture_logits(src, ref.prompt_ids);
+  const Buffer gg = fixture_logits(gguf_path(name + "-BF16.gguf"), ref.prompt_ids);
+  ASSERT_FALSE(st.tensor().empty() || gg.tensor().empty());
+  const double e_ref = relative_error(gg, ref.prompt_logits), e_st = relative_error(gg, st);
+  std::printf("%s BF16 GGUF: rel. error %.2e vs transformers, %.2e vs the safetensors folder\n", name.c_str(), e_ref,
+              e_st);
+  EXPECT_LE(e_ref, 1e-4);
+  EXPECT_LE(e_st, 1e-5);
+  EXPECT_EQ(top1_agreement(gg, ref.prompt_logits), 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufArchitecture,
+                         ::testing::Values("qwen3-next-tiny", "nemotron-h-tiny", "nemotron-h-latent-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
 // Q8_0 (the converter's own quantization) against the bf16 fixture. Random weights make the logits
 // nearly flat and sensitive (see docs/quantization.md); measured: rel. error 6.2e-2, top-1 0.85 over
 // the fixture's prompt, the same as MLX 8-bit on this fixture.
@@ -156,11 +204,11 @@ TEST(GgufModel, BrokenFilesAreNamed) {
                     {"GGUF architecture 'qwen99' is not loaded yet"});
   expect_load_error(patched(dir, "qwen35-dense-tiny-Q8_0.gguf", "blk.2.ffn_up.weight", "blk.2.ffn_up.weighX"),
                     {"model.layers.2.mlp.up_proj.weight"});
-  // The tensor info after the name: u32 rank 2, two u64 dims, then the u32 type: Q8_0 (8) → IQ4_NL (20),
-  // a type with smaller blocks of 32 that Kapitsa does not decode.
-  expect_load_error(patched(dir, "qwen35-dense-tiny-Q8_0.gguf", "blk.2.ffn_up.weight", "blk.2.ffn_up.weight",
-                            {20, 0, 0, 0}, 4 + 16),
-                    {"model.layers.2.mlp.up_proj.weight", "IQ4_NL", "does not decode"});
+  // The tensor info after the name: u32 rank 2, two u64 dims, then the u32 type: Q8_0 (8) → IQ2_XXS (16),
+  // a type Kapitsa does not decode whose 256-value blocks (66 bytes) take less room than Q8_0's.
+  expect_load_error(patched(dir, "qwen35-dense-tiny-Q8_0.gguf", "blk.2.ffn_down.weight", "blk.2.ffn_down.weight",
+                            {16, 0, 0, 0}, 4 + 16),
+                    {"model.layers.2.mlp.down_proj.weight", "IQ2_XXS", "does not decode"});
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ import sys
 
 sys.path.insert(0, os.environ["LLAMA_CPP_DIR"])
 import convert_hf_to_gguf  # noqa: E402
+import conversion  # noqa: E402
 from conversion import base  # noqa: E402
 
 
@@ -25,6 +26,7 @@ def patch(cls):
 
 
 if os.environ.get("GGUF_NO_VOCAB") == "1":
+    conversion.load_all_models()  # model classes register on import: patch them all, not only those loaded yet
     base.ModelBase.set_vocab = no_vocab
     patch(base.ModelBase)
 if os.environ.get("GGUF_PRE"):

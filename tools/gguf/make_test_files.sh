@@ -12,6 +12,9 @@
 #   blocks.gguf      one matrix of each block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 quantized by gguf-py's
 #                    numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M / Q5_K_M)
 #   demo-vocab.gguf  models/demo/target's tokenizer, chat template and sampling (--vocab-only)
+#   FIXTURE-BF16.gguf.zst for qwen3-next-tiny, nemotron-h-tiny, nemotron-h-latent-tiny: the fixture
+#                    converted (--no-mtp), tracked as a zstd patch against the fixture's model.safetensors
+#                    (the build applies it: CMakeLists.txt, kapitsa_data)
 #   reference.json   per tensor of the three files: gguf-py's dequantized values summarised (count, sum,
 #                    sum of squares, and 16 values at fixed indices)
 set -euo pipefail
@@ -33,6 +36,15 @@ for t in bf16 q8_0; do
   T=$(echo $t | tr a-z A-Z)
   GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/qwen35-dense-tiny" --no-mtp --outtype $t \
       --outfile "$WORK/qwen35-dense-tiny-$T.gguf" > "$WORK/convert-$t.log" 2>&1 || { tail -20 "$WORK/convert-$t.log"; exit 1; }
+done
+for fx in qwen3-next-tiny nemotron-h-tiny nemotron-h-latent-tiny; do
+  FX=$ROOT/tests/fixtures/$fx
+  [ -f "$FX/model.safetensors" ] || xz -dkc "$FX/model.safetensors.xz" > "$FX/model.safetensors"
+  mkdir -p "$WORK/$fx"
+  cp "$FX/config.json" "$FX/model.safetensors" "$WORK/$fx/"
+  GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/$fx" --no-mtp --outtype bf16 \
+      --outfile "$WORK/$fx-BF16.gguf" > "$WORK/convert-$fx.log" 2>&1 || { tail -20 "$WORK/convert-$fx.log"; exit 1; }
+  zstd -q -19 -f --patch-from="$FX/model.safetensors" "$WORK/$fx-BF16.gguf" -o "$OUT/$fx-BF16.gguf.zst"
 done
 # The demo model's tokenizer as the converter writes it (metadata only; the demo tokenizer's hash is not in
 # the converter's table, so its pre-tokenizer name is given: the demo uses Qwen2's split regex).

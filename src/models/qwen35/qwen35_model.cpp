@@ -74,6 +74,11 @@ Status Qwen35Model::load_weights() {
       first_gdn != c.layer_kinds.end() &&
       loader.is_mlx_conv(fmt::format("{}layers.{}.linear_attn.conv1d.weight", prefix, first_gdn - c.layer_kinds.begin()));
   norm_weight_offset_ = mlx_norms ? 0.0f : 1.0f;
+  // llama.cpp's converter splits Qwen3-Next's packed in_proj_qkvz / in_proj_ba into Qwen3.5's four
+  // projections (models/gguf_checkpoint.cpp): read whichever the checkpoint has.
+  if (gdn_config_.packed_projections && first_gdn != c.layer_kinds.end() &&
+      checkpoint_.contains(fmt::format("{}layers.{}.linear_attn.in_proj_qkv.weight", prefix, first_gdn - c.layer_kinds.begin())))
+    gdn_config_.packed_projections = false;
   attention_config_.norm_weight_offset = norm_weight_offset_;
   info_.vocab_size = c.vocab_size;
   info_.hidden_size = H;
