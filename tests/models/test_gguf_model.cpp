@@ -74,7 +74,8 @@ TEST(GgufFiles, ValuesMatchGgufPy) {
     }
   }
   EXPECT_GT(checked, 200u);
-  for (const char* t : {"F32", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})
+  for (const char* t : {"F32", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                        "IQ4_NL", "IQ4_XS", "MXFP4"})
     EXPECT_TRUE(types.contains(t)) << t << " not covered by the reference files";
 }
 

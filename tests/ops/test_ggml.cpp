@@ -1,7 +1,8 @@
 // Tests of llama.cpp's block types (WeightFormat::ggml): ref's dequantization of hand-built blocks
 // whose values are computed here from the block layouts (logical codes first, then packed into the
 // bytes by a packer written from ggml-common.h's struct definitions and quantize_row_q4_K's scale
-// packing: extreme codes, negative and zero scales, every fifth / sixth bit set on its own); then the
+// packing: extreme codes, negative and zero scales, every fifth / sixth bit set on its own; MXFP4's
+// values from the E2M1 / E8M0 bit definitions); then the
 // cpu backend against ref on fresh random blocks (matmul and embedding), and its int8-activation GEMV
 // (both dot-product sequences) within the bound its rounding of x allows. Values on real files made by
 // llama.cpp are compared with gguf-py's dequantization in tests/weights/test_gguf.cpp.
@@ -144,6 +145,105 @@ TEST(Ggml, Q6KHandBuilt) {
   expect_values(dequant(GgmlType::q6_k, b, 256), want, "Q6_K");
 }
 
+// Q2_K {scales[16]; qs[64]; d; dmin}: 16 sub-blocks of 16, scales[i] = scale (low nibble) | min << 4.
+// Value 128h + 32j + l (j < 4, l < 32) is bits 2j..2j+1 of qs[32h + l]; w = d·sc·q − dmin·m.
+TEST(Ggml, Q2KHandBuilt) {
+  std::vector<uint8_t> b(84, 0);
+  const float d = 0.25f, dmin = -0.5f;  // a negative dmin: the stored f16 sign is used as is
+  put_f16(b, 80, d), put_f16(b, 82, dmin);
+  int sc[16], mn[16];
+  for (int i = 0; i < 16; ++i) sc[i] = (i * 5 + 3) % 16, mn[i] = (i * 11 + 15) % 16;
+  sc[2] = 0, sc[9] = 15, mn[4] = 0, mn[7] = 15;
+  for (int i = 0; i < 16; ++i) b[static_cast<size_t>(i)] = static_cast<uint8_t>(sc[i] | (mn[i] << 4));
+  const std::vector<int> q = codes(256, 3, 2);
+  for (int i = 0; i < 256; ++i)
+    b[16 + static_cast<size_t>(32 * (i / 128) + i % 32)] |= static_cast<uint8_t>(q[static_cast<size_t>(i)] << (2 * (i % 128 / 32)));
+  std::vector<double> want(256);
+  for (int i = 0; i < 256; ++i)
+    want[static_cast<size_t>(i)] = static_cast<double>(d) * sc[i / 16] * q[static_cast<size_t>(i)] - static_cast<double>(dmin) * mn[i / 16];
+  expect_values(dequant(GgmlType::q2_k, b, 256), want, "Q2_K");
+}
+
+// Q3_K {hmask[32]; qs[64]; scales[12]; d}: signed 3-bit codes q in −4..3 stored as q + 4: low 2 bits
+// as Q2_K, bit 2 in bit 4h + j of hmask[l] (value 128h + 32j + l); 16 six-bit scales stored + 32,
+// low 4 bits in the low (i < 8) or high nibble of scales[i % 8], top 2 bits at bit 2(i / 4) of
+// scales[8 + i % 4]; w = d·(s − 32)·q.
+TEST(Ggml, Q3KHandBuilt) {
+  std::vector<uint8_t> b(110, 0);
+  const float d = -0.125f;
+  put_f16(b, 108, d);
+  int s[16];
+  for (int i = 0; i < 16; ++i) s[i] = (i * 13 + 7) % 64;
+  s[0] = 0, s[5] = 63, s[10] = 32;  // scale −32, +31 and 0
+  for (int i = 0; i < 16; ++i) {
+    b[96 + static_cast<size_t>(i % 8)] |= static_cast<uint8_t>((s[i] & 0xF) << (i < 8 ? 0 : 4));
+    b[104 + static_cast<size_t>(i % 4)] |= static_cast<uint8_t>((s[i] >> 4) << (2 * (i / 4)));
+  }
+  const std::vector<int> u = codes(256, 7, 4);  // q + 4
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, j = i % 128 / 32, l = i % 32, v = u[static_cast<size_t>(i)];
+    b[32 + static_cast<size_t>(32 * h + l)] |= static_cast<uint8_t>((v & 3) << (2 * j));
+    if (v & 4) b[static_cast<size_t>(l)] |= static_cast<uint8_t>(1 << (4 * h + j));
+  }
+  std::vector<double> want(256);
+  for (int i = 0; i < 256; ++i) want[static_cast<size_t>(i)] = static_cast<double>(d) * (s[i / 16] - 32) * (u[static_cast<size_t>(i)] - 4);
+  expect_values(dequant(GgmlType::q3_k, b, 256), want, "Q3_K");
+}
+
+// IQ4_NL / IQ4_XS: a nibble (laid out as Q4_0's) indexes ggml's non-uniform levels. IQ4_NL {d; qs[16]}:
+// w = d·level. IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: 8 sub-blocks of 32 laid out as IQ4_NL
+// blocks, six-bit scale i = nibble i % 2 of scales_l[i / 2] | bits 2i..2i+1 of scales_h << 4, stored
+// + 32: w = d·(s − 32)·level.
+TEST(Ggml, Iq4HandBuilt) {
+  constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  {
+    std::vector<uint8_t> b(18, 0);
+    const float d = -0.03125f;
+    put_f16(b, 0, d);
+    const std::vector<int> q = codes(32, 15, 6);
+    for (int j = 0; j < 32; ++j) b[2 + static_cast<size_t>(j % 16)] |= static_cast<uint8_t>(q[static_cast<size_t>(j)] << (j < 16 ? 0 : 4));
+    std::vector<double> want(32);
+    for (int j = 0; j < 32; ++j) want[static_cast<size_t>(j)] = static_cast<double>(d) * kLevels[q[static_cast<size_t>(j)]];
+    expect_values(dequant(GgmlType::iq4_nl, b, 32), want, "IQ4_NL");
+  }
+  std::vector<uint8_t> b(136, 0);
+  const float d = 0.0625f;
+  put_f16(b, 0, d);
+  const int s[8] = {0, 63, 32, 1, 47, 16, 33, 62};
+  uint16_t scales_h = 0;
+  for (int i = 0; i < 8; ++i) {
+    b[4 + static_cast<size_t>(i / 2)] |= static_cast<uint8_t>((s[i] & 0xF) << (4 * (i % 2)));
+    scales_h |= static_cast<uint16_t>((s[i] >> 4) << (2 * i));
+  }
+  std::memcpy(b.data() + 2, &scales_h, 2);
+  const std::vector<int> q = codes(256, 15, 9);
+  for (int i = 0; i < 256; ++i)
+    b[8 + static_cast<size_t>(16 * (i / 32) + i % 16)] |= static_cast<uint8_t>(q[static_cast<size_t>(i)] << (i % 32 < 16 ? 0 : 4));
+  std::vector<double> want(256);
+  for (int i = 0; i < 256; ++i) want[static_cast<size_t>(i)] = static_cast<double>(d) * (s[i / 32] - 32) * kLevels[q[static_cast<size_t>(i)]];
+  expect_values(dequant(GgmlType::iq4_xs, b, 256), want, "IQ4_XS");
+}
+
+// MXFP4 (OCP MX v1.0) {e; qs[16]}: nibbles laid out as Q4_0's, each an FP4 E2M1 number — bit 3 the sign,
+// bits 1..2 the exponent E, bit 0 the mantissa M: (E == 0 ? M/2 : (1 + M/2)·2^(E−1)) — times the E8M0
+// scale 2^(e − 127). Computed here in double from the bits; every value is exact in f32, including
+// the subnormal ones of e = 0 and 1.
+TEST(Ggml, Mxfp4HandBuilt) {
+  for (int e : {0, 1, 100, 126, 127, 128, 140, 250}) {
+    std::vector<uint8_t> b(17, 0);
+    b[0] = static_cast<uint8_t>(e);
+    const std::vector<int> q = codes(32, 15, e);
+    for (int j = 0; j < 32; ++j) b[1 + static_cast<size_t>(j % 16)] |= static_cast<uint8_t>(q[static_cast<size_t>(j)] << (j < 16 ? 0 : 4));
+    const std::vector<float> got = dequant(GgmlType::mxfp4, b, 32);
+    for (int j = 0; j < 32; ++j) {
+      const int v = q[static_cast<size_t>(j)], E = (v >> 1) & 3, M = v & 1;
+      const double mag = E == 0 ? M / 2.0 : (1 + M / 2.0) * std::ldexp(1.0, E - 1);
+      const double want = (v & 8 ? -mag : mag) * std::ldexp(1.0, e - 127);
+      ASSERT_EQ(got[static_cast<size_t>(j)], static_cast<float>(want)) << "e=" << e << " value " << j << " code " << v;
+    }
+  }
+}
+
 TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
   std::vector<uint8_t> b(110);
   EXPECT_DEATH((void)Linear::ggml(Tensor(DType::u8, {1, 110}, b.data()), GgmlType::q3_k, 256), "Q3_K");
@@ -160,6 +260,12 @@ std::vector<uint8_t> random_blocks(Rng& r, GgmlType type, int64_t N, int64_t K) 
   switch (type) {
     case GgmlType::q4_0: case GgmlType::q5_0: case GgmlType::q8_0: halves = {0}; break;
     case GgmlType::q6_k: halves = {208}; break;
+    case GgmlType::q2_k: halves = {80, 82}; break;
+    case GgmlType::q3_k: halves = {108}; break;
+    case GgmlType::iq4_nl: case GgmlType::iq4_xs: halves = {0}; break;
+    case GgmlType::mxfp4:  // no f16 field: the E8M0 scale byte within 2^±8
+      for (int64_t blk = 0; blk < total; ++blk) bytes[static_cast<size_t>(blk * info.block_bytes)] = static_cast<uint8_t>(119 + r.gen() % 17);
+      break;
     default: halves = {0, 2}; break;  // q4_1, q5_1 (d, m); q4_k, q5_k (d, dmin)
   }
   for (int64_t blk = 0; blk < total; ++blk)
@@ -185,6 +291,30 @@ double int8_rounding_bound(const float* x, const float* w, int64_t K, int64_t B)
 
 constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
                                GgmlType::q8_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+
+// Types ref and the cpu decoder already decode but Linear does not take yet (ggml_type_supported): the
+// cpu backend's row decoder (scale·q + offset per run, MXFP4's values directly) against ref on fresh
+// random blocks, each value within 1e-6 of its row's largest (as the embedding rows below).
+TEST(Ggml, CpuRowDecoderMatchesRefForTheNewTypes) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (GgmlType type : {GgmlType::q2_k, GgmlType::q3_k, GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::mxfp4}) {
+    const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+    const int64_t N = 7, K = 512;
+    const std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
+    const int64_t row_bytes = K / info.block_size * info.block_bytes;
+    std::vector<float> want(static_cast<size_t>(K)), got(static_cast<size_t>(K));
+    for (int64_t n = 0; n < N; ++n) {
+      ref::dequantize_ggml(type, bytes.data() + n * row_bytes, K, want.data());
+      cpu::dequantize_ggml_row(type, bytes.data() + n * row_bytes, K, got.data());
+      float amax = 0;
+      for (float v : want) amax = std::max(amax, std::abs(v));
+      ASSERT_GT(amax, 0.0f) << info.name;
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_NEAR(got[static_cast<size_t>(k)], want[static_cast<size_t>(k)], 1e-6 * amax) << info.name << " row " << n << ", " << k;
+    }
+  }
+}
 
 // Every backend against ref on fresh random blocks: matmul for several token counts (relative to
 // Σ|x·w| per output: f32 accumulation against ref's f64; plus the int8 rounding bound where the cpu

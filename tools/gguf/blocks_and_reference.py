@@ -13,10 +13,12 @@ from gguf import GGUFReader, GGUFWriter
 from gguf.quants import dequantize, quantize
 
 work, out = sys.argv[1], sys.argv[2]
-# Q4_0 … Q8_0: gguf-py's own numpy quantization of a fixture matrix; K types: tensors llama-quantize
-# wrote (its Q4_K_M / Q5_K_M mixes; gguf-py cannot quantize them).
-legacy = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0]
+# Q4_0 … Q8_0, MXFP4: gguf-py's own numpy quantization of a fixture matrix; K types: tensors
+# llama-quantize wrote (its Q4_K_M / Q5_K_M mixes; gguf-py cannot quantize them); Q2_K, Q3_K, IQ4_NL,
+# IQ4_XS: the same matrix as llama-quantize wrote it when told `--tensor-type ffn_down=TYPE`.
+legacy = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.MXFP4]
 k_types = [Q.Q4_K, Q.Q5_K, Q.Q6_K]
+override_types = [Q.Q2_K, Q.Q3_K, Q.IQ4_NL, Q.IQ4_XS]
 source = next(t for t in GGUFReader(os.path.join(work, "qwen35-dense-tiny-BF16.gguf")).tensors
               if t.name == "blk.0.ffn_down.weight")
 matrix = dequantize(np.array(source.data), source.tensor_type).reshape(-1, int(source.shape[0]))
@@ -26,7 +28,11 @@ if os.environ.get("SKIP_K") != "1":
         for t in GGUFReader(os.path.join(work, f"q-{f}.gguf")).tensors:
             if t.tensor_type in k_types and t.tensor_type not in blocks and len(t.shape) == 2:
                 blocks[t.tensor_type] = (f"{t.tensor_type.name}.{t.name}", np.array(t.data))
-    missing = [q.name for q in k_types if q not in blocks]
+    for q in override_types:
+        for t in GGUFReader(os.path.join(work, f"q-{q.name.lower()}.gguf")).tensors:
+            if t.name == source.name and t.tensor_type == q:
+                blocks[q] = (f"{q.name}.{t.name}", np.array(t.data))
+    missing = [q.name for q in k_types + override_types if q not in blocks]
     if missing:
         sys.exit(f"no tensor of type {missing} in the llama-quantize outputs")
 

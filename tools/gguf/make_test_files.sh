@@ -9,8 +9,9 @@
 # Writes (then xz-compressed; the build unpacks them next to themselves):
 #   qwen35-dense-tiny-BF16.gguf, qwen35-dense-tiny-Q8_0.gguf  the fixture converted (no tokenizer:
 #       the fixtures have none, tools/gguf/convert.py skips set_vocab)
-#   blocks.gguf      one matrix of each block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 quantized by gguf-py's
-#                    numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M / Q5_K_M)
+#   blocks.gguf      one matrix of each block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 quantized by
+#                    gguf-py's numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M /
+#                    Q5_K_M), Q2_K, Q3_K, IQ4_NL, IQ4_XS as it wrote them for --tensor-type ffn_down=TYPE
 #   demo-vocab.gguf  models/demo/target's tokenizer, chat template and sampling (--vocab-only)
 #   FIXTURE-BF16.gguf.zst for qwen3-next-tiny, nemotron-h-tiny, nemotron-h-latent-tiny: the fixture
 #                    converted (--no-mtp), tracked as a zstd patch against the fixture's model.safetensors
@@ -55,6 +56,10 @@ GGUF_PRE=qwen2 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/demo" --no-mtp
 for q in Q4_K_M Q5_K_M; do
   "$LLAMA_CPP_DIR/build/bin/llama-quantize" "$WORK/qwen35-dense-tiny-BF16.gguf" "$WORK/q-$q.gguf" $q 1 \
       > "$WORK/quantize-$q.log" 2>&1 || { tail -20 "$WORK/quantize-$q.log"; exit 1; }
+done
+for t in q2_k q3_k iq4_nl iq4_xs; do
+  "$LLAMA_CPP_DIR/build/bin/llama-quantize" --tensor-type ffn_down=$t "$WORK/qwen35-dense-tiny-BF16.gguf" \
+      "$WORK/q-$t.gguf" Q8_0 1 > "$WORK/quantize-$t.log" 2>&1 || { tail -20 "$WORK/quantize-$t.log"; exit 1; }
 done
 PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" "$PY" "$HERE/blocks_and_reference.py" "$WORK" "$OUT"
 for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf; do

@@ -1,5 +1,6 @@
 // llama.cpp block weights (WeightFormat::ggml, GGUF) on the cpu backend: each block is unpacked into
-// integer codes plus a (scale, offset) per run of 16 or 32 values, then y = scale·q + offset in one
+// unsigned integer codes (non-uniform levels and signed codes biased to be unsigned) plus a (scale,
+// offset) per run of 16 or 32 values, then y = scale·q + offset in one
 // loop the compiler vectorizes; rows are decoded kTileR at a time into an f32 panel and multiplied with
 // the dense register tiles (dot_tile.h): the path for few tokens of the types without an int8 kernel.
 // Q8_0 / Q4_K / Q6_K go to the fused int8-activation kernel of matmul_ggml_int8.cpp (any token
@@ -29,6 +30,8 @@ struct Unpacked {
   float scale[16];
   float offset[16];
   int run = 32;
+  bool direct = false;  // the values are in `values` instead (MXFP4)
+  float values[32];
 };
 
 // 32 nibbles of a 16-byte array: low nibbles are values 0..15, high nibbles 16..31.
@@ -40,6 +43,12 @@ void fifth_bits32(const uint8_t* qh, uint8_t* q) {
   uint32_t h;
   std::memcpy(&h, qh, 4);
   for (int j = 0; j < 32; ++j) q[j] |= static_cast<uint8_t>(((h >> j) & 1) << 4);
+}
+// 32 nibbles of a 16-byte array (order as nibbles32), each an IQ4_NL code-book level (ggml's
+// kvalues_iq4nl) plus 128.
+void iq4_levels32(const uint8_t* qs, uint8_t* q) {
+  constexpr uint8_t kLevels[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+  for (int j = 0; j < 16; ++j) q[j] = kLevels[qs[j] & 0xF], q[j + 16] = kLevels[qs[j] >> 4];
 }
 // Q4_K / Q5_K 6-bit scale and min of sub-block j from the 12 packed bytes.
 void k4_scale(const uint8_t* s, int j, float d, float dmin, float* sc, float* mn) {
@@ -96,6 +105,59 @@ void unpack(GgmlType type, const uint8_t* b, Unpacked& u) {
       for (int j = 0; j < 16; ++j) u.scale[j] = d * static_cast<float>(sc[j]), u.offset[j] = -32 * u.scale[j];
       return;
     }
+    case GgmlType::q2_k: {  // 16 runs of 16: scale d·(sc & 15), offset −dmin·(sc >> 4)
+      const uint8_t* qs = b + 16;
+      const float d = half(b + 80), dmin = half(b + 82);
+      u.run = 16;
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 4; ++j)
+          for (int l = 0; l < 32; ++l) u.q[128 * h + 32 * j + l] = (qs[32 * h + l] >> (2 * j)) & 3;
+      for (int i = 0; i < 16; ++i)
+        u.scale[i] = d * static_cast<float>(b[i] & 0xF), u.offset[i] = -(dmin * static_cast<float>(b[i] >> 4));
+      return;
+    }
+    case GgmlType::q3_k: {  // codes q + 4 (0..7): low 2 bits as Q2_K, bit 4h + j of hmask[l] as bit 2
+      const uint8_t* hm = b;
+      const uint8_t* qs = b + 32;
+      const uint8_t* s = b + 96;
+      const float d = half(b + 108);
+      u.run = 16;
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 4; ++j)
+          for (int l = 0; l < 32; ++l)
+            u.q[128 * h + 32 * j + l] =
+                static_cast<uint8_t>(((qs[32 * h + l] >> (2 * j)) & 3) | (((hm[l] >> (4 * h + j)) & 1) << 2));
+      for (int i = 0; i < 16; ++i) {
+        const int sc = ((i < 8 ? s[i] : s[i - 8] >> 4) & 0xF) | (((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4);
+        u.scale[i] = d * static_cast<float>(sc - 32), u.offset[i] = -4 * u.scale[i];
+      }
+      return;
+    }
+    case GgmlType::iq4_nl:  // code-book levels biased by 128 so q stays unsigned
+      u.run = 32, iq4_levels32(b + 2, u.q), u.scale[0] = half(b), u.offset[0] = -128 * half(b);
+      return;
+    case GgmlType::iq4_xs: {
+      const float d = half(b);
+      const int scales_h = b[2] | (b[3] << 8);
+      u.run = 32;
+      for (int i = 0; i < 8; ++i) {
+        iq4_levels32(b + 8 + 16 * i, u.q + 32 * i);
+        const int ls = ((b[4 + i / 2] >> (4 * (i % 2))) & 0xF) | (((scales_h >> (2 * i)) & 3) << 4);
+        u.scale[i] = d * static_cast<float>(ls - 32), u.offset[i] = -128 * u.scale[i];
+      }
+      return;
+    }
+    case GgmlType::mxfp4: {  // values directly: biased codes times scales up to 2^127 would overflow
+      constexpr int8_t kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+      const uint32_t bits = b[0] < 2 ? 0x00200000u << b[0] : static_cast<uint32_t>(b[0] - 1) << 23;
+      float d;
+      std::memcpy(&d, &bits, 4);
+      for (int j = 0; j < 16; ++j)
+        u.values[j] = static_cast<float>(kE2m1Doubled[b[1 + j] & 0xF]) * d,
+        u.values[j + 16] = static_cast<float>(kE2m1Doubled[b[1 + j] >> 4]) * d;
+      u.direct = true;
+      return;
+    }
     default: KAPITSA_CHECK(false, "cpu: ggml type {} is not decoded", ggml_type_name(type));
   }
 }
@@ -109,6 +171,10 @@ void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* ou
   for (int64_t blk = 0; blk < K / info->block_size; ++blk) {
     unpack(type, row + blk * info->block_bytes, u);
     float* y = out + blk * info->block_size;
+    if (u.direct) {
+      std::memcpy(y, u.values, static_cast<size_t>(info->block_size) * sizeof(float));
+      continue;
+    }
     for (int64_t i = 0; i < info->block_size; ++i)
       y[i] = u.scale[i / u.run] * static_cast<float>(u.q[i]) + u.offset[i / u.run];
   }

@@ -1,7 +1,7 @@
 // Reference dequantization of llama.cpp's block types (GGUF), written from the block layouts of ggml
-// (ggml-common.h: block_q4_0 … block_q6_K; dequantize_row_* in ggml-quants.c): one block at a time,
-// each value from its bits, in the order and f32 arithmetic of ggml's own dequantization. All
-// multi-byte fields are little-endian; d / dmin / m are f16.
+// (ggml-common.h: block_q4_0 … block_q6_K, block_iq4_nl, block_iq4_xs, block_mxfp4; dequantize_row_*
+// in ggml-quants.c): one block at a time, each value from its bits, in the order and f32 arithmetic
+// of ggml's own dequantization. All multi-byte fields are little-endian; d / dmin / m are f16.
 #include "ops/ref/ref.h"
 
 #include <cstring>
@@ -139,12 +139,101 @@ void q6_k(const uint8_t* b, float* y) {
     }
 }
 
+// Q2_K {scales[16]; qs[64]; d; dmin}: 16 sub-blocks of 16; scales[i] holds sub-block i's scale (low
+// nibble) and min (high nibble). Each 128 values take 32 bytes of qs: value 32j + l (j < 4, l < 32) of
+// that half is bits 2j..2j+1 of qs[l]; y = d·sc · q − dmin·m.
+void q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* q = b + 16;
+  const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+  int is = 0;
+  for (int n = 0; n < 256; n += 128, q += 32)
+    for (int shift = 0; shift < 8; shift += 2)
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t sc = scales[is++];
+        const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * static_cast<float>((q[16 * half + l] >> shift) & 3) - ml;
+      }
+}
+
+// Q3_K {hmask[32]; qs[64]; scales[12]; d}: 16 sub-blocks of 16 with 6-bit signed scales (stored + 32):
+// scale i's low 4 bits are the low (i < 8) or high nibble of scales[i % 8], its top 2 bits bits
+// 2(i / 4).. of scales[8 + i % 4]. Value 32j + l of half n: low 2 bits as Q2_K, and 4 is subtracted
+// unless bit 4n + j of hmask[l] is set; y = d·(sc − 32) · q.
+void q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hm = b;
+  const uint8_t* q = b + 32;
+  const uint8_t* s = b + 96;
+  const float d_all = f16_at(b + 108);
+  int sc[16];
+  for (int i = 0; i < 16; ++i)
+    sc[i] = ((i < 8 ? s[i] : s[i - 8] >> 4) & 0xF) | (((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4);
+  int is = 0;
+  uint8_t m = 1;
+  for (int n = 0; n < 256; n += 128, q += 32)
+    for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+      for (int half = 0; half < 2; ++half) {
+        const float dl = d_all * static_cast<float>(sc[is++] - 32);
+        for (int l = 0; l < 16; ++l) {
+          const int k = 16 * half + l;
+          *y++ = dl * static_cast<float>(((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4));
+        }
+      }
+}
+
+// IQ4_NL / IQ4_XS code book (ggml's kvalues_iq4nl): a nibble indexes a non-uniform int8 level.
+constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// IQ4_NL {d; qs[16]}: nibbles as Q4_0, each a level of the code book, times d.
+void iq4_nl(const uint8_t* b, float* y) {
+  const float d = f16_at(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4Levels[qs[j] & 0xF]);
+    y[j + 16] = d * static_cast<float>(kIq4Levels[qs[j] >> 4]);
+  }
+}
+
+// IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: 8 sub-blocks of 32 laid out as IQ4_NL blocks; the
+// 6-bit scale of sub-block i is nibble i % 2 of scales_l[i / 2] plus bits 2i, 2i + 1 of scales_h as
+// its top two bits, stored + 32: y = d·(ls − 32) · level.
+void iq4_xs(const uint8_t* b, float* y) {
+  const float d = f16_at(b);
+  const int scales_h = b[2] | (b[3] << 8);
+  const uint8_t* scales_l = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int ib = 0; ib < 8; ++ib, y += 32, qs += 16) {
+    const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(kIq4Levels[qs[j] & 0xF]);
+      y[j + 16] = dl * static_cast<float>(kIq4Levels[qs[j] >> 4]);
+    }
+  }
+}
+
+// MXFP4 (OCP microscaling) {e; qs[16]}: nibbles as Q4_0, each an FP4 E2M1 value (sign, 2-bit exponent,
+// 1-bit mantissa: 0, 0.5, 1, 1.5, 2, 3, 4, 6), times 2^(e − 127). ggml keeps the E2M1 values doubled
+// as integers (0, 1, 2, 3, 4, 6, 8, 12, negated for the sign bit) and halves the scale: 2^(e − 128),
+// built as float bits (e < 2 gives a subnormal).
+void mxfp4(const uint8_t* b, float* y) {
+  constexpr int8_t kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint8_t e = b[0];
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, 4);
+  const uint8_t* qs = b + 1;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(kE2m1Doubled[qs[j] & 0xF]) * d;
+    y[j + 16] = static_cast<float>(kE2m1Doubled[qs[j] >> 4]) * d;
+  }
+}
+
 }  // namespace
 
 void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t K, float* out) {
   const auto info = ggml_type_info(static_cast<uint32_t>(type));
-  KAPITSA_CHECK(info && ggml_type_supported(type) && K % info->block_size == 0,
-                "dequantize: ggml type {} for {} values", ggml_type_name(type), K);
+  KAPITSA_CHECK(info && K % info->block_size == 0, "dequantize: ggml type {} for {} values", ggml_type_name(type), K);
   void (*block)(const uint8_t*, float*) = nullptr;
   switch (type) {
     case GgmlType::q4_0: block = q4_0; break;
@@ -155,6 +244,11 @@ void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t K, float* out
     case GgmlType::q4_k: block = q4_k; break;
     case GgmlType::q5_k: block = q5_k; break;
     case GgmlType::q6_k: block = q6_k; break;
+    case GgmlType::q2_k: block = q2_k; break;
+    case GgmlType::q3_k: block = q3_k; break;
+    case GgmlType::iq4_nl: block = iq4_nl; break;
+    case GgmlType::iq4_xs: block = iq4_xs; break;
+    case GgmlType::mxfp4: block = mxfp4; break;
     default: KAPITSA_CHECK(false, "dequantize: ggml type {}", ggml_type_name(type));
   }
   for (int64_t i = 0; i < K / info->block_size; ++i) block(blocks + i * info->block_bytes, out + i * info->block_size);
