@@ -13,25 +13,15 @@
 // naming one of the agent's tools to its first request; the server must emit a well-formed call, the
 // agent must run the tool and send its result back in the next request.
 // Exit 77 (skipped) when node_modules is missing. Prints the agent's wall time.
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { AGENTS, agentBinPath, demoModel as model, enterPrivateNetwork, runProcess as run, scratchEnv as makeEnv, startServer as serve } from "./harness.mjs";
 import { carriesToolResult, generated, modelCalls, namedToolChoice, startRecorder } from "./recorder.mjs";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const repoRoot = path.resolve(here, "../..");
 const [agent, kapitsaArg, mode = "turn"] = process.argv.slice(2);
 const kapitsa = kapitsaArg && path.resolve(kapitsaArg);
-// tool: a harmless tool of the agent (reads a file; with the model's made-up path it reports an
-// error, which is a tool result all the same).
-const AGENTS = {
-  opencode: { bin: "opencode", env: "KAPITSA_OPENCODE_BIN", args: (p) => ["run", p], tool: "read" },
-  claude: { bin: "claude", env: "KAPITSA_CLAUDE_BIN", args: (p) => ["-p", p], tool: "Read" },
-  codex: { bin: "codex", env: "KAPITSA_CODEX_BIN", args: (p) => ["exec", "--skip-git-repo-check", p], tool: "view_image" },
-  pi: { bin: "pi", env: "KAPITSA_PI_BIN", args: (p) => ["-p", "--no-session", p], tool: "read" },
-};
 // "schema": structured output through the agent. Only Codex can ask for it in a one-turn run
 // (`codex exec --output-schema FILE` sends text.format json_schema; Claude Code's --json-schema only
 // offers a StructuredOutput tool, without tool_choice). A bounded schema, so the reply ends quickly.
@@ -55,95 +45,23 @@ if (!spec || !kapitsa) {
   console.error("usage: agent_turn.mjs opencode|claude|codex|pi KAPITSA_BIN [turn|schema|tool]");
   process.exit(2);
 }
-const agentBin = path.join(here, "node_modules", ".bin", spec.bin);
+const agentBin = agentBinPath(spec);
 if (!fs.existsSync(agentBin)) {
   console.log(`${agentBin} missing (run npm ci --prefix tests/agents; scripts/install-test-deps.sh does): skipped`);
   process.exit(77);
 }
 
-// Re-run inside a private network namespace (only loopback, brought up here) when unprivileged user
-// namespaces are allowed; otherwise rely on the launchers' offline switches and a dead npm registry.
-if (!process.env.KAPITSA_AGENT_NETNS) {
-  const probe = spawnSync("unshare", ["-rn", "sh", "-c", "ip link set lo up"], { stdio: "ignore" });
-  if (probe.status === 0) {
-    const r = spawnSync("unshare", ["-rn", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', process.execPath, ...process.argv.slice(1)],
-                        { stdio: "inherit", env: { ...process.env, KAPITSA_AGENT_NETNS: "1" } });
-    process.exit(r.status ?? 1);
-  }
-  console.log("note: unshare -rn is not available here; the run is not network-isolated (agents' offline switches only)");
-} else {
-  console.log("network: private namespace, loopback only");
-}
+enterPrivateNetwork();
 
 const PROMPT = "hello";
-const model = path.join(repoRoot, "models", "demo", "target");
 const root = fs.mkdtempSync(path.join(os.tmpdir(), `kapitsa-agent-${agent}-`));
 const home = path.join(root, "home");
 const repo = path.join(root, "repo");
 const failures = [];
 const check = (ok, what) => { if (!ok) failures.push(what); console.log(`${ok ? "ok  " : "FAIL"} ${what}`); };
 
-function scratchEnv() {
-  const env = { ...process.env };
-  for (const k of Object.keys(env)) {
-    // Nothing of the caller's own agent setup or proxies may leak in.
-    if (/^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|OPENCODE_|PI_|KAPITSA_)/.test(k) || /^(https?|all|no)_proxy$/i.test(k)) delete env[k];
-  }
-  Object.assign(env, {
-    HOME: home,
-    XDG_CONFIG_HOME: path.join(home, ".config"),
-    XDG_DATA_HOME: path.join(home, ".local", "share"),
-    XDG_CACHE_HOME: path.join(home, ".cache"),
-    XDG_STATE_HOME: path.join(home, ".local", "state"),
-    NPM_CONFIG_REGISTRY: "http://127.0.0.1:9/",  // a dead port: no package downloads
-    NO_PROXY: "127.0.0.1,localhost",
-    PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? "/usr/bin:/bin"}`,  // node for the agents' scripts
-    [spec.env]: agentBin,
-  });
-  return env;
-}
-
-function run(cmd, args, opts, timeoutMs) {
-  return new Promise((resolve) => {
-    const t0 = Date.now();
-    const p = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "", stderr = "";
-    p.stdout.on("data", (d) => { stdout += d; });
-    p.stderr.on("data", (d) => { stderr += d; });
-    const timer = setTimeout(() => { stderr += `\n[timeout after ${timeoutMs / 1000} s]`; p.kill("SIGTERM"); }, timeoutMs);
-    p.on("exit", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code: code ?? 128 + (os.constants.signals[signal] ?? 0), stdout, stderr, seconds: (Date.now() - t0) / 1000 });
-    });
-  });
-}
-
-async function startServer(env) {
-  const help = spawnSync(kapitsa, ["serve", "--help"], { encoding: "utf8" }).stdout ?? "";
-  const args = ["serve", "--model", model, "--port", "0", "--no-think"];
-  // A grammar that makes every unconstrained reply one short sentence ending in EOS: the demo model
-  // would otherwise ramble, and Claude Code treats a reply cut at max_tokens as a failure.
-  if (help.includes("--grammar-file")) args.push("--grammar-file", path.join(here, "short_reply.gbnf"));
-  else console.log("note: kapitsa serve has no --grammar-file yet; replies are unconstrained (slow, may hit max_tokens)");
-  const server = spawn(kapitsa, args, { env, stdio: ["ignore", "pipe", "pipe"] });
-  let log = "";
-  const port = await new Promise((resolve, reject) => {
-    const onData = (d) => {
-      log += d;
-      const m = /listening on http:\/\/[^:]+:(\d+)/.exec(log);
-      if (m) resolve(Number(m[1]));
-    };
-    server.stdout.on("data", onData);
-    server.stderr.on("data", (d) => { log += d; });
-    server.on("exit", (c) => reject(new Error(`kapitsa serve exited (${c}):\n${log}`)));
-  });
-  for (let i = 0; i < 600; i++) {
-    const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.status === 200, () => false);
-    if (ok) return { server, port, log: () => log };
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`kapitsa serve did not become ready:\n${log}`);
-}
+const scratchEnv = () => makeEnv(home, spec);
+const startServer = (env) => serve(kapitsa, env);
 
 const normalize = (s) => s.replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "").replace(/\s+/g, " ").trim();
 

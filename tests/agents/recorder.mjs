@@ -9,7 +9,7 @@ import http from "node:http";
 export async function startRecorder(targetPort, { targetHost = "127.0.0.1", rewrite = null } = {}) {
   const records = [];
   const server = http.createServer((req, res) => {
-    const rec = { method: req.method, url: req.url, started: Date.now(), body: "", status: 0, response: "" };
+    const rec = { method: req.method, url: req.url, headers: { ...req.headers }, started: Date.now(), body: "", status: 0, response: "" };
     records.push(rec);
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
