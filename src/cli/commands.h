@@ -22,5 +22,6 @@ void add_agent_commands(CLI::App& app);  // kapitsa opencode|claude|codex|pi (sr
 void add_doctor_command(CLI::App& app);  // kapitsa doctor (src/cli/doctor.cpp)
 void add_pull_commands(CLI::App& app);   // kapitsa pull|ls|rm (src/cli/pull.cpp)
 void add_bench_command(CLI::App& app);   // kapitsa bench (src/cli/bench.cpp)
+void add_quantize_command(CLI::App& app);  // kapitsa quantize (src/cli/quantize.cpp)
 
 }  // namespace kapitsa::cli

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   kapitsa::cli::add_doctor_command(app);
   kapitsa::cli::add_pull_commands(app);
   kapitsa::cli::add_bench_command(app);
+  kapitsa::cli::add_quantize_command(app);
   if (argc == 1) {
     print_start(app);
     return 0;

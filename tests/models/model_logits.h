@@ -1,5 +1,5 @@
-// Test helpers for quantized and re-laid-out checkpoints: a model folder's prompt logits, and how
-// often two sets of logits agree on the top token.
+// Test helpers for quantized and re-laid-out checkpoints: a model folder's prompt logits, how often
+// two sets of logits agree on the top token, and their mean KL divergence.
 #pragma once
 
 #include "models/model.h"
@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -38,6 +39,24 @@ inline double top1_agreement(const Tensor& a, const Tensor& b) {
     same += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
   }
   return static_cast<double>(same) / static_cast<double>(T);
+}
+
+// Mean over positions of KL(p_ref ‖ p) of the softmaxed logits.
+inline double mean_kl(const Tensor& logits, const Tensor& reference) {
+  const int64_t T = reference.dim(0), V = reference.dim(1);
+  double total = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* p = reference.data_as<const float>() + t * V;
+    const float* q = logits.data_as<const float>() + t * V;
+    const double mp = *std::max_element(p, p + V), mq = *std::max_element(q, q + V);
+    double zp = 0, zq = 0;
+    for (int64_t v = 0; v < V; ++v) zp += std::exp(p[v] - mp), zq += std::exp(q[v] - mq);
+    for (int64_t v = 0; v < V; ++v) {
+      const double lp = p[v] - mp - std::log(zp), lq = q[v] - mq - std::log(zq);
+      total += std::exp(lp) * (lp - lq);
+    }
+  }
+  return total / static_cast<double>(T);
 }
 
 }  // namespace kapitsa::testing

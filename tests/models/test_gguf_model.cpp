@@ -79,24 +79,6 @@ TEST(GgufFiles, ValuesMatchGgufPy) {
     EXPECT_TRUE(types.contains(t)) << t << " not covered by the reference files";
 }
 
-// Mean over positions of KL(p_ref ‖ p) of the softmaxed logits.
-double mean_kl(const Tensor& logits, const Tensor& reference) {
-  const int64_t T = reference.dim(0), V = reference.dim(1);
-  double total = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* p = reference.data_as<const float>() + t * V;
-    const float* q = logits.data_as<const float>() + t * V;
-    const double mp = *std::max_element(p, p + V), mq = *std::max_element(q, q + V);
-    double zp = 0, zq = 0;
-    for (int64_t v = 0; v < V; ++v) zp += std::exp(p[v] - mp), zq += std::exp(q[v] - mq);
-    for (int64_t v = 0; v < V; ++v) {
-      const double lp = p[v] - mp - std::log(zp), lq = q[v] - mq - std::log(zq);
-      total += std::exp(lp) * (lp - lq);
-    }
-  }
-  return total / static_cast<double>(T);
-}
-
 // The converter writes the fixture's bf16 matrices as they are, norms as 1 + w in f32, A_log as
 // -exp(A_log), conv1d squeezed and the GDN V heads reordered; read back, the model computes the same
 // logits as from the safetensors folder (measured: bit-identical).

@@ -49,8 +49,9 @@ std::string Progress::line() const {
     const size_t width = 24, filled = total_ > 0 ? std::min(width, size_t(double(done) / double(total_) * width)) : width;
     bar = "[" + std::string(filled, '#') + std::string(width - filled, ' ') + "] ";
   }
-  return fmt::format("{} {}{} / {}  {}/s  ETA {}  ({}/{} files)", title_, bar, bytes(double(done)), bytes(double(total_)),
-                     bytes(rate), eta, files_done_.load(), files_);
+  const std::string files = files_ >= 0 ? fmt::format("  ({}/{} files)", files_done_.load(), files_) : std::string();
+  return fmt::format("{} {}{} / {}  {}/s  ETA {}{}", title_, bar, bytes(double(done)), bytes(double(total_)), bytes(rate),
+                     eta, files);
 }
 
 void Progress::draw_loop() {

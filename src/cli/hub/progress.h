@@ -1,6 +1,7 @@
-// Download progress for `kapitsa pull`: bytes done of the total, rate and ETA. To a terminal, one line
-// redrawn five times a second with a bar; otherwise (a log, CI) a plain line per finished file and one
-// every 10 seconds. Thread-safe: the download threads add bytes, a drawing thread reads them.
+// Progress of long operations (`kapitsa pull`'s downloads, `kapitsa quantize`): bytes done of the
+// total, rate and ETA. To a terminal, one line redrawn five times a second with a bar; otherwise (a
+// log, CI) a plain line per finished file and one every 10 seconds. Thread-safe: the download threads
+// add bytes, a drawing thread reads them.
 #pragma once
 
 #include <atomic>
@@ -15,7 +16,8 @@ namespace kapitsa::cli::hub {
 
 class Progress {
  public:
-  // total: bytes of every file to fetch; already: bytes present before this run (resumed, complete).
+  // total: bytes of every file to fetch; already: bytes present before this run (resumed, complete);
+  // files: how many files (-1: no file count in the line, e.g. kapitsa quantize counts tensor bytes).
   Progress(std::string title, int64_t total, int64_t already, int files, bool terminal, bool quiet);
   ~Progress();  // stops drawing (call finish first for the final line)
 
