@@ -191,15 +191,28 @@ struct Checkpoint::Synthesizer {
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const float fan_in = static_cast<float>(shape.rank >= 2 ? shape[-1] : 1);
+    // The kind is decided once per tensor (name tests per element made a multi-GB checkpoint take
+    // minutes); the values drawn, and their order, are as before.
+    enum class Kind { a_log, dt_bias, one, bias, norm, conv, linear };
+    const Kind kind = ends_with(name, "A_log")                                                   ? Kind::a_log
+                      : ends_with(name, "dt_bias")                                               ? Kind::dt_bias
+                      : ends_with(name, ".D")                                                    ? Kind::one
+                      : ends_with(name, "e_score_correction_bias") || ends_with(name, ".bias")  ? Kind::bias
+                      : name.find("norm") != std::string::npos                                   ? Kind::norm
+                      : name.find("conv1d") != std::string::npos                                 ? Kind::conv
+                                                                                                 : Kind::linear;
+    const float conv_div = std::sqrt(static_cast<float>(shape[-1])), linear_div = std::sqrt(fan_in);
     for (int64_t i = 0; i < n; ++i) {
       float v;
-      if (ends_with(name, "A_log")) v = std::log(1.0f + 15.0f * unit(rng));              // decay rates in (1, 16)
-      else if (ends_with(name, "dt_bias")) v = std::log(std::expm1(0.001f + 0.1f * unit(rng)));  // softplus⁻¹ of dt
-      else if (ends_with(name, ".D")) v = 1.0f;
-      else if (ends_with(name, "e_score_correction_bias") || ends_with(name, ".bias")) v = 0.02f * normal(rng);
-      else if (name.find("norm") != std::string::npos) v = 1.0f + 0.1f * normal(rng);
-      else if (name.find("conv1d") != std::string::npos) v = normal(rng) / std::sqrt(static_cast<float>(shape[-1]));
-      else v = normal(rng) / std::sqrt(fan_in);
+      switch (kind) {
+        case Kind::a_log: v = std::log(1.0f + 15.0f * unit(rng)); break;                    // decay rates in (1, 16)
+        case Kind::dt_bias: v = std::log(std::expm1(0.001f + 0.1f * unit(rng))); break;     // softplus⁻¹ of dt
+        case Kind::one: v = 1.0f; break;
+        case Kind::bias: v = 0.02f * normal(rng); break;
+        case Kind::norm: v = 1.0f + 0.1f * normal(rng); break;
+        case Kind::conv: v = normal(rng) / conv_div; break;
+        default: v = normal(rng) / linear_div; break;
+      }
       out[i] = f32_to_bf16(v);
     }
     tensors.emplace_back(name, std::move(b));
