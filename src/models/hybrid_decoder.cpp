@@ -248,15 +248,27 @@ void HybridDecoder::trunk(const StepBatch& step, std::span<const int32_t> ids, c
   const int64_t L = info_.n_layers;
   ops::embedding(embedding_, ids, x);
   if (!all_layers.empty()) store(x, all_layers.index(0));
+  // A block's output (mixed) is added to the residual stream by the next norm, in one op (one kernel
+  // on a GPU instead of two); `pending` says mixed still waits for that.
+  bool pending = false;
+  auto norm = [&](const Tensor& w) {
+    if (pending) ops::add_rms_norm(x, mixed, w, norm_eps_, norm_weight_offset_, normed);
+    else ops::rms_norm(x, w, norm_eps_, norm_weight_offset_, normed);
+    pending = false;
+  };
   for (size_t i = 0; i < static_cast<size_t>(L); ++i) {
     for (size_t b = 0; b < block_norms_[i].size(); ++b) {
-      ops::rms_norm(x, block_norms_[i][b], norm_eps_, norm_weight_offset_, normed);
+      norm(block_norms_[i][b]);
       block_forward(i, b, step, normed, mixed, ctx);
-      ops::add(x, mixed, x);
+      pending = true;
     }
-    if (!all_layers.empty() && static_cast<int64_t>(i) + 1 < L) store(x, all_layers.index(static_cast<int64_t>(i) + 1));
+    if (!all_layers.empty() && static_cast<int64_t>(i) + 1 < L) {
+      ops::add(x, mixed, x);
+      pending = false;
+      store(x, all_layers.index(static_cast<int64_t>(i) + 1));
+    }
   }
-  ops::rms_norm(x, final_norm_, norm_eps_, norm_weight_offset_, normed);
+  norm(final_norm_);
   if (!all_layers.empty()) store(normed, all_layers.index(L));
   if (!logits.empty()) ops::matmul(normed, head_, logits);
 }

@@ -241,6 +241,23 @@ void matmul(const Tensor& x, const Linear& w, const Tensor& y) {
   KAPITSA_CALL(b, matmul, x, w, y);
 }
 
+void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
+  const BackendTable& b = current_backend();
+  const char* op = "matmul_many";
+  f32(b, x, op, "x");
+  KAPITSA_CHECK(w.size() == y.size(), "{}: {} weights but {} outputs", op, w.size(), y.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    weight(b, w[i], op, "w[i]");
+    f32(b, y[i], op, "y[i]");
+    const int64_t N = w[i].rows(), K = w[i].cols();
+    KAPITSA_CHECK(x.dim(-1) == K, "{}: x {} does not match w[{}] [{}, {}]", op, x.shape().str(), i, N, K);
+    KAPITSA_CHECK(y[i].dim(-1) == N && rows_of(y[i]) == rows_of(x), "{}: y[{}] {} is not [{}, {}] for x {}", op, i,
+                  y[i].shape().str(), rows_of(x), N, x.shape().str());
+    KAPITSA_CHECK(x.data() != y[i].data() || x.numel() == 0, "{}: y[{}] must not alias x", op, i);
+  }
+  KAPITSA_CALL(b, matmul_many, x, w, y);
+}
+
 void add(const Tensor& a, const Tensor& c, const Tensor& y) {
   const BackendTable& b = current_backend();
   f32(b, a, "add", "a"), f32(b, c, "add", "b"), f32(b, y, "add", "y");
@@ -299,6 +316,18 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, 
   KAPITSA_CHECK(w.numel() == x.dim(-1), "rms_norm: w {} for rows of {}", w.shape().str(), x.dim(-1));
   same_numel(x, y, "rms_norm");
   KAPITSA_CALL(b, rms_norm, x, w, eps, weight_offset, y);
+}
+
+void add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, float weight_offset,
+                  const Tensor& y) {
+  const BackendTable& b = current_backend();
+  const char* op = "add_rms_norm";
+  f32(b, x, op, "x"), f32(b, delta, op, "delta"), f32(b, w, op, "w"), f32(b, y, op, "y");
+  KAPITSA_CHECK(w.numel() == x.dim(-1), "{}: w {} for rows of {}", op, w.shape().str(), x.dim(-1));
+  same_numel(x, delta, op), same_numel(x, y, op);
+  KAPITSA_CHECK(x.numel() == 0 || (y.data() != x.data() && y.data() != delta.data() && delta.data() != x.data()),
+                "{}: x, delta and y must be three different tensors", op);
+  KAPITSA_CALL(b, add_rms_norm, x, delta, w, eps, weight_offset, y);
 }
 
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {

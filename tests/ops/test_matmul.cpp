@@ -79,6 +79,43 @@ TEST_P(OnBackend, MatmulFewTokensMatchesRef) {
       }
 }
 
+// matmul_many: several weights on one x equal one matmul each (ref). Five parts (cuda launches four at a
+// time), row counts that are not multiples of a block's outputs (one has a single row), token counts of
+// the one-token and the multi-row GEMV and of cuBLAS, K aligned for 16-byte loads and not; then weights
+// of two dtypes (one matmul each). Outputs start as NaN: every one must be written.
+TEST_P(OnBackend, MatmulManyEqualsOneMatmulEach) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  auto check = [&](int64_t T, int64_t K, const std::vector<DType>& dts, const std::vector<int64_t>& Ns) {
+    SCOPED_TRACE(fmt::format("{} T={} K={} parts={}", dtype_name(dts[0]), T, K, Ns.size()));
+    const Buffer x = test::random_f32(r, {T, K});
+    std::vector<Buffer> wb, yrb, ycb;
+    std::vector<Linear> w;
+    std::vector<Tensor> yr, yc;
+    for (size_t i = 0; i < Ns.size(); ++i) {
+      wb.push_back(kapitsa::testing::random_buffer(r.gen, dts[i], {Ns[i], K}));
+      yrb.push_back(Buffer::zeros(DType::f32, {T, Ns[i]}));
+      ycb.push_back(Buffer::allocate(DType::f32, {T, Ns[i]}));
+      for (int64_t j = 0; j < T * Ns[i]; ++j) ycb.back().f32()[j] = std::nanf("");
+    }
+    for (size_t i = 0; i < Ns.size(); ++i) w.push_back(Linear(wb[i])), yr.push_back(yrb[i].tensor()), yc.push_back(ycb[i].tensor());
+    for (size_t i = 0; i < Ns.size(); ++i) test::run(test::ref(), matmul, x, w[i], yr[i]);
+    test::run(backend(), matmul_many, x, w, yc);
+    const double scale = std::sqrt(static_cast<double>(K) / 9.0);
+    for (size_t i = 0; i < Ns.size(); ++i) {
+      if (T * Ns[i] >= 64) {
+        EXPECT_LE(relative_error(ycb[i], yrb[i]), 2e-6) << "part " << i;
+      }
+      EXPECT_LE(kapitsa::testing::max_abs_diff(ycb[i], yrb[i]) / scale, 1e-5) << "part " << i;
+    }
+  };
+  const std::vector<int64_t> Ns = {70, 1, 33, 130, 9};
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t T : {1, 3, 8, 12})
+      for (int64_t K : {264, 100}) check(T, K, std::vector<DType>(Ns.size(), dt), Ns);
+  check(1, 256, {DType::bf16, DType::f32, DType::bf16}, {40, 24, 8});
+}
+
 TEST_P(OnBackend, MatmulAcceptsFlattenedLeadingDims) {
   Rng r;
   SCOPED_TRACE(r.trace());

@@ -33,7 +33,7 @@ TEST_P(OnBackend, NormMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   for (int64_t R : {1, 7, 65})
-    for (int64_t D : {1, 15, 128, 256, 1031}) {
+    for (int64_t D : {1, 15, 128, 256, 1031, 9000}) {  // 9000: wider than cuda's row-in-registers kernel
       SCOPED_TRACE(fmt::format("R={} D={}", R, D));
       Buffer x = test::random_f32(r, {R, D}, -3, 3), z = test::random_f32(r, {R, D}, -4, 4);
       Buffer w = test::random_f32(r, {D}, -0.5f, 1.5f);
@@ -56,6 +56,35 @@ TEST_P(OnBackend, NormMatchesRef) {
       test::run(backend(), l2_norm, x, 1e-6f, 0.125f, yc);
       EXPECT_LE(relative_error(yc, yr), 1e-6) << "l2_norm";
     }
+}
+
+// add_rms_norm: x becomes exactly x + delta (f32 sums, as add), y the RMSNorm of that (as rms_norm).
+TEST_P(OnBackend, AddRmsNormIsAddThenNorm) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (int64_t R : {1, 3, 17})
+    for (int64_t D : {1, 100, 2560, 4099, 9000})  // 9000: wider than the row-in-registers kernel
+      for (float off : {0.0f, 1.0f}) {
+        SCOPED_TRACE(fmt::format("R={} D={} offset={}", R, D, off));
+        const Buffer x = test::random_f32(r, {R, D}, -3, 3), delta = test::random_f32(r, {R, D}, -3, 3);
+        const Buffer w = test::random_f32(r, {D}, -0.5f, 1.5f);
+        Buffer sum = Buffer::allocate(DType::f32, {R, D}), y_ref = Buffer::zeros(DType::f32, {R, D});
+        for (int64_t i = 0; i < R * D; ++i) sum.f32()[i] = x.f32()[i] + delta.f32()[i];
+        test::run(test::ref(), rms_norm, sum, w, 1e-6f, off, y_ref);
+        for (const BackendTable* b : {&test::ref(), &backend()}) {
+          Buffer xb = test::clone(x), y = Buffer::allocate(DType::f32, {R, D});
+          for (int64_t i = 0; i < R * D; ++i) y.f32()[i] = std::nanf("");
+          test::run(*b, add_rms_norm, xb, delta, w, 1e-6f, off, y);
+          EXPECT_EQ(kapitsa::testing::max_abs_diff(xb, sum), 0.0) << b->name << ": x is not x + delta";
+          EXPECT_LE(relative_error(y, y_ref), 1e-6) << b->name;
+        }
+      }
+}
+
+TEST(Norm, AddRmsNormRejectsAliasedTensors) {
+  Rng r;
+  Buffer x = test::random_f32(r, {2, 8}), w = test::random_f32(r, {8});
+  EXPECT_DEATH(test::run(test::ref(), add_rms_norm, x, x, w, 1e-6f, 0.0f, x), "three different tensors");
 }
 
 }  // namespace

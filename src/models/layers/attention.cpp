@@ -31,22 +31,23 @@ void attention_forward(const AttentionConfig& c, const AttentionWeights& w, int6
   Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
 
-  // q (and the gate) — q_proj rows are laid out per head as [q_h | gate_h] when gated.
+  // q (and the gate) — q_proj rows are laid out per head as [q_h | gate_h] when gated — k and v: the
+  // three projections of x in one matmul_many.
   Tensor q = ws.take(DType::f32, {T, Hq, D});
   Tensor gate;
+  Tensor qg = c.output_gate ? ws.take(DType::f32, {T, Hq * 2 * D}) : q.reshape({T, Hq * D});
+  Tensor k = ws.take(DType::f32, {T, Hkv, D});
+  Tensor v = ws.take(DType::f32, {T, Hkv, D});
+  {
+    const Linear weights[] = {w.q_proj, w.k_proj, w.v_proj};
+    const Tensor outs[] = {qg, k.reshape({T, Hkv * D}), v.reshape({T, Hkv * D})};
+    ops::matmul_many(x, weights, outs);
+  }
   if (c.output_gate) {
-    Tensor qg = ws.take(DType::f32, {T, Hq * 2 * D});
-    ops::matmul(x, w.q_proj, qg);
     gate = ws.take(DType::f32, {T, Hq, D});
     const Tensor parts[] = {q.reshape({T * Hq, D}), gate.reshape({T * Hq, D})};
     ops::split_columns(qg.reshape({T * Hq, 2 * D}), parts);
-  } else {
-    ops::matmul(x, w.q_proj, q.reshape({T, Hq * D}));
   }
-  Tensor k = ws.take(DType::f32, {T, Hkv, D});
-  Tensor v = ws.take(DType::f32, {T, Hkv, D});
-  ops::matmul(x, w.k_proj, k.reshape({T, Hkv * D}));
-  ops::matmul(x, w.v_proj, v.reshape({T, Hkv * D}));
 
   if (c.qk_norm) {
     ops::rms_norm(q.reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,

@@ -57,10 +57,9 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
     const Tensor ba_parts[] = {b.reshape({T * Hk, r}), a.reshape({T * Hk, r})};
     ops::split_columns(ba.reshape({T * Hk, 2 * r}), ba_parts);
   } else {
-    ops::matmul(x, w.in_proj_qkv, qkv);
-    ops::matmul(x, w.in_proj_z, z.reshape({T, Hv * Dv}));
-    ops::matmul(x, w.in_proj_b, b);
-    ops::matmul(x, w.in_proj_a, a);
+    const Linear weights[] = {w.in_proj_qkv, w.in_proj_z, w.in_proj_b, w.in_proj_a};
+    const Tensor outs[] = {qkv, z.reshape({T, Hv * Dv}), b, a};
+    ops::matmul_many(x, weights, outs);
   }
 
   // Causal depthwise conv + SiLU over the concatenated channels, carrying the window.
@@ -68,12 +67,20 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
   ops::conv1d_causal_varlen(qkv, w.conv, Tensor(), windows, /*silu=*/true, step.seqs, mixed);
 
-  Tensor q = ws.take(DType::f32, {T, Hk, Dk});
-  Tensor k = ws.take(DType::f32, {T, Hk, Dk});
-  Tensor v = ws.take(DType::f32, {T, Hv, Dv});
-  const Tensor qkv_parts[] = {q.reshape({T, Hk * Dk}), k.reshape({T, Hk * Dk}),
-                              v.reshape({T, Hv * Dv})};
-  ops::split_columns(mixed, qkv_parts);
+  Tensor q, k, v;
+  if (T == 1) {
+    // One token (decode): mixed's row is [q | k | v] in that order already, so views replace the copies.
+    const Tensor flat = mixed.reshape({c.conv_dim(), 1});
+    q = flat.rows(0, Hk * Dk).reshape({T, Hk, Dk});
+    k = flat.rows(Hk * Dk, 2 * Hk * Dk).reshape({T, Hk, Dk});
+    v = flat.rows(2 * Hk * Dk, c.conv_dim()).reshape({T, Hv, Dv});
+  } else {
+    q = ws.take(DType::f32, {T, Hk, Dk});
+    k = ws.take(DType::f32, {T, Hk, Dk});
+    v = ws.take(DType::f32, {T, Hv, Dv});
+    const Tensor qkv_parts[] = {q.reshape({T, Hk * Dk}), k.reshape({T, Hk * Dk}), v.reshape({T, Hv * Dv})};
+    ops::split_columns(mixed, qkv_parts);
+  }
   ops::l2_norm(q.reshape({T * Hk, Dk}), 1e-6f, 1.0f / std::sqrt(static_cast<float>(Dk)),
                q.reshape({T * Hk, Dk}));
   ops::l2_norm(k.reshape({T * Hk, Dk}), 1e-6f, 1.0f, k.reshape({T * Hk, Dk}));

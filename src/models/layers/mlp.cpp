@@ -20,8 +20,9 @@ void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, 
   const int64_t T = x.dim(0), I = w.intermediate();
   Tensor gate = ws.take(DType::f32, {T, I});
   Tensor up = ws.take(DType::f32, {T, I});
-  ops::matmul(x, w.gate, gate);
-  ops::matmul(x, w.up, up);
+  const Linear weights[] = {w.gate, w.up};
+  const Tensor outs[] = {gate, up};
+  ops::matmul_many(x, weights, outs);
   ops::silu_mul(gate, up, gate);
   ops::matmul(gate, w.down, out);
 }

@@ -277,4 +277,9 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   }
 }
 
+// x: [T, K] f32;  w[i]: [N_i, K];  y[i]: [T, N_i] f32. One matmul each (each is already parallel).
+void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
+  for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
+}
+
 }  // namespace kapitsa::ops::cpu

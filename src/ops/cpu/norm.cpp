@@ -56,6 +56,14 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, 
   });
 }
 
+// x, delta, y: [R, D];  w: [D] f32. The add, then the norm above (separate passes: on the CPU the
+// fusion would save little, the rows are in cache).
+void add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, float weight_offset,
+                  const Tensor& y) {
+  cpu::add(x, delta, x);
+  cpu::rms_norm(x, w, eps, weight_offset, y);
+}
+
 // x, z, y: [R, D];  w: [D] f32.
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
   const int64_t D = x.dim(-1), R = D == 0 ? 0 : x.numel() / D;

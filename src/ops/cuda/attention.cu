@@ -17,20 +17,20 @@
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
+// One (token, head) per (blockIdx.y, blockIdx.z): the heads in parallel (a loop over them waited on
+// each head's loads in turn, 4.5 µs for one decode token's 16 heads); cos/sin recomputed per head.
 __global__ void rope_neox_kernel(float* x, const int32_t* positions, const float* inv_freq, int64_t H, int64_t D,
                                  int half) {
-  const int64_t t = blockIdx.y;
+  const int64_t t = blockIdx.y, h = blockIdx.z;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= half) return;
   const float angle = __fmul_rn(static_cast<float>(positions[t]), inv_freq[i]);
   const float c = static_cast<float>(cos(static_cast<double>(angle)));
   const float s = static_cast<float>(sin(static_cast<double>(angle)));
-  for (int64_t h = 0; h < H; ++h) {
-    float* head = x + (t * H + h) * D;
-    const float x1 = head[i], x2 = head[i + half];
-    head[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-    head[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-  }
+  float* head = x + (t * H + h) * D;
+  const float x1 = head[i], x2 = head[i + half];
+  head[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  head[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
 // The sequence holding step row r: the last i with row_offsets[i] ≤ r (empty sequences before it are
@@ -213,8 +213,8 @@ void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_
   constexpr int kThreads = 64;
   for (int64_t t0 = 0; t0 < T; t0 += 65535) {  // gridDim.y is at most 65535
     const int64_t n = T - t0 < 65535 ? T - t0 : 65535;
-    rope_neox_kernel<<<dim3(static_cast<unsigned>((half + kThreads - 1) / kThreads), static_cast<unsigned>(n)), kThreads,
-                       0, s>>>(x + t0 * H * D, positions + t0, inv_freq, H, D, half);
+    const dim3 grid(static_cast<unsigned>((half + kThreads - 1) / kThreads), static_cast<unsigned>(n), static_cast<unsigned>(H));
+    rope_neox_kernel<<<grid, kThreads, 0, s>>>(x + t0 * H * D, positions + t0, inv_freq, H, D, half);
   }
 }
 

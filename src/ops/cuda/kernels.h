@@ -27,6 +27,15 @@ void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, i
 // matmul.cu — y: [T, N] = x: [T, K] · wᵀ, w: [N, K] of `type`, f32 accumulation; for small T (decode).
 void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s);
 constexpr int64_t kGemvMaxTokens = 8;
+// Several weights of one type applied to the same x in one launch (matmul_many): part i computes
+// y_i: [T, N_i] = x · w_iᵀ, w_i: [N_i, K]. Any number of parts (launched kGemvMaxParts at a time).
+struct GemvPart {
+  const void* w;
+  float* y;
+  int64_t N;
+};
+constexpr int kGemvMaxParts = 4;
+void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s);
 // x: [n] f32 → parts: [3, n] bf16 with x = parts[0] + parts[1] + parts[2] exactly (each the bf16 rounding
 // of what the earlier ones leave), so three bf16 products on the tensor cores carry x's full f32 precision.
 void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s);
@@ -52,6 +61,9 @@ void rms_norm(const float* x, const float* w, float eps, float weight_offset, fl
 void rms_norm_gated(const float* x, const float* z, const float* w, float eps, float* y, int64_t R, int64_t D,
                     cudaStream_t s);
 void l2_norm(const float* x, float eps, float scale, float* y, int64_t R, int64_t D, cudaStream_t s);
+// x ← x + delta, then y = rms_norm(x); x, delta, y distinct.
+void add_rms_norm(float* x, const float* delta, const float* w, float eps, float weight_offset, float* y, int64_t R,
+                  int64_t D, cudaStream_t s);
 // norm_group.cu — groups of group_size columns.
 void rms_norm_group_gated(const float* x, const float* z, const float* w, int64_t group_size, float eps, float* y,
                           int64_t R, int64_t D, cudaStream_t s);

@@ -1,4 +1,4 @@
-// CUDA matmul y = x·wᵀ: a GEMV kernel for up to kGemvMaxTokens rows (decode; f32 accumulation, reads
+// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for up to kGemvMaxTokens rows (decode; f32 accumulation, reads
 // the weight once), cuBLAS above that, always with x in full f32 precision (the op's contract, as ref
 // and cpu). f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16 product,
 // so x is split exactly into three bf16 parts (hi + mid + lo) and one bf16 GEMM of 3T rows on the tensor
@@ -8,6 +8,8 @@
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
+
+#include <vector>
 
 namespace kapitsa::ops::cuda {
 using detail::check;
@@ -29,6 +31,36 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   kernels::dequantize_affine(a, nullptr, w32, N, stream());
   check_launch("matmul (dequantize affine)");
   dense_matmul(x, Tensor(DType::f32, {N, K}, w32, Device::cuda), y);
+}
+
+// x: [T, K] f32;  w[i]: [N_i, K];  y[i]: [T, N_i] f32. Dense weights of one dtype for a few tokens: one
+// GEMV launch over all of them (a decode step's q/k/v or gate/up: fewer launches, and a small weight
+// such as a 32-row gate projection rides along instead of running a nearly empty launch of its own).
+// Otherwise one matmul each.
+void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
+  check_f32(x, "matmul_many", "x");
+  const int64_t T = detail::rows_of(x), K = x.dim(-1);
+  bool one_launch = T >= 1 && T <= kernels::kGemvMaxTokens && !w.empty();
+  for (const Linear& l : w)
+    one_launch = one_launch && l.format() == WeightFormat::dense && l.weight().dtype() == w[0].weight().dtype();
+  if (!one_launch) {
+    for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
+    return;
+  }
+  std::vector<kernels::GemvPart> parts;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const Tensor& wi = w[i].dense("matmul_many");
+    detail::check_on_device(wi, "matmul_many", "w[i]");
+    check_f32(y[i], "matmul_many", "y[i]");
+    KAPITSA_CHECK(wi.rank() == 2 && detail::is_weight_dtype(wi.dtype()) && wi.dim(1) == K && y[i].dim(-1) == wi.dim(0) &&
+                      detail::rows_of(y[i]) == T && y[i].data() != x.data(),
+                  "matmul_many: x {}, w[{}] {} {}, y[{}] {}", x.shape().str(), i, dtype_name(wi.dtype()),
+                  wi.shape().str(), i, y[i].shape().str());
+    parts.push_back({wi.data(), y[i].f32(), wi.dim(0)});
+  }
+  kernels::gemv_many(x.f32(), parts.data(), static_cast<int>(parts.size()), detail::elem_type(w[0].weight().dtype()),
+                     T, K, stream());
+  check_launch("matmul_many (gemv)");
 }
 
 namespace {

@@ -1,6 +1,7 @@
-// Kernel of matmul for a few tokens (decode): a GEMV reading the weight once for up to kGemvMaxTokens
-// rows of x. One warp per output feature n: lanes stride over K (coalesced weight reads), accumulate
-// in f32 for every token, then a warp sum. When rows are 16-byte aligned each lane reads 16 bytes of
+// Kernel of matmul and matmul_many for a few tokens (decode): a GEMV reading the weight once for up to
+// kGemvMaxTokens rows of x, over up to kGemvMaxParts weights sharing x in one launch (fewer, fuller
+// launches per decode step). One warp per output feature n: lanes stride over K (coalesced weight
+// reads), accumulate in f32 for every token, then a warp sum. When rows are 16-byte aligned each lane reads 16 bytes of
 // the weight at a time (8 bf16/f16 or 4 f32), and for 2 or more tokens a warp computes 4 outputs so each
 // x load serves 4 weight rows; otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
 #include "ops/cuda/kernel_util.cuh"
@@ -9,6 +10,10 @@ namespace kapitsa::ops::cuda::kernels {
 namespace {
 
 constexpr int kWarps = 8;
+// Warps of a one-token GEMV block: its 16 loads in flight a lane take ~94 registers, so an SM holds
+// ~21 warps; blocks of 4 warps keep a 2560-row matrix (640 blocks) in one wave (with 8-warp blocks,
+// 320 of them, a second wave of 56 made the K = 4096 and 9216 projections slower than before).
+constexpr int kVecWarps = 4;
 
 template <typename W>
 __device__ __forceinline__ float widen(W v) {
@@ -17,12 +22,42 @@ __device__ __forceinline__ float widen(W v) {
   else return v;
 }
 
+// The weights of one launch (matmul_many; a plain matmul is one part): blocks [first_block[p],
+// first_block[p + 1]) compute part p. Passed by value, so a graph replay needs no table in memory.
 template <typename W>
-__global__ void gemv_kernel(const float* x, const W* w, float* y, int64_t T, int64_t K, int64_t N) {
+struct Job {
+  const W* w[kGemvMaxParts];
+  float* y[kGemvMaxParts];
+  int64_t N[kGemvMaxParts];
+  unsigned first_block[kGemvMaxParts];
+  int parts;
+};
+
+// This block's part: its weight, output, rows, and the block's index within the part. Constant indices
+// only (a dynamic index into a kernel parameter would copy the struct to local memory).
+template <typename W>
+struct Part {
+  const W* w;
+  float* y;
+  int64_t N;
+  unsigned block;
+};
+template <typename W>
+__device__ __forceinline__ Part<W> part_of(const Job<W>& job) {
+  Part<W> p{job.w[0], job.y[0], job.N[0], blockIdx.x};
+#pragma unroll
+  for (int i = 1; i < kGemvMaxParts; ++i)
+    if (i < job.parts && blockIdx.x >= job.first_block[i]) p = {job.w[i], job.y[i], job.N[i], blockIdx.x - job.first_block[i]};
+  return p;
+}
+
+template <typename W>
+__global__ void gemv_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+  const Part<W> part = part_of(job);
   const int lane = threadIdx.x & 31;
-  const int64_t n = blockIdx.x * int64_t{kWarps} + (threadIdx.x >> 5);
+  const int64_t n = part.block * int64_t{kWarps} + (threadIdx.x >> 5), N = part.N;
   if (n >= N) return;
-  const W* wn = w + n * K;
+  const W* wn = part.w + n * K;
   float acc[kGemvMaxTokens] = {};
   for (int64_t k = lane; k < K; k += 32) {
     const float wk = widen(wn[k]);
@@ -34,22 +69,24 @@ __global__ void gemv_kernel(const float* x, const W* w, float* y, int64_t T, int
   for (int t = 0; t < kGemvMaxTokens; ++t) {
     if (t < T) {
       const float sum = warp_sum(acc[t]);
-      if (lane == 0) y[t * N + n] = sum;
+      if (lane == 0) part.y[t * N + n] = sum;
     }
   }
 }
 
-// Requires K % (16 / sizeof(W)) == 0 and 16-byte aligned w and x. Each lane issues kUnroll 16-byte
-// weight loads before using any (decode launches few warps per SM: without several loads in flight
-// per lane the GEMV stalls on memory latency at about half the bandwidth). Launched with MaxT = 1 (one
-// token, no per-token guards); 2 … kGemvMaxTokens tokens go to gemv_rows_kernel.
+// Requires K % (16 / sizeof(W)) == 0 and 16-byte aligned w and x. Each lane issues up to kUnroll
+// 16-byte weight loads (predicated on k < K) before using any: a row of K = 2560 bf16 is 10 loads a
+// lane, all in flight at once, so a warp waits on memory latency once per row instead of once per 4
+// loads (with 4 in flight, decode GEMVs of 20-50 MB reached 2.1-2.9 TB/s, the lm head 4.4). Launched with
+// MaxT = 1 (one token, no per-token guards); 2 … kGemvMaxTokens tokens go to gemv_rows_kernel.
 template <typename W, int MaxT>
-__global__ void gemv_vec_kernel(const float* x, const W* __restrict__ w, float* y, int64_t T, int64_t K, int64_t N) {
-  constexpr int kVec = 16 / sizeof(W), kUnroll = 4, kStep = 32 * kVec;
+__global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+  constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
+  const Part<W> part = part_of(job);
   const int lane = threadIdx.x & 31;
-  const int64_t n = blockIdx.x * int64_t{kWarps} + (threadIdx.x >> 5);
+  const int64_t n = part.block * int64_t{kVecWarps} + (threadIdx.x >> 5), N = part.N;
   if (n >= N) return;
-  const W* wn = w + n * K;
+  const W* __restrict__ wn = part.w + n * K;
   float acc[MaxT] = {};
   auto use = [&](const uint4& raw, int64_t k) {
     const W* v = reinterpret_cast<const W*>(&raw);
@@ -67,20 +104,20 @@ __global__ void gemv_vec_kernel(const float* x, const W* __restrict__ w, float* 
       }
     }
   };
-  int64_t k = int64_t{lane} * kVec;
-  for (; k + (kUnroll - 1) * kStep < K; k += kUnroll * kStep) {
+  for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
     uint4 raw[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(wn + k + u * kStep));
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 + u * kStep < K) raw[u] = __ldg(reinterpret_cast<const uint4*>(wn + k0 + u * kStep));
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) use(raw[u], k + u * kStep);
+    for (int u = 0; u < kUnroll; ++u)
+      if (k0 + u * kStep < K) use(raw[u], k0 + u * kStep);
   }
-  for (; k < K; k += kStep) use(__ldg(reinterpret_cast<const uint4*>(wn + k)), k);
 #pragma unroll
   for (int t = 0; t < MaxT; ++t) {
     if (MaxT == 1 || t < T) {
       const float sum = warp_sum(acc[t]);
-      if (lane == 0) y[t * N + n] = sum;
+      if (lane == 0) part.y[t * N + n] = sum;
     }
   }
 }
@@ -90,10 +127,12 @@ __global__ void gemv_vec_kernel(const float* x, const W* __restrict__ w, float* 
 // kernel at a fraction of the weight bandwidth). Same per-lane order of accumulation as above.
 constexpr int kRows = 4;
 template <typename W>
-__global__ void gemv_rows_kernel(const float* x, const W* __restrict__ w, float* y, int64_t T, int64_t K, int64_t N) {
+__global__ void gemv_rows_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
   constexpr int kVec = 16 / sizeof(W), kStep = 32 * kVec;
+  const Part<W> part = part_of(job);
+  const W* __restrict__ w = part.w;
   const int lane = threadIdx.x & 31;
-  const int64_t n0 = (blockIdx.x * int64_t{kWarps} + (threadIdx.x >> 5)) * kRows;
+  const int64_t N = part.N, n0 = (part.block * int64_t{kWarps} + (threadIdx.x >> 5)) * kRows;
   if (n0 >= N) return;
   const int rows = N - n0 < kRows ? static_cast<int>(N - n0) : kRows;
   float acc[kRows][kGemvMaxTokens] = {};
@@ -130,25 +169,30 @@ __global__ void gemv_rows_kernel(const float* x, const W* __restrict__ w, float*
     for (int t = 0; t < kGemvMaxTokens; ++t) {
       if (t < T) {
         const float sum = warp_sum(acc[r][t]);
-        if (lane == 0 && r < rows) y[t * N + n0 + r] = sum;
+        if (lane == 0 && r < rows) part.y[t * N + n0 + r] = sum;
       }
     }
   }
 }
 
+// parts: 1 … kGemvMaxParts weights of type W, one launch.
 template <typename W>
-void launch_gemv(const float* x, const W* w, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  const bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (!aligned) {
-    gemv_kernel<<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
-  } else if (T == 1) {
-    gemv_vec_kernel<W, 1><<<blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
-  } else {
-    const unsigned row_blocks = static_cast<unsigned>((N + kWarps * kRows - 1) / (kWarps * kRows));
-    gemv_rows_kernel<W><<<row_blocks, kWarps * 32, 0, s>>>(x, w, y, T, K, N);
+void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, int64_t K, cudaStream_t s) {
+  bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int p = 0; p < n_parts; ++p) aligned = aligned && reinterpret_cast<uintptr_t>(parts[p].w) % 16 == 0;
+  const int64_t per_block = !aligned ? kWarps : T > 1 ? int64_t{kWarps} * kRows : kVecWarps;  // outputs of one block
+  Job<W> job{};
+  unsigned blocks = 0;
+  for (int p = 0; p < n_parts; ++p) {
+    job.w[p] = static_cast<const W*>(parts[p].w), job.y[p] = parts[p].y, job.N[p] = parts[p].N;
+    job.first_block[p] = blocks;
+    blocks += static_cast<unsigned>((parts[p].N + per_block - 1) / per_block);
   }
+  job.parts = n_parts;
+  if (blocks == 0) return;
+  if (!aligned) gemv_kernel<W><<<blocks, kWarps * 32, 0, s>>>(x, job, T, K);
+  else if (T == 1) gemv_vec_kernel<W, 1><<<blocks, kVecWarps * 32, 0, s>>>(x, job, T, K);
+  else gemv_rows_kernel<W><<<blocks, kWarps * 32, 0, s>>>(x, job, T, K);
 }
 
 __global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {
@@ -177,13 +221,21 @@ void sum3(const float* parts, float* y, int64_t n, cudaStream_t s) {
   if (n > 0) sum3_kernel<<<grid_for(n, 256), 256, 0, s>>>(parts, y, n);
 }
 
-void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s) {
-  if (T == 0 || N == 0) return;
-  switch (type) {
-    case ElemType::f16: launch_gemv(x, static_cast<const __half*>(w), y, T, K, N, s); break;
-    case ElemType::bf16: launch_gemv(x, static_cast<const __nv_bfloat16*>(w), y, T, K, N, s); break;
-    default: launch_gemv(x, static_cast<const float*>(w), y, T, K, N, s); break;
+void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s) {
+  if (T == 0) return;
+  for (int first = 0; first < n_parts; first += kGemvMaxParts) {
+    const int n = n_parts - first < kGemvMaxParts ? n_parts - first : kGemvMaxParts;
+    switch (type) {
+      case ElemType::f16: launch_gemv<__half>(x, parts + first, n, T, K, s); break;
+      case ElemType::bf16: launch_gemv<__nv_bfloat16>(x, parts + first, n, T, K, s); break;
+      default: launch_gemv<float>(x, parts + first, n, T, K, s); break;
+    }
   }
+}
+
+void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s) {
+  const GemvPart part{w, y, N};
+  gemv_many(x, &part, 1, type, T, K, s);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -1,4 +1,4 @@
-// CUDA row normalisations (RMSNorm, gated RMSNorm, L2 norm): checks, then the kernels of norm.cu.
+// CUDA row normalisations (RMSNorm, residual add + RMSNorm, gated RMSNorm, L2 norm): checks, then the kernels of norm.cu.
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
@@ -17,6 +17,19 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, 
                 w.shape().str(), y.shape().str());
   kernels::rms_norm(x.f32(), w.f32(), eps, weight_offset, y.f32(), R, D, stream());
   check_launch("rms_norm");
+}
+
+// x, delta, y: [R, D];  w: [D] f32 (x, delta, y distinct: checked in ops.cpp).
+void add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, float weight_offset,
+                  const Tensor& y) {
+  check_f32(x, "add_rms_norm", "x"), check_f32(delta, "add_rms_norm", "delta");
+  check_f32(w, "add_rms_norm", "w"), check_f32(y, "add_rms_norm", "y");
+  const int64_t D = x.dim(-1), R = rows_of(x);
+  KAPITSA_CHECK(w.numel() == D && y.numel() == x.numel() && delta.numel() == x.numel(),
+                "add_rms_norm: x {}, delta {}, w {}, y {}", x.shape().str(), delta.shape().str(), w.shape().str(),
+                y.shape().str());
+  kernels::add_rms_norm(x.f32(), delta.f32(), w.f32(), eps, weight_offset, y.f32(), R, D, stream());
+  check_launch("add_rms_norm");
 }
 
 // x, z, y: [R, D];  w: [D] f32.

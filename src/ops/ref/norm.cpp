@@ -22,6 +22,15 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, 
   }
 }
 
+// x, delta, y: [R, D];  w: [D] f32. The add rounds to f32 first (as ops::add), then the norm as above.
+void add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, float weight_offset,
+                  const Tensor& y) {
+  float* px = x.f32();
+  const float* pd = delta.f32();
+  for (int64_t i = 0; i < x.numel(); ++i) px[i] = px[i] + pd[i];
+  rms_norm(x, w, eps, weight_offset, y);
+}
+
 // x, z, y: [R, D];  w: [D] f32.
 void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
   const int64_t D = x.dim(-1), R = detail::rows_of(x);
