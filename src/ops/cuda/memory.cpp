@@ -43,6 +43,7 @@ std::string select_device(int ordinal) {
   if (n == 0) return device_description();  // says why: no driver, no device
   if (ordinal < 0 || ordinal >= n) return fmt::format("cuda:{} does not exist: this machine has {} CUDA device{} (cuda:0{})",
                                                       ordinal, n, n == 1 ? "" : "s", n == 1 ? "" : fmt::format("..cuda:{}", n - 1));
+  if (std::string why = detail::cublas_load_error(); !why.empty()) return why;
   if (g_device_used && ordinal != g_device)
     return fmt::format("cuda:{} asked for after cuda:{} was already in use (one GPU per process)", ordinal, g_device);
   g_device = ordinal;

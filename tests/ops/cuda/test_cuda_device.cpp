@@ -1,10 +1,11 @@
 // CUDA-specific tests (every op against ref is a shared op test in tests/ops, run on cuda through the
 // backend table): the device report, the backend's registration, DeviceBuffer and the raw copies, the
-// step-graph mechanism (metadata mirror, capture, replay), and the error for a host tensor handed to the
-// cuda backend. Each test needing a GPU skips visibly without one.
+// step-graph mechanism (metadata mirror, capture, replay), the error for a host tensor handed to the
+// cuda backend, and cuBLAS opened on first use. Each test needing a GPU skips visibly without one.
 #include "ops/backend.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/device_buffer.h"
+#include "ops/cuda/runtime.h"
 #include "ops/ops.h"
 #include "ops/step_graph.h"
 #include "test_util.h"
@@ -15,6 +16,8 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace kapitsa::ops {
@@ -34,6 +37,28 @@ TEST(CudaBackend, ReportsItsDevice) {
   EXPECT_EQ(cuda::device_available(), what.rfind("no CUDA device", 0) != 0);
   // Registered exactly when usable, so CPU-only machines see no cuda backend.
   EXPECT_EQ(find_backend("cuda") != nullptr, cuda::device_available());
+}
+
+// cuBLAS is opened on first use (cublas_library.cpp), not linked: a program with the CUDA backend does not
+// load it at start (ldd lists what the loader would). Runs everywhere.
+TEST(CublasLibrary, IsNotLoadedAtStart) {
+  char self[4096] = {};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  std::string listed;
+  FILE* ldd = popen(("ldd '" + std::string(self) + "' 2>&1").c_str(), "r");
+  ASSERT_NE(ldd, nullptr);
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), ldd)) listed += buf;
+  pclose(ldd);
+  ASSERT_NE(listed.find("libc.so"), std::string::npos) << "ldd did not list this program: " << listed;
+  EXPECT_EQ(listed.find("libcublas"), std::string::npos) << listed;
+}
+
+// Opening it and calling through needs no GPU: a status name comes from the library itself.
+TEST(CublasLibrary, OpensOnFirstUse) {
+  ASSERT_EQ(cuda::detail::cublas_load_error(), "") << "the CUDA toolkit's cuBLAS is installed where this build found it";
+  EXPECT_DEATH(cuda::detail::check(CUBLAS_STATUS_NOT_INITIALIZED, "probe"),
+               "probe failed: CUBLAS_STATUS_NOT_INITIALIZED");
 }
 
 TEST_F(Cuda, BackendFillsEveryEntry) {
