@@ -9,7 +9,23 @@
 #include <random>
 #include <string>
 
+// True in the sanitizer pass (built with AddressSanitizer): tests whose cost is a large sample (many
+// draws, a long matrix of cases) run a smaller one there; the release pass runs them whole.
+#if defined(__SANITIZE_ADDRESS__)
+#define KAPITSA_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KAPITSA_UNDER_ASAN 1
+#endif
+#endif
+
 namespace kapitsa::testing {
+
+#if defined(KAPITSA_UNDER_ASAN)
+inline constexpr bool kUnderAddressSanitizer = true;
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
 
 // A fresh seed per call (time-based), so repeated runs cover new inputs; printed by callers on failure.
 uint64_t fresh_seed();

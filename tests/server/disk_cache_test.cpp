@@ -1,23 +1,18 @@
 // A restarted server resumes a conversation from the disk prefix cache (runtime/disk_cache.h): turn 1
 // through a Service over the real demo model whose engine keeps snapshots in a folder; that service and
 // engine are gone; turn 2 through a new one over the same folder reports the history as cached prompt
-// tokens in usage and answers exactly as a server without the cache. And the same through two
-// `kapitsa serve --cache-dir` processes, one after the other (curl as the client).
+// tokens in usage and answers exactly as a server without the cache. The same through two `kapitsa serve`
+// processes: disk_cache_cli_test.cpp.
 #include "server_fixture.h"
 
 #include "models/fingerprint.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 namespace kapitsa::server::testing {
@@ -90,99 +85,6 @@ TEST(DiskCacheServer, RestartedServerResumesTurnTwo) {
   EXPECT_EQ(restarted->counters().prompt_tokens_prefilled, resumed["usage"]["prompt_tokens"].get<int64_t>() - cached);
   EXPECT_EQ(cold["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0);
   fs::remove_all(cache);
-}
-
-// A `kapitsa serve --port 0` process; its port read from the "listening on" line.
-struct ServeProcess {
-  pid_t pid = -1;
-  int port = 0;
-  explicit ServeProcess(const std::vector<std::string>& args) {
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid = fork();
-    if (pid == 0) {
-      dup2(out[1], 1);
-      close(out[0]);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(KAPITSA_BIN, argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    FILE* in = fdopen(out[0], "r");
-    char line[512];
-    while (in != nullptr && std::fgets(line, sizeof line, in) != nullptr) {
-      const char* at = std::strstr(line, "listening on http://127.0.0.1:");
-      if (at == nullptr) continue;
-      port = std::atoi(at + std::strlen("listening on http://127.0.0.1:"));
-      break;
-    }
-    if (in != nullptr) std::fclose(in);
-  }
-  ~ServeProcess() {
-    if (pid <= 0) return;
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-  }
-  // curl's output for `path` with `options` (curl prints nothing when the server is not up).
-  std::string curl(const std::string& options, const std::string& path) const {
-    const std::string command = fmt::format("curl -s {} http://127.0.0.1:{}{}", options, port, path);
-    std::string out;
-    FILE* p = popen(command.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-    return out;
-  }
-  bool ready() const {  // /health answers 200 once the model is loaded (503 before)
-    for (int i = 0; i < 600; ++i) {
-      if (curl("-o /dev/null -w '%{http_code}'", "/health") == "200") return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-};
-
-TEST(DiskCacheServer, KapitsaServeCacheDirSurvivesARestart) {
-  if (std::system("curl --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no curl to talk to the server";
-  const fs::path scratch = fs::temp_directory_path() / ("kapitsa-serve-cache-e2e-" + std::to_string(getpid()));
-  fs::remove_all(scratch);
-  fs::create_directories(scratch);
-  const std::vector<std::string> args = {"kapitsa", "serve", "--port", "0", "--model", data_path("../models/demo/target"),
-                                         "--ctx", "4096", "--parallel", "2", "--cache-dir", (scratch / "cache").string(),
-                                         "--cache-dir-size", "1GiB", "--alias", "kapitsa-test"};
-  OJson messages = OJson::array({{{"role", "user"}, {"content", "Name three rivers of France."}}});
-  auto post = [&](const ServeProcess& server) {
-    const fs::path body = scratch / "body.json";
-    std::ofstream(body) << OJson{{"model", "kapitsa-test"}, {"messages", messages}, {"max_tokens", 12}, {"temperature", 0}}.dump();
-    const std::string out = server.curl(
-        fmt::format("-H 'content-type: application/json' -H 'x-session-affinity: c1' --data-binary @{}", body.string()),
-        "/v1/chat/completions");
-    return OJson::parse(out, nullptr, false);
-  };
-  {
-    ServeProcess first(args);
-    ASSERT_GT(first.port, 0) << "no 'listening on' line";
-    ASSERT_TRUE(first.ready());
-    const OJson a1 = post(first);
-    ASSERT_TRUE(a1.contains("choices")) << a1.dump();
-    messages.push_back({{"role", "assistant"}, {"content", a1["choices"][0]["message"]["content"]}});
-  }
-  EXPECT_FALSE(fs::is_empty(scratch / "cache"));
-  messages.push_back({{"role", "user"}, {"content", "And of Italy?"}});
-  {
-    ServeProcess second(args);
-    ASSERT_GT(second.port, 0);
-    ASSERT_TRUE(second.ready());
-    const OJson a2 = post(second);
-    ASSERT_TRUE(a2.contains("usage")) << a2.dump();
-    EXPECT_GT(a2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0) << a2.dump();
-  }  // the server has exited (it may still have been writing an entry of the preloaded next turn)
-  std::error_code ignored;
-  fs::remove_all(scratch, ignored);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // The replies are forced by a grammar (the demo model knows no tools): the text is fixed, the tokens
 // are the model's.
 #include "server_fixture.h"
+#include "test_util.h"
 #include "text/grammar/grammar.h"
 
 #include "models/model.h"
@@ -204,10 +205,18 @@ std::shared_ptr<Recorder> NextTurn::engine_;
 
 TEST_F(NextTurn, Turn2PrefillsOnlyTheNewMessage) {
   int n = 0;
+  int combination = 0;
   for (const std::string name : {"qwen3.5.jinja", "qwen3-coder.jinja", "nemotron3-nano.jinja"})
     for (bool thinking : {true, false})
-      for (bool tool : {false, true})
-        for (Api api : {Api::chat, Api::responses, Api::anthropic}) run(Case{name, thinking, tool, api}, ++n);
+      for (bool tool : {false, true}) {
+        int api_index = 0;
+        for (Api api : {Api::chat, Api::responses, Api::anthropic}) {
+          // The sanitizer pass runs each template/thinking/tool combination through one API, in turn.
+          const bool keep = !kapitsa::testing::kUnderAddressSanitizer || api_index++ == combination % 3;
+          if (keep) run(Case{name, thinking, tool, api}, ++n);
+        }
+        ++combination;
+      }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // docs/reliability.md).
 #include "server_fixture.h"
 #include "socket_client.h"
+#include "test_util.h"
 
 #include "models/model.h"
 #include "runtime/engine.h"
@@ -16,14 +17,6 @@
 #include <fstream>
 #include <random>
 #include <thread>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define KAPITSA_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KAPITSA_UNDER_ASAN 1
-#endif
-#endif
 
 namespace kapitsa::server::testing {
 namespace {
