@@ -135,8 +135,11 @@ TEST(KvPagePool, NarrowPagesGrowAndCopyBitExactly) {
 }
 
 // cold_tolerance: how far the resumed logits may be from a cold run's, relative to their scale (the two
-// fold the tokens in different chunks; with 16-bit pages a K/V element may round the other way).
-void expect_sharing_and_copy_on_write(const std::string& fixture, DType kv = DType::f32, double cold_tolerance = 1e-5) {
+// fold the tokens in different chunks; with 16-bit pages a K/V element may round the other way). f32:
+// 5e-5 — the chunked recurrent sums differ by a few f32 roundings per layer; 1e-5 failed once in a full
+// ctest (a difference of 4.66e-5 at a logit scale of 4.13, seed 1796190489341969451). Resuming a snapshot
+// is asserted exact above (== 0).
+void expect_sharing_and_copy_on_write(const std::string& fixture, DType kv = DType::f32, double cold_tolerance = 5e-5) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << fixture << " " << dtype_name(kv) << " seed " << seed);
   std::mt19937_64 rng(seed);
