@@ -2,7 +2,7 @@
 // through a Service over the real demo model whose engine keeps snapshots in a folder; that service and
 // engine are gone; turn 2 through a new one over the same folder reports the history as cached prompt
 // tokens in usage and answers exactly as a server without the cache. The same through two `kapitsa serve`
-// processes: disk_cache_cli_test.cpp.
+// processes: disk_cache_serve_cli.cpp.
 #include "server_fixture.h"
 
 #include "models/fingerprint.h"
