@@ -56,13 +56,6 @@ Function* symbol(const char* name) {
 
 std::string cublas_load_error() { return library().error; }
 
-bool cublas_loaded() {
-  // RTLD_NOLOAD: a handle only if the library is already in the process; nothing is loaded here.
-  void* handle = dlopen(soname().c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (handle) dlclose(handle);
-  return handle != nullptr;
-}
-
 }  // namespace kapitsa::ops::cuda::detail
 
 using kapitsa::ops::cuda::detail::symbol;

@@ -29,8 +29,6 @@ cudaStream_t stream();
 cublasHandle_t cublas();
 // cuBLAS is opened on first use (cublas_library.cpp): empty when it can be, else why not.
 std::string cublas_load_error();
-// Whether cuBLAS is in the process already (for the test that nothing loads it at start).
-bool cublas_loaded();
 
 // Stops with the CUDA error's name and text when `err` is not cudaSuccess.
 void check(cudaError_t err, const char* what);
