@@ -75,7 +75,10 @@ KvLayout HybridDecoder::kv_layout() const {
 }
 
 void HybridDecoder::keep_device_weights(WeightLoader& loader) {
-  if (device_ == Device::cpu) return;
+  if (device_ == Device::cpu) {
+    device_weights_ = loader.take_device_weights();  // FP8 weights dequantized at load, if any
+    return;
+  }
   log::info("weights on {}: {:.2f} GiB", device_ == Device::cuda ? "the GPU" : "the device",
             static_cast<double>(loader.device_bytes()) / (1ull << 30));
   device_weights_ = loader.take_device_weights();

@@ -42,7 +42,8 @@ class HybridDecoder : public Model {
   Status load_embedding_and_head(WeightLoader& loader, const std::string& embedding_name, const std::string& head_name,
                                  bool tied);
 
-  // After loading: keeps the loader's device copies of the weights (nothing on cpu) and logs their size.
+  // After loading: keeps the loader's device copies of the weights (on cpu: the FP8 weights it
+  // dequantized) and logs their size.
   void keep_device_weights(WeightLoader& loader);
 
   Device device_ = Device::cpu;
@@ -72,7 +73,7 @@ class HybridDecoder : public Model {
   void store(const Tensor& src, const Tensor& out) const;
   std::shared_ptr<StateSlotPool> slot_pool() const;
 
-  std::vector<Buffer> device_weights_;  // every Linear's copy on device_ (empty on cpu)
+  std::vector<Buffer> device_weights_;  // every Linear's copy on device_ (on cpu: FP8 weights as bf16)
   mutable std::mutex slot_pool_mu_;
   mutable std::shared_ptr<StateSlotPool> slot_pool_;
   // Captured decode steps by key (step shape, key-count bucket, the addresses and generation they bake in).

@@ -11,6 +11,8 @@
 #include "base/status.h"
 #include "weights/hf_config.h"
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +27,15 @@ struct Quantization {
   std::string where;                // "…/config.json: field 'quantization'" for errors
   std::optional<Params> defaults;   // absent: the config has no quantization section
   std::map<std::string, std::optional<Params>> modules;  // per-module entries; nullopt: false
+  // FP8 E4M3 weights with scales (models/fp8_weights.h), from a "quantization_config" whose
+  // quant_method is "fp8" (block-FP8: "weight_block_size"), "compressed-tensors" with 8-bit float
+  // weights ("block_structure" for block scales) or "modelopt" with quant_algo "FP8". The scale
+  // tensors' shapes say per tensor / per row / per block; `block` sizes the blocks.
+  struct Fp8 {
+    std::string method;
+    std::array<int64_t, 2> block{128, 128};
+  };
+  std::optional<Fp8> fp8;
 
   // Parameters of `module`: its own entry, else the defaults; an error when the config keeps it
   // unquantized or has no quantization at all (the checkpoint holds scales for it regardless).
@@ -32,7 +43,8 @@ struct Quantization {
 };
 
 // Reads "quantization" (else an mlx-lm "quantization_config": with "bits", without "quant_method") from the top level of a
-// config.json; no section gives an empty Quantization. Bad values are errors naming the field.
+// config.json, or an FP8 "quantization_config" (above); no section gives an empty Quantization. Bad
+// values and other quant_methods (NVFP4, GPTQ, AWQ, ...) are errors naming the field.
 Expected<Quantization> parse_quantization(const weights::HfConfig& top);
 
 }  // namespace kapitsa::models

@@ -1,6 +1,7 @@
 // WeightLoader: Linears by name, counted once each (see weight_list.h).
 #include "models/weight_list.h"
 
+#include "models/fp8_weights.h"
 #include "ops/memory.h"
 
 #include <algorithm>
@@ -37,6 +38,7 @@ Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shap
   if (checkpoint_.contains(module + ".scales")) return affine(name, module, shape);
   const weights::TensorEntry* entry = checkpoint_.find(name);
   if (entry != nullptr && entry->ggml) return ggml(name, *entry, shape);
+  if (entry != nullptr && entry->dtype == DType::f8_e4m3) return fp8(name, module, shape);
   if (entry != nullptr && entry->dtype == DType::u32)
     return error("{}: tensor '{}' is packed (U32) but '{}.scales' is missing (MLX affine weights need scales and biases)",
                  checkpoint_.file_of(name), name, module);
@@ -84,6 +86,39 @@ Expected<Linear> WeightLoader::ggml(const std::string& name, const weights::Tens
   KAPITSA_TRY(const Tensor blocks,
               checkpoint_.get(name, with_last(shape, shape[-1] / info->block_size * info->block_bytes), {DType::u8}));
   const Linear l = Linear::ggml(on_device(blocks), type, shape[-1]);
+  count(l);
+  return l;
+}
+
+Expected<Linear> WeightLoader::fp8(const std::string& name, const std::string& module, const Shape& shape) {
+  const std::string file = checkpoint_.file_of(name);
+  if (shape.rank != 2)
+    return error("{}: tensor '{}' is F8_E4M3 with logical shape {}: FP8 weights load as 2-D matrices only (per-expert "
+                 "tensors, not fused expert stacks)", file, name, shape.str());
+  std::string scale_name = module + ".weight_scale_inv";  // block-FP8's name; compressed-tensors / modelopt: weight_scale
+  if (!checkpoint_.contains(scale_name)) scale_name = module + ".weight_scale";
+  if (!checkpoint_.contains(scale_name))
+    return error("{}: tensor '{}' is F8_E4M3 but neither '{}.weight_scale_inv' nor '{}.weight_scale' is there (FP8 "
+                 "weights need their scales)", file, name, module, module);
+  const std::string scale_file = checkpoint_.file_of(scale_name);
+  // codes: [N, K] e4m3;  scales: [1] | [N, 1] | [ceil(N/bn), ceil(K/bk)] f32 | bf16 | f16
+  KAPITSA_TRY(const Tensor w, checkpoint_.get(name, shape, {DType::f8_e4m3}));
+  const auto scale = checkpoint_.get_any_shape(scale_name);
+  if (!scale.ok()) return scale.error();
+  const std::array<int64_t, 2> block = quantization_.fp8 ? quantization_.fp8->block : std::array<int64_t, 2>{128, 128};
+  auto layout = fp8_layout(checkpoint_.find(scale_name)->shape, shape[0], shape[1], block);
+  if (!layout.ok()) return error("{}: tensor '{}' {}", scale_file, scale_name, layout.error().message);
+  KAPITSA_RETURN_IF_ERROR(check_finite(*scale, scale_file, scale_name));
+  std::vector<float> scales(static_cast<size_t>(scale->numel()));
+  weights::convert_to_f32(*scale, scales.data());
+  Buffer dense = dequantize_fp8(w, scales, *layout);  // bf16 [N, K]
+  Linear l;
+  if (device_ == Device::cpu) {
+    device_weights_.push_back(std::move(dense));  // the model keeps it (keep_device_weights)
+    l = Linear(device_weights_.back().tensor());
+  } else {
+    l = Linear(on_device(dense.tensor()));
+  }
   count(l);
   return l;
 }

@@ -7,7 +7,9 @@
 // counted by loading through it. Formats: a weight NAME (module NAME without ".weight") is MLX affine
 // when the checkpoint has MODULE.scales — codes in NAME (U32), MODULE.scales / MODULE.biases, bits and
 // group size from config.json's quantization (models/quantization.h) — else llama.cpp blocks when the
-// checkpoint entry carries a ggml type (GGUF, models/gguf_checkpoint.h), else dense.
+// checkpoint entry carries a ggml type (GGUF, models/gguf_checkpoint.h), else FP8 when it is F8_E4M3
+// (with MODULE.weight_scale_inv or MODULE.weight_scale: dequantized to bf16 at load, models/fp8_weights.h),
+// else dense.
 // Device: for a model on the GPU every weight is copied there once as it is loaded (from the mmapped
 // file); the loader owns those copies until the model takes them (take_device_weights).
 #pragma once
@@ -43,7 +45,8 @@ class WeightLoader {
   // A zero f32 vector on the loader's device (a parameter the checkpoint may leave out).
   Buffer zeros_f32(const Shape& shape) const;
   Device device() const { return device_; }
-  // The device copies of every Linear loaded so far (empty on cpu): the model keeps them alive.
+  // The device copies of every Linear loaded so far, and on cpu the weights dequantized at load (FP8):
+  // the model keeps them alive.
   std::vector<Buffer> take_device_weights() { return std::move(device_weights_); }
   size_t device_bytes() const { return device_bytes_; }
   bool contains(const std::string& name) const { return checkpoint_.contains(name); }
@@ -85,6 +88,8 @@ class WeightLoader {
   };
   Expected<Linear> affine(const std::string& name, const std::string& module, const Shape& shape);
   Expected<Linear> ggml(const std::string& name, const weights::TensorEntry& entry, const Shape& shape);
+  // F8_E4M3 codes with weight_scale(_inv): dequantized once to bf16 (models/fp8_weights.h).
+  Expected<Linear> fp8(const std::string& name, const std::string& module, const Shape& shape);
   // `t` itself on cpu; else its copy on device_, kept in device_weights_.
   Tensor on_device(const Tensor& t);
 
@@ -94,7 +99,7 @@ class WeightLoader {
   std::vector<Entry> entries_;
   double share_ = 1.0;
   Device device_ = Device::cpu;
-  std::vector<Buffer> device_weights_;
+  std::vector<Buffer> device_weights_;  // device copies; on cpu, FP8 weights dequantized to bf16
   mutable size_t device_bytes_ = 0;  // conv_weight (const) counts too
 };
 

@@ -56,7 +56,7 @@ TEST_F(CliErrors, IntactCopyWorks) {
   EXPECT_TRUE(fs::exists(dir_.path("out.safetensors")));
 }
 
-// A checkpoint in a format Kapitsa does not read yet (here FP8, as Qwen's -FP8 releases declare it) is
+// A checkpoint in a format Kapitsa does not read yet (here GPTQ, as its releases declare it) is
 // named as such, with what is supported, not a dtype error on its first tensor.
 TEST_F(CliErrors, UnsupportedQuantMethodIsNamed) {
   write_model([](auto&) {});
@@ -64,9 +64,9 @@ TEST_F(CliErrors, UnsupportedQuantMethodIsNamed) {
   std::stringstream text;
   text << in.rdbuf();
   std::string config = text.str();
-  config.insert(config.find('{') + 1, R"("quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},)");
+  config.insert(config.find('{') + 1, R"("quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128},)");
   std::ofstream(dir_.path("config.json")) << config;
-  expect_error({"config.json", "quant_method \"fp8\"", "does not load yet", "MLX affine", "GGUF"});
+  expect_error({"config.json", "quant_method \"gptq\"", "does not load yet", "FP8 E4M3", "MLX affine", "GGUF"});
 }
 
 // modelopt's NVFP4 (nvidia's -NVFP4 releases) is named by its algorithm, not only "modelopt".
