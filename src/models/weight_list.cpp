@@ -77,7 +77,7 @@ Expected<Linear> WeightLoader::ggml(const std::string& name, const weights::Tens
   const auto info = ggml_type_info(static_cast<uint32_t>(type));
   if (!ggml_type_supported(type))
     return error("{}: tensor '{}' has ggml type {}, which Kapitsa does not decode yet (it reads F32, F16, BF16, Q4_0, "
-                 "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                 "Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)",
                  checkpoint_.file_of(name), name, ggml_type_name(type));
   if (entry.ggml_cols != shape[-1])
     return error("{}: tensor '{}' has rows of {} values, expected {} (logical shape {})", checkpoint_.file_of(name), name,

@@ -72,7 +72,8 @@ inline std::string_view ggml_type_name(GgmlType t) {
 inline bool ggml_type_supported(GgmlType t) {
   switch (t) {
     case GgmlType::q4_0: case GgmlType::q4_1: case GgmlType::q5_0: case GgmlType::q5_1: case GgmlType::q8_0:
-    case GgmlType::q4_k: case GgmlType::q5_k: case GgmlType::q6_k:
+    case GgmlType::q2_k: case GgmlType::q3_k: case GgmlType::q4_k: case GgmlType::q5_k: case GgmlType::q6_k:
+    case GgmlType::iq4_nl: case GgmlType::iq4_xs: case GgmlType::mxfp4:
       return true;
     default: return false;
   }
