@@ -5,7 +5,11 @@
 // defaults for every quantized module plus per-module entries (a module path, i.e. a weight's name
 // without ".weight", mapped to its own parameters or to false: kept unquantized). Whether a module is
 // quantized is decided by the checkpoint (its "<module>.scales" tensor exists), as mlx-lm does; this
-// says with which parameters. Only mode "affine" is read; other modes are an error naming them.
+// says with which parameters. Modes: "affine" (codes, scales and biases), and the block-float modes
+// "mxfp4", "nvfp4", "mxfp8" (codes and scales, no biases: models/block_float.h), per module as well
+// (an entry without "mode" has the default's).
+// NVIDIA ModelOpt NVFP4 is read from config.json's quantization_config (quant_method "modelopt",
+// quant_algo "NVFP4") or, without one, from hf_quant_config.json next to config.json.
 #pragma once
 
 #include "base/status.h"
@@ -16,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kapitsa::models {
 
@@ -23,6 +28,7 @@ struct Quantization {
   struct Params {
     int bits = 0;
     int group_size = 0;
+    std::string mode = "affine";
   };
   std::string where;                // "…/config.json: field 'quantization'" for errors
   std::optional<Params> defaults;   // absent: the config has no quantization section
@@ -36,6 +42,14 @@ struct Quantization {
     std::array<int64_t, 2> block{128, 128};
   };
   std::optional<Fp8> fp8;
+  // ModelOpt NVFP4 ("M.weight" U8 [N, K/2], "M.weight_scale" F8_E4M3 [N, K/16], "M.weight_scale_2" F32):
+  // where the config came from, and its excluded modules (wildcards, fnmatch): a module matching one
+  // must not be stored packed.
+  struct Nvfp4 {
+    std::string where;
+    std::vector<std::string> exclude;
+  };
+  std::optional<Nvfp4> nvfp4;
 
   // Parameters of `module`: its own entry, else the defaults; an error when the config keeps it
   // unquantized or has no quantization at all (the checkpoint holds scales for it regardless).
@@ -43,8 +57,9 @@ struct Quantization {
 };
 
 // Reads "quantization" (else an mlx-lm "quantization_config": with "bits", without "quant_method") from the top level of a
-// config.json, or an FP8 "quantization_config" (above); no section gives an empty Quantization. Bad
-// values and other quant_methods (NVFP4, GPTQ, AWQ, ...) are errors naming the field.
+// config.json, or an FP8 / NVFP4 "quantization_config" (above), or hf_quant_config.json beside a
+// config.json that has neither; no section gives an empty Quantization. Bad values, unknown modes
+// and other quant_methods (GPTQ, AWQ, ...) are errors naming the file and field.
 Expected<Quantization> parse_quantization(const weights::HfConfig& top);
 
 }  // namespace kapitsa::models

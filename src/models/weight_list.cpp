@@ -1,11 +1,13 @@
 // WeightLoader: Linears by name, counted once each (see weight_list.h).
 #include "models/weight_list.h"
 
+#include "models/block_float.h"
 #include "models/fp8_weights.h"
 #include "ops/memory.h"
 
 #include <algorithm>
 #include <cmath>
+#include <fnmatch.h>
 #include <vector>
 
 namespace kapitsa::models {
@@ -39,6 +41,8 @@ Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shap
   const weights::TensorEntry* entry = checkpoint_.find(name);
   if (entry != nullptr && entry->ggml) return ggml(name, *entry, shape);
   if (entry != nullptr && entry->dtype == DType::f8_e4m3) return fp8(name, module, shape);
+  if (entry != nullptr && entry->dtype == DType::u8 && (quantization_.nvfp4 || checkpoint_.contains(module + ".weight_scale")))
+    return nvfp4(name, module, shape);
   if (entry != nullptr && entry->dtype == DType::u32)
     return error("{}: tensor '{}' is packed (U32) but '{}.scales' is missing (MLX affine weights need scales and biases)",
                  checkpoint_.file_of(name), name, module);
@@ -50,6 +54,7 @@ Expected<Linear> WeightLoader::linear(const std::string& name, const Shape& shap
 
 Expected<Linear> WeightLoader::affine(const std::string& name, const std::string& module, const Shape& shape) {
   KAPITSA_TRY(const Quantization::Params p, quantization_.params(module));
+  if (p.mode != "affine") return mlx_block_float(name, module, shape, p);
   const std::string scales_name = module + ".scales", biases_name = module + ".biases";
   const std::string file = checkpoint_.file_of(scales_name);
   const int64_t K = shape[-1];
@@ -111,16 +116,84 @@ Expected<Linear> WeightLoader::fp8(const std::string& name, const std::string& m
   KAPITSA_RETURN_IF_ERROR(check_finite(*scale, scale_file, scale_name));
   std::vector<float> scales(static_cast<size_t>(scale->numel()));
   weights::convert_to_f32(*scale, scales.data());
-  Buffer dense = dequantize_fp8(w, scales, *layout);  // bf16 [N, K]
-  Linear l;
-  if (device_ == Device::cpu) {
-    device_weights_.push_back(std::move(dense));  // the model keeps it (keep_device_weights)
-    l = Linear(device_weights_.back().tensor());
-  } else {
-    l = Linear(on_device(dense.tensor()));
-  }
+  const Linear l(own(dequantize_fp8(w, scales, *layout)));  // bf16 [N, K]
   count(l);
   return l;
+}
+
+Expected<Linear> WeightLoader::mlx_block_float(const std::string& name, const std::string& module, const Shape& shape,
+                                               const Quantization::Params& p) {
+  const BlockFloat f = *block_float_from_mode(p.mode);  // parse_quantization checked the mode
+  const BlockFloatInfo info = block_float_info(f);
+  const std::string scales_name = module + ".scales";
+  const std::string file = checkpoint_.file_of(scales_name);
+  const int64_t K = shape[-1], rows = shape.numel() / std::max<int64_t>(K, 1);
+  if (K % info.group != 0)
+    return error("{}: '{}' has {} inputs, not a multiple of mode {}'s group size {}", file, name, K, info.name, info.group);
+  if (checkpoint_.contains(module + ".biases"))
+    return error("{}: tensor '{}.biases' is there, but mode \"{}\" has no biases (is the config's mode the one the "
+                 "weights were quantized with?)", checkpoint_.file_of(module + ".biases"), module, info.name);
+  // codes: [.., N, K·bits/32] u32;  scales: [.., N, K/group] u8 (E8M0, or E4M3 for nvfp4)
+  KAPITSA_TRY(const Tensor packed, checkpoint_.get(name, with_last(shape, K * info.bits / 32), {DType::u32}));
+  KAPITSA_TRY(const Tensor scales, checkpoint_.get(scales_name, with_last(shape, K / info.group), {DType::u8}));
+  const auto* s = scales.data_as<const uint8_t>();
+  if (const int64_t i = first_nonfinite_scale(f, s, scales.numel()); i >= 0)
+    return error("{}: tensor '{}' has a scale that is not finite ({} code 0x{:02X}) at flat index {}", file, scales_name,
+                 f == BlockFloat::nvfp4 ? "E4M3" : "E8M0", s[i], i);
+  const auto* codes = packed.data_as<const uint8_t>();
+  if (f == BlockFloat::mxfp4) {
+    Buffer blocks = mxfp4_to_ggml_blocks(codes, s, rows, K);  // u8 [rows, K/32 · 17]
+    blocks.tensor() = blocks.tensor().reshape(with_last(shape, K / 32 * 17));
+    const Linear l = Linear::ggml(own(std::move(blocks)), GgmlType::mxfp4, K);
+    count(l);
+    return l;
+  }
+  Buffer dense = dequantize_block_float(f, codes, s, rows, K, 1.0f);  // bf16 [rows, K]
+  dense.tensor() = dense.tensor().reshape(shape);
+  const Linear l(own(std::move(dense)));
+  count(l);
+  return l;
+}
+
+Expected<Linear> WeightLoader::nvfp4(const std::string& name, const std::string& module, const Shape& shape) {
+  const std::string file = checkpoint_.file_of(name);
+  if (shape.rank != 2)
+    return error("{}: tensor '{}' is NVFP4 (U8 codes) with logical shape {}: NVFP4 weights load as 2-D matrices only "
+                 "(per-expert tensors, not fused expert stacks)", file, name, shape.str());
+  const int64_t N = shape[0], K = shape[1];
+  if (K % 16 != 0) return error("{}: '{}' has {} inputs, not a multiple of NVFP4's group size 16", file, name, K);
+  if (quantization_.nvfp4)
+    for (const std::string& pattern : quantization_.nvfp4->exclude)
+      if (fnmatch(pattern.c_str(), module.c_str(), 0) == 0)
+        return error("{}: tensor '{}' is stored as NVFP4, but {} excludes '{}' from quantization (pattern '{}')", file,
+                     name, quantization_.nvfp4->where, module, pattern);
+  const std::string scale_name = module + ".weight_scale", global_name = module + ".weight_scale_2";
+  for (const std::string& n : {scale_name, global_name})
+    if (!checkpoint_.contains(n))
+      return error("{}: tensor '{}' is NVFP4 (U8 codes) but '{}' is missing (NVFP4 weights need weight_scale and "
+                   "weight_scale_2)", file, name, n);
+  // codes: [N, K/2] u8, two E2M1 per byte;  weight_scale: [N, K/16] e4m3;  weight_scale_2: [] | [1] f32
+  KAPITSA_TRY(const Tensor codes, checkpoint_.get(name, {N, K / 2}, {DType::u8}));
+  KAPITSA_TRY(const Tensor scales, checkpoint_.get(scale_name, {N, K / 16}, {DType::f8_e4m3}));
+  KAPITSA_TRY(const Tensor global, checkpoint_.get_any_shape(global_name, {DType::f32, DType::bf16, DType::f16}));
+  const std::string scale_file = checkpoint_.file_of(scale_name), global_file = checkpoint_.file_of(global_name);
+  if (global.numel() != 1)
+    return error("{}: tensor '{}' has shape {}; expected one value (the per-tensor second scale)", global_file,
+                 global_name, global.shape().str());
+  KAPITSA_RETURN_IF_ERROR(check_finite(scales, scale_file, scale_name));
+  KAPITSA_RETURN_IF_ERROR(check_finite(global, global_file, global_name));
+  float g = 0;
+  weights::convert_to_f32(global, &g);
+  const Linear l(own(dequantize_block_float(BlockFloat::nvfp4, codes.data_as<const uint8_t>(),
+                                            scales.data_as<const uint8_t>(), N, K, g)));  // bf16 [N, K]
+  count(l);
+  return l;
+}
+
+Tensor WeightLoader::own(Buffer made) {
+  if (device_ != Device::cpu) return on_device(made.tensor());
+  device_weights_.push_back(std::move(made));  // the model keeps it (take_device_weights)
+  return device_weights_.back().tensor();
 }
 
 Expected<Buffer> WeightLoader::conv_weight(const std::string& name, int64_t channels, int64_t kernel) const {

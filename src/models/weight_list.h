@@ -9,7 +9,10 @@
 // group size from config.json's quantization (models/quantization.h) — else llama.cpp blocks when the
 // checkpoint entry carries a ggml type (GGUF, models/gguf_checkpoint.h), else FP8 when it is F8_E4M3
 // (with MODULE.weight_scale_inv or MODULE.weight_scale: dequantized to bf16 at load, models/fp8_weights.h),
-// else dense.
+// else ModelOpt NVFP4 when it is U8 with MODULE.weight_scale / weight_scale_2 (or the config says NVFP4:
+// dequantized to bf16 at load, models/block_float.h), else dense. MLX's block-float modes (mxfp4, nvfp4,
+// mxfp8) are MODULE.scales without biases: mxfp4 repacked into llama.cpp MXFP4 blocks, the others
+// dequantized to bf16.
 // Device: for a model on the GPU every weight is copied there once as it is loaded (from the mmapped
 // file); the loader owns those copies until the model takes them (take_device_weights).
 #pragma once
@@ -45,7 +48,8 @@ class WeightLoader {
   // A zero f32 vector on the loader's device (a parameter the checkpoint may leave out).
   Buffer zeros_f32(const Shape& shape) const;
   Device device() const { return device_; }
-  // The device copies of every Linear loaded so far, and on cpu the weights dequantized at load (FP8):
+  // The device copies of every Linear loaded so far, and on cpu the weights made at load (FP8, NVFP4, mlx's
+  // block-float modes):
   // the model keeps them alive.
   std::vector<Buffer> take_device_weights() { return std::move(device_weights_); }
   size_t device_bytes() const { return device_bytes_; }
@@ -90,6 +94,14 @@ class WeightLoader {
   Expected<Linear> ggml(const std::string& name, const weights::TensorEntry& entry, const Shape& shape);
   // F8_E4M3 codes with weight_scale(_inv): dequantized once to bf16 (models/fp8_weights.h).
   Expected<Linear> fp8(const std::string& name, const std::string& module, const Shape& shape);
+  // mlx's mxfp4 / nvfp4 / mxfp8 modes: U32 codes and U8 scales (models/block_float.h).
+  Expected<Linear> mlx_block_float(const std::string& name, const std::string& module, const Shape& shape,
+                                   const Quantization::Params& p);
+  // ModelOpt NVFP4: U8 codes, F8_E4M3 weight_scale, F32 weight_scale_2; dequantized once to bf16.
+  Expected<Linear> nvfp4(const std::string& name, const std::string& module, const Shape& shape);
+  // A weight made at load (dequantized or repacked): kept by the loader on cpu (the model takes it with
+  // take_device_weights), else copied to the device; returns the tensor to use.
+  Tensor own(Buffer made);
   // `t` itself on cpu; else its copy on device_, kept in device_weights_.
   Tensor on_device(const Tensor& t);
 
@@ -99,7 +111,7 @@ class WeightLoader {
   std::vector<Entry> entries_;
   double share_ = 1.0;
   Device device_ = Device::cpu;
-  std::vector<Buffer> device_weights_;  // device copies; on cpu, FP8 weights dequantized to bf16
+  std::vector<Buffer> device_weights_;  // device copies; on cpu, weights made at load (own)
   mutable size_t device_bytes_ = 0;  // conv_weight (const) counts too
 };
 

@@ -225,8 +225,8 @@ TEST_F(AffineErrors, ModuleMarkedUnquantizedButQuantized) {
 TEST_F(AffineErrors, UnsupportedBitsAndModes) {
   std::string msg = load_error({8, 32, {}}, [&](auto&, Json& config) { config["quantization"]["bits"] = 7; });
   EXPECT_NE(msg.find("7 bits with group size 32 is not supported"), std::string::npos) << msg;
-  msg = load_error({8, 32, {}}, [&](auto&, Json& config) { config["quantization"]["mode"] = "mxfp4"; });
-  EXPECT_NE(msg.find("quantization mode \"mxfp4\" is not supported yet"), std::string::npos) << msg;
+  msg = load_error({8, 32, {}}, [&](auto&, Json& config) { config["quantization"]["mode"] = "mxfp6"; });
+  EXPECT_NE(msg.find("quantization mode \"mxfp6\" is not supported (affine, mxfp4, nvfp4, mxfp8)"), std::string::npos) << msg;
 }
 
 TEST_F(AffineErrors, ConfigNamesAModuleThatDoesNotExist) {

@@ -69,16 +69,16 @@ TEST_F(CliErrors, UnsupportedQuantMethodIsNamed) {
   expect_error({"config.json", "quant_method \"gptq\"", "does not load yet", "FP8 E4M3", "MLX affine", "GGUF"});
 }
 
-// modelopt's NVFP4 (nvidia's -NVFP4 releases) is named by its algorithm, not only "modelopt".
+// modelopt's algorithms it does not load (W4A8_AWQ) are named, not only "modelopt".
 TEST_F(CliErrors, ModeloptNamesItsAlgorithm) {
   write_model([](auto&) {});
   std::ifstream in(dir_.path("config.json"));
   std::stringstream text;
   text << in.rdbuf();
   std::string config = text.str();
-  config.insert(config.find('{') + 1, R"("quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"},)");
+  config.insert(config.find('{') + 1, R"("quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"},)");
   std::ofstream(dir_.path("config.json")) << config;
-  expect_error({"config.json", "quant_method \"modelopt\" (NVFP4)", "does not load yet"});
+  expect_error({"config.json", "quant_method \"modelopt\" (W4A8_AWQ)", "does not load yet"});
 }
 
 // A broken .gguf is named with its problem, for logits and for run (which reads its tokenizer first).

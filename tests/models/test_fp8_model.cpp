@@ -5,7 +5,9 @@
 // file, the tensor and the problem.
 #include "affine_checkpoint.h"
 #include "cli_runner.h"
+#include "demo_draft.h"
 #include "fixture_reference.h"
+#include "float_codes.h"
 #include "model_logits.h"
 #include "models/quantization.h"
 #include "models/weight_list.h"
@@ -22,15 +24,6 @@
 
 namespace kapitsa::testing {
 namespace {
-
-// E4M3 ("fn": bias 7, no infinities, S.1111.111 NaN) from its definition.
-float e4m3(uint8_t b) {
-  const int e = (b >> 3) & 15, m = b & 7;
-  const float sign = (b & 0x80) ? -1.0f : 1.0f;
-  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
-  if (e == 0) return sign * std::ldexp(float(m) / 8.0f, -6);
-  return sign * std::ldexp(1.0f + float(m) / 8.0f, e - 7);
-}
 
 Buffer f8(int64_t N, int64_t K, const std::vector<uint8_t>& codes) {
   Buffer b = Buffer::allocate(DType::f8_e4m3, {N, K});
@@ -174,43 +167,27 @@ TEST(Fp8Config, MethodsAndBadFields) {
   q = parse({{"quant_method", "compressed-tensors"}, {"config_groups", {{"group_0", {{"weights", int4}}}}}});
   ASSERT_FALSE(q.ok());  // int4 compressed-tensors: not loaded
   EXPECT_NE(q.error().message.find("does not load yet"), std::string::npos) << q.error().message;
-  q = parse({{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}});
+  q = parse({{"quant_method", "modelopt"}, {"quant_algo", "W4A8_AWQ"}});
   ASSERT_FALSE(q.ok());
-}
-
-// Nearest E4M3 code to x (ties to the smaller magnitude), by bisection over the 127 non-negative finite values.
-uint8_t to_e4m3(float x) {
-  static const std::vector<float> values = [] {
-    std::vector<float> v(127);
-    for (int i = 0; i < 127; ++i) v[i] = e4m3(uint8_t(i));
-    return v;
-  }();
-  const float a = std::min(std::fabs(x), 448.0f);
-  const auto it = std::lower_bound(values.begin(), values.end(), a);
-  int i = int(it - values.begin());
-  if (i == 127 || (i > 0 && a - values[i - 1] <= values[i] - a)) --i;
-  return uint8_t(i) | (x < 0 ? 0x80 : 0);
 }
 
 // The demo draft as a block-FP8 release ships it: every projection F8_E4M3 with a "weight_scale_inv"
 // per 128×128 block (amax / 448), embedding and norms bf16. Measured (this commit): relative error
 // 3.1e-2, top-1 0.955, mean KL 2.9e-3 against the bf16 draft.
 TEST(Fp8Model, DemoDraftAsBlockFp8) {
-  const std::string src = test_data_path("../models/demo/draft");
-  FixtureReference ref = load_fixture_reference(src);
-  auto ckpt = weights::Checkpoint::open(src);
-  ASSERT_TRUE(ckpt.ok());
-  auto config = read_json_file(src + "/config.json");
-  ASSERT_TRUE(config.ok());
+  DemoDraft draft = open_demo_draft();
+  ASSERT_TRUE(draft.ckpt);
+  const std::string& src = draft.dir;
+  const FixtureReference& ref = draft.ref;
+  const weights::Checkpoint* ckpt = draft.ckpt.get();
+  Json* config = &draft.config;
   std::vector<weights::NamedTensor> tensors;
   std::vector<Buffer> keep;
   int converted = 0;
   for (const std::string& name : ckpt->names()) {
     auto t = ckpt->get_any_shape(name);
     if (!t.ok()) continue;  // the vision tower's rank-5 patch embedding: not read by the language model
-    const bool proj = t->rank() == 2 && name.find("layers.") != std::string::npos && name.find("norm") == std::string::npos &&
-                      name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 && name.find("visual") == std::string::npos;
-    if (!proj) {
+    if (!is_draft_projection(name, *t)) {
       tensors.push_back({name, *t});
       continue;
     }
