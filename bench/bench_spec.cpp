@@ -1,15 +1,18 @@
 // Speculative decoding benchmark (whole process, not Google Benchmark): greedy decode through the
-// Engine with and without guesses — n-gram lookup and a draft model — on an edit workload (a file in
+// Engine with and without guesses — n-gram lookup, a draft model and the target's MTP head — on an edit workload (a file in
 // the prompt, the model writes it again with a small change: an agent's typical reply) and on
 // free-running code completion. Prints decode tokens/s, the speed-up, the accepted share of guesses,
 // tokens per target forward step (= per read of the target's weights) and weight bytes read per
-// token (target and draft), and checks that every run gave the same tokens as plain decoding. By hand:
+// token (target, draft or MTP head), and checks that every run gave the same tokens as plain decoding. By hand:
 //   build/release/bench/bench_spec [--model models/demo/target] [--draft models/demo/draft]
-//       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--proposers ngram draft] [--repeat 5]
+//       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--mtp-k 1 2 3] [--proposers ngram draft mtp]
+//       [--repeat 5]
 #include "models/model.h"
 #include "runtime/draft_proposer.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_proposer.h"
 #include "runtime/proposer.h"
+#include "weights/safetensors.h"
 #include "text/tokenizer/tokenizer.h"
 
 #include <CLI/CLI.hpp>
@@ -104,14 +107,15 @@ int main(int argc, char** argv) {
   std::string model_dir = "models/demo/target";
   int max_tokens = 160;
   std::string draft_dir = "models/demo/draft";
-  std::vector<int> ks = {2, 4, 8}, draft_ks = {2, 3, 4};
+  std::vector<int> ks = {2, 4, 8}, draft_ks = {2, 3, 4}, mtp_ks = {1, 2, 3};
   std::vector<std::string> proposers = {"ngram", "draft"};
   app.add_option("--model", model_dir, "Model folder (with its tokenizer)");
   app.add_option("--draft", draft_dir, "Draft model folder (same tokenizer)");
   app.add_option("--max-tokens", max_tokens, "Tokens generated per run");
   app.add_option("--spec-k", ks, "Guesses per step to try with n-gram");
   app.add_option("--draft-k", draft_ks, "Guesses per step to try with the draft model");
-  app.add_option("--proposers", proposers, "Which proposers to run: ngram, draft");
+  app.add_option("--mtp-k", mtp_ks, "Guesses per step to try with the MTP head");
+  app.add_option("--proposers", proposers, "Which proposers to run: ngram, draft, mtp");
   int repeat = 1;
   app.add_option("--repeat", repeat, "Runs of every configuration, interleaved; the median tok/s is shown (noisy machines)");
   CLI11_PARSE(app, argc, argv);
@@ -137,8 +141,19 @@ int main(int argc, char** argv) {
     }
     draft_bytes = static_cast<double>((*d)->info().weight_bytes_per_token);
   }
-  fmt::print("model {} ({:.1f} MB weights read per step), draft {} ({:.1f} MB), greedy, {} tokens per run\n", model_dir,
-             target_bytes / 1e6, with_draft ? draft_dir : "-", draft_bytes / 1e6, max_tokens);
+  // The MTP head's reads per head row: its mtp.* tensors and the (shared) output head.
+  double mtp_bytes = 0;
+  if (std::find(proposers.begin(), proposers.end(), "mtp") != proposers.end()) {
+    auto ckpt = weights::Checkpoint::open(model_dir);
+    if (ckpt.ok())
+      for (const std::string& name : ckpt->names())
+        if (name.rfind("mtp.", 0) == 0) mtp_bytes += static_cast<double>(ckpt->find(name)->nbytes);
+    const models::ModelInfo& info = (*target_info)->info();
+    mtp_bytes += 2.0 * static_cast<double>(info.vocab_size * info.hidden_size);  // the bf16 head
+  }
+  fmt::print("model {} ({:.1f} MB weights read per step), draft {} ({:.1f} MB), MTP head {:.1f} MB per row, greedy, {} "
+             "tokens per run\n", model_dir, target_bytes / 1e6, with_draft ? draft_dir : "-", draft_bytes / 1e6,
+             mtp_bytes / 1e6, max_tokens);
   fmt::print("| workload | spec | decode tok/s | speed-up | guesses accepted | tokens per target step | weight MB per token | same tokens |\n");
   fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
   bool all_same = true;
@@ -147,12 +162,16 @@ int main(int argc, char** argv) {
       std::string name;
       int k;
       std::function<std::shared_ptr<runtime::Proposer>()> make;
-      bool draft;
+      double bytes_per_guess;  // weights a guess reads besides the target's
     };
     std::vector<Run> runs;
     for (const std::string& p : proposers) {
       if (p == "ngram")
-        for (int k : ks) runs.push_back({"ngram", k, [] { return std::make_shared<runtime::NgramProposer>(); }, false});
+        for (int k : ks) runs.push_back({"ngram", k, [] { return std::make_shared<runtime::NgramProposer>(); }, 0.0});
+      if (p == "mtp")
+        for (int k : mtp_ks)
+          runs.push_back({"mtp", k, [] { return std::make_shared<runtime::MtpProposer>(runtime::MtpProposer::Options{}); },
+                          mtp_bytes});
       if (p == "draft")
         for (int k : draft_ks)
           runs.push_back({"draft", k, [&] {
@@ -161,7 +180,7 @@ int main(int argc, char** argv) {
                             return std::make_shared<runtime::DraftModelProposer>(std::move(m).value(),
                                                                                  runtime::DraftModelProposer::Options{});
                           },
-                          true});
+                          draft_bytes});
     }
     // Every configuration `repeat` times, interleaved (plain first in each round), so that a change in
     // the machine's load hits all of them alike; the median decode rate of each is shown.
@@ -189,8 +208,9 @@ int main(int argc, char** argv) {
       // Decode steps: every token after the first comes from a step that emits 1 + its accepted guesses.
       const double tokens = static_cast<double>(spec.ids.size()) - 1;
       const double steps = tokens - spec.accepted;
-      // Bytes read per token: the target's weights once per step, the draft's once per guess.
-      const double bytes = tokens > 0 ? (target_bytes * steps + (run.draft ? draft_bytes * spec.proposed : 0)) / tokens : 0;
+      // Bytes read per token: the target's weights once per step, the draft's (or the MTP head's) once
+      // per guess (the head's catch-up rows ride in the first guess's step).
+      const double bytes = tokens > 0 ? (target_bytes * steps + run.bytes_per_guess * spec.proposed) / tokens : 0;
       fmt::print("| {} | {} k={} | {:.1f} | {:.2f} | {} of {} ({:.0f}%) | {:.2f} | {:.1f} | {} |\n", w.name, run.name, run.k,
                  rate, rate / plain_rate, spec.accepted, spec.proposed,
                  spec.proposed > 0 ? 100.0 * spec.accepted / spec.proposed : 0.0, steps > 0 ? tokens / steps : 0.0,

@@ -8,6 +8,7 @@
 #include "cli/hub/pull.h"
 #include "models/fingerprint.h"
 #include "models/model.h"
+#include "runtime/mtp_proposer.h"
 #include "runtime/proposer.h"
 
 #include <cstdio>
@@ -124,8 +125,9 @@ runtime::SamplingParams SamplingFlags::apply(runtime::SamplingParams s) const {
 void SpecFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--spec", spec,
                   "Speculative decoding (output unchanged, only faster): 'ngram' guesses the next tokens from "
-                  "earlier text of the same conversation, 'draft' asks the --draft model, 'auto' the draft "
-                  "model when one is given, else n-gram; 'none' decodes one token a step")
+                  "earlier text of the same conversation, 'draft' asks the --draft model, 'mtp' the model's own "
+                  "multi-token-prediction head (mtp.* tensors), 'auto' the draft model when one is given, else "
+                  "the MTP head when the model has one, else n-gram; 'none' decodes one token a step")
       ->capture_default_str();
   cmd->add_option("--spec-k", spec_k, "The most guessed tokens verified per step")->capture_default_str();
   cmd->add_option("--draft", draft, "Draft model folder for --spec draft|auto (the model's tokenizer)");
@@ -135,14 +137,18 @@ Status SpecFlags::apply(runtime::EngineOptions& options) const {
   if (spec_k < 1 || spec_k > 32) return error("--spec-k must be between 1 and 32, got {}", spec_k);
   options.spec_tokens = spec_k;
   options.proposer = nullptr;
-  if (spec != "none" && spec != "ngram" && spec != "draft" && spec != "auto")
-    return error("--spec must be 'none', 'ngram', 'draft' or 'auto', got '{}' (MTP heads are not there yet)", spec);
+  if (spec != "none" && spec != "ngram" && spec != "draft" && spec != "mtp" && spec != "auto")
+    return error("--spec must be 'none', 'ngram', 'draft', 'mtp' or 'auto', got '{}'", spec);
   if (spec == "draft" && draft.empty()) return error("--spec draft needs --draft DIR (a draft model folder)");
-  if (!draft.empty() && (spec == "none" || spec == "ngram"))
+  if (!draft.empty() && (spec == "none" || spec == "ngram" || spec == "mtp"))
     return error("--draft {} is only used with --spec draft or --spec auto, not --spec {}", draft, spec);
   if (!draft.empty() && !fs::is_regular_file(fs::path(draft) / "config.json"))
     return error("--draft {}: not a model folder (no config.json)", draft);
-  if (spec == "ngram" || (spec == "auto" && draft.empty())) options.proposer = std::make_shared<runtime::NgramProposer>();
+  if (spec == "ngram") options.proposer = std::make_shared<runtime::NgramProposer>();
+  // The model is not loaded yet: Engine::create attaches the proposer, which then checks for a head
+  // (mtp: an error without one; auto: n-gram without one).
+  if (spec == "mtp" || (spec == "auto" && draft.empty()))
+    options.proposer = std::make_shared<runtime::MtpProposer>(runtime::MtpProposer::Options{spec == "auto"});
   return ok_status();
 }
 

@@ -84,6 +84,13 @@ void HybridDecoder::keep_device_weights(WeightLoader& loader) {
   device_weights_ = loader.take_device_weights();
 }
 
+HybridDecoder::MirroredMetadata::MirroredMetadata(Device d, Workspace& ws) : device(d) {
+  const std::span<const std::byte> metadata = ws.host_taken();
+  ops::mirror_step_metadata(device, metadata.data(), metadata.size());
+}
+
+HybridDecoder::MirroredMetadata::~MirroredMetadata() { ops::clear_step_metadata(device); }
+
 void HybridDecoder::store(const Tensor& src, const Tensor& out) const {
   if (out.device() == device_) ops::copy(src, out);
   else ops::copy_bytes(out, src, /*wait=*/false);
@@ -116,7 +123,7 @@ Status HybridDecoder::load_embedding_and_head(WeightLoader& loader, const std::s
 }
 
 Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const ForwardOutputs& outputs,
-                                              Workspace& ws) const {
+                                              Workspace& ws, std::span<const int64_t> first_positions) const {
   const size_t n = batch.sequences.size();
   size_t n_blocks = 0;
   StepBatch step;
@@ -145,12 +152,12 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
     const SequenceState& state = *batch.sequences[j].state;
     const int64_t begin = row_offsets[j], length = static_cast<int64_t>(batch.sequences[j].ids.size());
     row_offsets[j + 1] = begin + length;
-    positions0[j] = state.n_past();
+    positions0[j] = first_positions.empty() ? state.n_past() : first_positions[j];
     state_slots[j] = state.state_slot();
     const std::span<const int32_t> table = state.kv_pages();
     std::copy(table.begin(), table.end(), block_tables.begin() + block_offsets[j]);
     block_offsets[j + 1] = block_offsets[j] + static_cast<int32_t>(table.size());
-    for (int64_t t = 0; t < length; ++t) positions[static_cast<size_t>(begin + t)] = static_cast<int32_t>(state.n_past() + t);
+    for (int64_t t = 0; t < length; ++t) positions[static_cast<size_t>(begin + t)] = static_cast<int32_t>(positions0[j] + t);
   }
   step.seqs.row_offsets = row_offsets;
   step.seqs.state_slots = state_slots;
@@ -222,13 +229,7 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   const Tensor x = ws.take(DType::f32, {T, H});  // the residual stream
   const Tensor normed = ws.take(DType::f32, {T, H});
   const Tensor mixed = ws.take(DType::f32, {T, H});
-  // Ops given spans of this range read its device copy instead of copying each span per op.
-  const std::span<const std::byte> metadata = ws.host_taken();
-  ops::mirror_step_metadata(device_, metadata.data(), metadata.size());
-  struct ClearMirror {
-    Device d;
-    ~ClearMirror() { ops::clear_step_metadata(d); }
-  } clear_mirror{device_};
+  const MirroredMetadata mirrored(device_, ws);
 
   if (!(decode && run_as_graph(step, ids, x, normed, mixed, logits, ctx)))
     trunk(step, ids, x, normed, mixed, all_layers, logits, ctx);

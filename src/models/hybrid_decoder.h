@@ -58,8 +58,22 @@ class HybridDecoder : public Model {
   KvLayout kv_layout_;
   RecurrentLayout recurrent_layout_;
 
+  // The step's metadata in `ws`. positions0: each sequence's first position (empty: its n_past).
+  Expected<StepBatch> build_step(const ForwardBatch& batch, const ForwardOutputs& outputs, Workspace& ws,
+                                 std::span<const int64_t> positions0 = {}) const;
+  // out := src (a device_ tensor); out may be on the host, then the copy completes at the step's end.
+  void store(const Tensor& src, const Tensor& out) const;
+  // For the step's lifetime: the host range the workspace handed out so far (ids, step metadata) is
+  // mirrored on the device; ops given spans of it read the copy instead of copying each span per op.
+  struct MirroredMetadata {
+    MirroredMetadata(Device device, Workspace& ws);
+    ~MirroredMetadata();
+    MirroredMetadata(const MirroredMetadata&) = delete;
+    MirroredMetadata& operator=(const MirroredMetadata&) = delete;
+    Device device;
+  };
+
  private:
-  Expected<StepBatch> build_step(const ForwardBatch& batch, const ForwardOutputs& outputs, Workspace& ws) const;
   // Embedding, blocks, final norm into `normed`; then, when `logits` is given, the head over every row.
   void trunk(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x, const Tensor& normed,
              const Tensor& mixed, const Tensor& all_layers, const Tensor& logits, ForwardContext& ctx) const;
@@ -69,8 +83,6 @@ class HybridDecoder : public Model {
                     const Tensor& mixed, const Tensor& logits, ForwardContext& ctx) const;
   void write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,
                      Workspace& ws) const;
-  // out := src (a device_ tensor); out may be on the host, then the copy completes at the step's end.
-  void store(const Tensor& src, const Tensor& out) const;
   std::shared_ptr<StateSlotPool> slot_pool() const;
 
   std::vector<Buffer> device_weights_;  // every Linear's copy on device_ (on cpu: FP8 weights as bf16)

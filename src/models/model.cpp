@@ -47,6 +47,17 @@ Status Model::run_step(const ForwardBatch& batch, const ForwardOutputs& outputs)
   return forward(batch, outputs, ctx);
 }
 
+Status Model::forward_mtp(std::span<const MtpRows>, ForwardContext&) const {
+  return error("{} has no multi-token-prediction head", info().model_type);
+}
+
+Status Model::run_mtp(std::span<const MtpRows> sequences) const {
+  std::lock_guard lock(workspace_mu_);
+  workspace_.set_device(device());
+  ForwardContext ctx{workspace_};
+  return forward_mtp(sequences, ctx);
+}
+
 void SequenceState::rollback(int64_t, int32_t&) {
   KAPITSA_CHECK(false, "this kind of sequence state cannot be rolled back (speculative decoding)");
 }

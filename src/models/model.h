@@ -31,6 +31,8 @@ struct ModelInfo {
   int64_t weight_bytes_per_token = 0;
   // Bytes of every loaded weight matrix (embedding and head once each, all experts): what stays resident.
   int64_t resident_weight_bytes = 0;
+  // Layers of the loaded multi-token-prediction head (Qwen3.5 mtp.*; Model::forward_mtp): 0 when none.
+  int64_t mtp_layers = 0;
 };
 
 // Per-sequence memory: attention KV for every attention layer (pages of a KvPagePool, addressed by
@@ -144,6 +146,24 @@ class Model {
   Status forward_batch(std::span<const BatchItem> items) const;
   // forward(batch, outputs, ctx) with the model's own workspace (one step at a time per model).
   Status run_step(const ForwardBatch& batch, const ForwardOutputs& outputs) const;
+
+  // The multi-token-prediction head (info().mtp_layers > 0), one sequence's rows: row i pairs token
+  // ids[i] with the target's final-normed hidden row hidden[i] of the token before it and runs at
+  // position position0 + i, attending over the head's own KV (the last layer of the sequence's KV
+  // layout), which it writes; the state's n_past is unchanged. Positions past n_past take the pages
+  // the next forward over them would take (a rollback releases them). Row i's output predicts the
+  // token two after hidden[i]'s token.
+  struct MtpRows {
+    SequenceState* state = nullptr;
+    int64_t position0 = 0;
+    std::span<const int32_t> ids;  // [n]
+    Tensor hidden;                 // [n, H] f32
+    Tensor logits;                 // [n, V] or [1, V] (the last row) f32; empty: not wanted
+    Tensor out_hidden;             // [n, H] or [1, H] f32 after mtp.norm (the next recursive step's hidden)
+  };
+  virtual Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const;
+  // forward_mtp with the model's own workspace.
+  Status run_mtp(std::span<const MtpRows> sequences) const;
 
  protected:
   // The pool new_state(…, nullptr) uses, created on first use.

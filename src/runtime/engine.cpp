@@ -80,6 +80,7 @@ class EngineImpl final : public Engine {
     counters_.state_bytes_per_sequence = static_cast<int64_t>(sc.state_fixed_bytes);
     counters_.kv_page_bytes = static_cast<int64_t>(pool->page_bytes());
     if (options_.proposer) counters_.proposer = std::string(options_.proposer->name());
+    if (options_.proposer && options_.proposer->wants_hidden()) executor_.observe_hidden(options_.proposer.get());
     scheduler_ = std::make_unique<Scheduler>(sc);
     std::unique_ptr<DiskCache> disk;
     if (!options_.disk_cache.dir.empty()) disk = std::make_unique<DiskCache>(options_.disk_cache, *model_, pool);
@@ -398,6 +399,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<models::Model> 
   if (!models::is_kv_dtype(options.kv_dtype))
     return error("kv_dtype must be f32, bf16 or f16, got {}", dtype_name(options.kv_dtype));
   if (!options.disk_cache.dir.empty()) KAPITSA_RETURN_IF_ERROR(DiskCache::prepare_dir(options.disk_cache.dir));
+  if (options.proposer) KAPITSA_RETURN_IF_ERROR(options.proposer->attach(*model));
   return std::unique_ptr<Engine>(std::make_unique<EngineImpl>(std::move(model), std::move(tokenizer), options));
 }
 

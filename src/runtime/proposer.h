@@ -5,15 +5,21 @@
 // distribution). A proposer only affects speed.
 // NgramProposer ("prompt lookup"): the tokens that followed the most recent earlier occurrence of the
 // sequence's last n tokens (longest n first) — agents re-emit code they just read.
-// The draft-model proposer is in runtime/draft_proposer.h.
+// The draft-model proposer is in runtime/draft_proposer.h, the MTP-head one in runtime/mtp_proposer.h.
 #pragma once
 
+#include "base/status.h"
 #include "runtime/request.h"
 
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
+
+namespace kapitsa::models {
+class Model;
+class SequenceState;
+}  // namespace kapitsa::models
 
 namespace kapitsa::runtime {
 
@@ -29,6 +35,9 @@ struct DraftRequest {
   // (accept g with min(1, p(g)/q(g))). Left empty: the guesses are deterministic (a one-hot q), and
   // verification draws from p and keeps a guess iff it draws the same token.
   std::vector<float>* q = nullptr;
+  // The sequence's target state (n_past folded tokens: all of `tokens` but the last), for a proposer
+  // that runs part of the target on it (the MTP head writes its KV there).
+  models::SequenceState* state = nullptr;
 };
 
 class Proposer {
@@ -43,6 +52,13 @@ class Proposer {
   virtual void propose_batch(std::span<const DraftRequest> requests);
   // The sequence ended: drop whatever is kept for it (a draft model's state). Engine thread.
   virtual void release(uint64_t sequence) {}
+  // Engine::create hands over the model the guesses are verified by; error: this proposer cannot serve it.
+  virtual Status attach(const models::Model& target) { return ok_status(); }
+  // True: after every step the engine passes observe_hidden the target's final-normed hidden rows of
+  // the tokens it folded for each sequence (rows [n, H] of positions position0 .. position0 + n - 1;
+  // those past the state's n_past at the next proposal were rolled back).
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe_hidden(uint64_t sequence, int64_t position0, std::span<const float> rows) {}
 };
 
 class NgramProposer final : public Proposer {

@@ -24,7 +24,8 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     const int wanted = seq->draft_length > 0 ? std::min(seq->draft_length, max_tokens) : max_tokens;
     const int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
     if (k <= 0) continue;
-    requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q});
+    requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,
+                        seq->state.get()});
     drafting.push_back(seq);
   }
   if (requests.empty()) return;

@@ -2,6 +2,7 @@
 #include "runtime/step_executor.h"
 
 #include "runtime/engine_memory.h"
+#include "runtime/proposer.h"
 
 #include <algorithm>
 #include <mutex>
@@ -25,6 +26,11 @@ Status run_forward(const models::Model& model, const models::ForwardBatch& batch
 Status run_forward(const models::Model& model, std::span<const models::Model::BatchItem> items) {
   std::lock_guard lock(compute_lock());
   return model.forward_batch(items);
+}
+
+Status run_mtp_forward(const models::Model& model, std::span<const models::Model::MtpRows> rows) {
+  std::lock_guard lock(compute_lock());
+  return model.run_mtp(rows);
 }
 
 Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Sequences& seqs, Scheduler& scheduler,
@@ -71,7 +77,33 @@ Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Seque
   models::ForwardOutputs outputs;
   outputs.logits = logit_rows_;
   outputs.checkpoints = checkpoints_;
+  hidden_rows_.clear();
+  if (hidden_observer_ != nullptr) {
+    // Every folded row's hidden state, for the proposer (the MTP head reads them); rows_ covers the
+    // longest item.
+    const int64_t H = model_.info().hidden_size;
+    if (hidden_.tensor().empty() || hidden_.tensor().dim(0) < static_cast<int64_t>(at))
+      hidden_ = Buffer::allocate(DType::f32, {static_cast<int64_t>(at), H});
+    int64_t row = 0;
+    for (size_t i = 0; i < sequences_.size(); ++i) {
+      const int64_t folded = static_cast<int64_t>(sequences_[i].ids.size());
+      hidden_rows_.push_back({i, std::span<const int32_t>(rows_).first(static_cast<size_t>(folded)),
+                              hidden_.tensor().rows(row, row + folded)});
+      row += folded;
+    }
+    outputs.hidden = hidden_rows_;
+  }
   KAPITSA_RETURN_IF_ERROR(run_forward(model_, models::ForwardBatch{sequences_}, outputs));
+  if (hidden_observer_ != nullptr) {
+    const int64_t H = model_.info().hidden_size;
+    int64_t row = 0;
+    for (size_t i = 0; i < work.size(); ++i) {
+      const int64_t folded = static_cast<int64_t>(sequences_[i].ids.size());
+      hidden_observer_->observe_hidden(work[i].id, scheduler.n_past(work[i].id),
+                                       std::span<const float>(hidden_.f32() + row * H, static_cast<size_t>(folded * H)));
+      row += folded;
+    }
+  }
   for (const Scheduler::Work& w : work) {
     Sequence& seq = *seqs.at(w.id);
     scheduler.advance(w.id, w.n_tokens);

@@ -21,15 +21,20 @@
 namespace kapitsa::runtime {
 
 class EngineMemory;
+class Proposer;
 
 // Model::run_step under the process-wide compute lock.
 Status run_forward(const models::Model& model, const models::ForwardBatch& batch, const models::ForwardOutputs& outputs);
 // Model::forward_batch under the same lock.
 Status run_forward(const models::Model& model, std::span<const models::Model::BatchItem> items);
+// Model::run_mtp under the same lock.
+Status run_mtp_forward(const models::Model& model, std::span<const models::Model::MtpRows> rows);
 
 class StepExecutor {
  public:
   explicit StepExecutor(const models::Model& model) : model_(model) {}
+  // After each run, `proposer` gets every folded token's hidden row (Proposer::observe_hidden).
+  void observe_hidden(Proposer* proposer) { hidden_observer_ = proposer; }
 
   // Folds work[i]'s tokens into its sequence's state. Returns the prompt tokens folded; on error
   // nothing was folded (the model changes no state then).
@@ -41,13 +46,16 @@ class StepExecutor {
 
  private:
   const models::Model& model_;
+  Proposer* hidden_observer_ = nullptr;
   Buffer logits_;                   // [rows of the last step, V]
+  Buffer hidden_;                   // [folded tokens of the last step, H] when observed
   std::vector<int64_t> first_row_;  // work item i's rows start at first_row_[i]
   // Per-step lists the forward reads (kept to avoid allocating each step).
   std::vector<int32_t> ids_, rows_;
   std::vector<models::ForwardBatch::Sequence> sequences_;
   std::vector<models::ForwardOutputs::Rows> logit_rows_;
   std::vector<models::ForwardOutputs::Checkpoints> checkpoints_;
+  std::vector<models::ForwardOutputs::Rows> hidden_rows_;
 };
 
 }  // namespace kapitsa::runtime

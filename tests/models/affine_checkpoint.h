@@ -105,7 +105,7 @@ inline Status write_affine_checkpoint(const std::string& src, const std::string&
                         (t.rank() == 3 && name.find("experts.") != std::string::npos && !is_weight) ||
                         (t.rank() == 3 && name.find(".switch_mlp.") != std::string::npos);  // mlx-lm stacks
     int bits = recipe.bits, gs = recipe.group_size;
-    bool quantize = matrix && name.find("visual") == std::string::npos && name.rfind("mtp.", 0) != 0;
+    bool quantize = matrix && name.find("visual") == std::string::npos;  // the MTP head too
     if (auto it = recipe.modules.find(module); it != recipe.modules.end()) {
       if (it->second) bits = it->second->first, gs = it->second->second;
       else quantize = false;

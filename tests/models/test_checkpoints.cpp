@@ -2,14 +2,23 @@
 // tokens equals the recurrent state of running the first n - k + j + 1 tokens alone, for both families,
 // the ref and cpu backends, k in {1, 2, 5, 16}, with the window straddling a scan chunk boundary (GDN
 // chunks of 64, the fixtures' Mamba-2 chunks of 32); the last checkpoint is the state itself. Also: the
-// outputs return logits and hidden rows for chosen positions equal to a full pass's.
+// outputs return logits and hidden rows for chosen positions equal to a full pass's. And the MTP head
+// (Model::forward_mtp): the demo's trained head against the PyTorch forward the training script wrote,
+// in one call and split over two (its KV carried between), and from Kapitsa's own hidden rows; mtp.*
+// sets with a missing or misshaped tensor are refused naming it; a complete random set loads
+// (dense and MoE MLP) and runs.
 #include "models/model.h"
 #include "ops/ops.h"
+#include "models/mtp_fixture.h"
 #include "test_util.h"
+#include "weights/safetensors.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <numeric>
+#include <unistd.h>
 
 namespace kapitsa::testing {
 namespace {
@@ -128,6 +137,99 @@ TEST(ForwardOutputs, ChosenRowsOfSeveralSequences) {
     EXPECT_EQ(sa->n_past(), 9);
     EXPECT_EQ(sb->n_past(), 20);
   }
+}
+
+// The demo target's MTP head (tools/demo_model/train.py --mtp-head) against that script's own PyTorch
+// forward: row i takes token ids[i+1] and the target's final-normed hidden row i at position i.
+TEST(MtpHead, DemoHeadMatchesThePyTorchReference) {
+  const std::string dir = test_data_path("../models/demo/target");
+  auto loaded = models::load_model(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  ASSERT_EQ(model.info().mtp_layers, 1);
+  auto ref = weights::Checkpoint::open(dir + "/mtp_reference.safetensors");
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  auto ids_t = ref->get_any_shape("ids", {DType::i32});
+  auto hidden = ref->get_any_shape("hidden", {DType::f32});
+  auto logits = ref->get_any_shape("logits", {DType::f32});
+  auto mtp_hidden = ref->get_any_shape("mtp_hidden", {DType::f32});
+  ASSERT_TRUE(ids_t.ok() && hidden.ok() && logits.ok() && mtp_hidden.ok());
+  const int64_t n = hidden->dim(0), V = model.info().vocab_size, H = model.info().hidden_size;
+  ASSERT_EQ(ids_t->numel(), n + 1);
+  const std::vector<int32_t> ids(ids_t->data_as<int32_t>(), ids_t->data_as<int32_t>() + n + 1);
+  const std::span<const int32_t> next(ids.data() + 1, static_cast<size_t>(n));
+
+  // All rows in one call, from the reference's hidden rows: the head's KV is filled ahead of n_past.
+  {
+    auto state = model.new_state(n + 1);
+    Buffer out = Buffer::allocate(DType::f32, {n, V}), y = Buffer::allocate(DType::f32, {n, H});
+    const models::Model::MtpRows rows[] = {{state.get(), 0, next, *hidden, out, y}};
+    ASSERT_TRUE(model.run_mtp(rows).ok());
+    EXPECT_LE(relative_error(out, *logits), 2e-4);
+    EXPECT_LE(relative_error(y, *mtp_hidden), 2e-4);
+    EXPECT_EQ(state->n_past(), 0);
+  }
+  // The target folds ids[0, n) asking for its hidden rows, then the head runs in two calls (the second
+  // attends over the first's KV), last-row outputs only: Kapitsa's own hidden rows give the same guesses.
+  auto state = model.new_state(n + 1);
+  Buffer target_logits = Buffer::allocate(DType::f32, {n, V});
+  Buffer all = Buffer::allocate(DType::f32, {model.info().n_layers + 1, n, H});
+  ASSERT_TRUE(model.forward(std::span<const int32_t>(ids.data(), static_cast<size_t>(n)), *state, target_logits, all).ok());
+  const Tensor own = all.tensor().index(model.info().n_layers);
+  EXPECT_LE(relative_error(own, *hidden), 1e-3);
+  const int64_t split = n / 2;
+  Buffer first = Buffer::allocate(DType::f32, {1, V}), last = Buffer::allocate(DType::f32, {1, V});
+  const models::Model::MtpRows a[] = {{state.get(), 0, next.first(static_cast<size_t>(split)), own.rows(0, split), first, {}}};
+  ASSERT_TRUE(model.run_mtp(a).ok());
+  const models::Model::MtpRows b[] = {{state.get(), split, next.subspan(static_cast<size_t>(split)), own.rows(split, n), last, {}}};
+  ASSERT_TRUE(model.run_mtp(b).ok());
+  EXPECT_LE(relative_error(first, logits->rows(split - 1, split)), 5e-3);
+  EXPECT_LE(relative_error(last, logits->rows(n - 1, n)), 5e-3);
+  auto argmax = [](const Tensor& t) {
+    return std::max_element(t.f32(), t.f32() + t.numel()) - t.f32();
+  };
+  EXPECT_EQ(argmax(last), argmax(logits->rows(n - 1, n)));
+}
+
+TEST(MtpHead, RandomHeadsLoadAndRunBadOnesAreRefused) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("kapitsa_mtp_" + std::to_string(::getpid()));
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() { fs::remove_all(p); }
+  } cleanup{root};
+  for (const char* fixture : {"qwen35-dense-tiny", "qwen35-moe-tiny"}) {
+    SCOPED_TRACE(fixture);
+    auto fine = models::load_model(fixture_with_mtp(fixture, root / fixture / "ok", [](auto&) {}));
+    ASSERT_TRUE(fine.ok()) << fine.error().message;
+    const models::Model& model = **fine;
+    EXPECT_EQ(model.info().mtp_layers, 1);
+    const int64_t V = model.info().vocab_size, H = model.info().hidden_size;
+    auto state = model.new_state(8);
+    const std::vector<int32_t> ids = prompt(4, V);
+    Buffer hidden = Buffer::allocate(DType::f32, {4, H}), out = Buffer::allocate(DType::f32, {1, V});
+    std::fill(hidden.f32(), hidden.f32() + 4 * H, 0.5f);
+    const models::Model::MtpRows rows[] = {{state.get(), 0, ids, hidden, out, {}}};
+    ASSERT_TRUE(model.run_mtp(rows).ok());
+    for (int64_t i = 0; i < V; ++i) ASSERT_TRUE(std::isfinite(out.f32()[i]));
+  }
+  auto misshaped = models::load_model(fixture_with_mtp("qwen35-dense-tiny", root / "bad_shape", [](auto& t) {
+    for (auto& x : t)
+      if (x.name == "mtp.fc.weight") x.tensor = x.tensor.rows(0, x.tensor.dim(0) / 2);
+  }));
+  ASSERT_FALSE(misshaped.ok());
+  EXPECT_NE(misshaped.error().message.find("mtp.fc.weight"), std::string::npos) << misshaped.error().message;
+  auto missing = models::load_model(fixture_with_mtp("qwen35-dense-tiny", root / "missing", [](auto& t) {
+    std::erase_if(t, [](const auto& x) { return x.name == "mtp.layers.0.self_attn.k_proj.weight"; });
+  }));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("mtp.layers.0.self_attn.k_proj.weight"), std::string::npos)
+      << missing.error().message;
+  // Without mtp.* the fixture has no head, and forward_mtp says so.
+  auto plain = models::load_model(test_data_path("fixtures/qwen35-dense-tiny"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->info().mtp_layers, 0);
+  EXPECT_FALSE((*plain)->run_mtp({}).ok());
 }
 
 }  // namespace

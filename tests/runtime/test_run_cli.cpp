@@ -79,6 +79,24 @@ TEST(RunCli, JsonIdsEqualGreedyIdsOfKapitsaLogits) {
   const std::string draft = test_data_path("../models/demo/draft");
   expect_run_ids_equal_logits_greedy(" --spec draft --draft " + draft + " --spec-k 3", " --kv-dtype bf16");
   expect_run_ids_equal_logits_greedy(" --spec auto --draft " + draft, " --kv-dtype bf16");
+  // The demo target's own MTP head (what --spec auto picks without a draft).
+  expect_run_ids_equal_logits_greedy(" --spec mtp --spec-k 2", " --kv-dtype bf16");
+  expect_run_ids_equal_logits_greedy(" --spec auto", " --kv-dtype bf16");
+}
+
+TEST(RunCli, MtpHeadIsNamedInTheSummaryAndNeedsAHead) {
+  CommandResult r = run_kapitsa("run --model " + demo_dir() + " --spec auto --max-tokens 30 --temperature 0 --ignore-eos "
+                                "--no-template \"def add(a, b):\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mtp: "), std::string::npos) << r.output;
+  // The demo target without its model-mtp.safetensors has no head.
+  ScratchDir dir;
+  const std::filesystem::path demo = demo_dir();
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    std::filesystem::copy_file(demo / f, std::filesystem::path(dir.path()) / f);
+  CommandResult none = run_kapitsa("run --model " + dir.path() + " --spec mtp hi");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.output.find("no multi-token-prediction head"), std::string::npos) << none.output;
 }
 
 TEST(RunCli, DraftModelIsNamedInTheSummary) {
@@ -216,9 +234,9 @@ TEST(RunCli, BadInputFailsClearly) {
     EXPECT_NE(kv.output.find("--kv-dtype"), std::string::npos) << command << ": " << kv.output;
     EXPECT_NE(kv.output.find("q8"), std::string::npos) << command << ": " << kv.output;
     // Speculative decoding flags: an unknown proposer and an out-of-range k are named.
-    CommandResult spec = run_kapitsa(command + " --model " + demo_dir() + " --spec mtp" + (command == "run" ? " hi" : ""));
+    CommandResult spec = run_kapitsa(command + " --model " + demo_dir() + " --spec eagle" + (command == "run" ? " hi" : ""));
     EXPECT_NE(spec.exit_code, 0) << command;
-    EXPECT_NE(spec.output.find("--spec must be 'none', 'ngram', 'draft' or 'auto', got 'mtp'"), std::string::npos)
+    EXPECT_NE(spec.output.find("--spec must be 'none', 'ngram', 'draft', 'mtp' or 'auto', got 'eagle'"), std::string::npos)
         << command << ": " << spec.output;
     CommandResult no_draft = run_kapitsa(command + " --model " + demo_dir() + " --spec draft" + (command == "run" ? " hi" : ""));
     EXPECT_NE(no_draft.exit_code, 0) << command;

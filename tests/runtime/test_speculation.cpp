@@ -3,11 +3,14 @@
 // output identical to decoding without proposals — greedy on every fixture family, batched, with
 // proposals that are all accepted, all rejected, partly right, or n-gram; seeded sampling; stop strings
 // inside an accepted run; grammar-constrained output; a prefix-cache resume. Counters say how many
-// proposals were accepted (all / none where the proposer is built to be right / wrong).
+// proposals were accepted (all / none where the proposer is built to be right / wrong). The draft-model
+// and MTP-head proposers: greedy identical batched, sampling distribution unchanged (chi-square).
 #include "models/model.h"
+#include "models/mtp_fixture.h"
 #include "models/state_slots.h"
 #include "runtime/draft_proposer.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_proposer.h"
 #include "runtime/proposer.h"
 #include "test_util.h"
 #include "text/grammar/json_schema.h"
@@ -15,8 +18,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -517,18 +523,24 @@ TEST(DraftProposer, KeptInStepByRollbackWithoutRecompute) {
   incremental->release(1);
 }
 
+// Five greedy code completions of 40 tokens each, run to the end.
+std::vector<GenerateRequest> five_code_requests(const text::Tokenizer& tok) {
+  std::vector<GenerateRequest> requests;
+  for (const char* prompt : {kCode, "import os\nimport sys\n\n\ndef main():\n", "class Stack:\n    def __init__(self):\n",
+                             "# Sort a list of numbers\ndef sort(xs):\n", "for i in range(10):\n"}) {
+    GenerateRequest r = code_request(tok, prompt, 40);
+    r.ignore_eos = true;
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
 // Greedy decoding with the demo draft model gives the plain ids, five sequences batched (their drafts
 // too), and the draft is right often but not always. On random fixtures, a model drafting for itself is
 // (nearly) always right, on both families (Gated DeltaNet and Mamba-2 rollback in the draft).
 TEST(Speculation, GreedyIdenticalWithTheDraftModel) {
   const Demo d = demo();
-  std::vector<GenerateRequest> requests;
-  for (const char* prompt : {kCode, "import os\nimport sys\n\n\ndef main():\n", "class Stack:\n    def __init__(self):\n",
-                             "# Sort a list of numbers\ndef sort(xs):\n", "for i in range(10):\n"}) {
-    GenerateRequest r = code_request(*d.tokenizer, prompt, 40);
-    r.ignore_eos = true;
-    requests.push_back(std::move(r));
-  }
+  const std::vector<GenerateRequest> requests = five_code_requests(*d.tokenizer);
   const Outputs plain = run_all(d.model(), d.tokenizer, nullptr, requests);
   const Outputs spec = run_all(d.model(), d.tokenizer, draft_proposer(), requests, 4);
   EXPECT_EQ(spec.ids, plain.ids);
@@ -554,6 +566,93 @@ TEST(Speculation, GreedyIdenticalWithTheDraftModel) {
     EXPECT_GT(b.counters.draft_tokens, 0);
     EXPECT_GE(b.counters.draft_tokens_accepted, b.counters.draft_tokens * 9 / 10);
   }
+}
+
+std::shared_ptr<MtpProposer> mtp_proposer() { return std::make_shared<MtpProposer>(MtpProposer::Options{false, 5}); }
+
+// The MTP head's bookkeeping (catch-up folds, KV written ahead of n_past into the target's pages, the
+// hidden rows handed over) with guesses scripted right or wrong: output never changes.
+class MtpThenScripted final : public Proposer {
+ public:
+  explicit MtpThenScripted(std::shared_ptr<Proposer> script) : script_(std::move(script)) {}
+  std::string_view name() const override { return "mtp"; }
+  void propose(std::span<const int32_t>, int, std::vector<int32_t>& out) override { out.clear(); }
+  void propose_batch(std::span<const DraftRequest> requests) override {
+    mtp_->propose_batch(requests);
+    for (const DraftRequest& r : requests) mtp_guesses_ += static_cast<int64_t>(r.out->size());
+    script_->propose_batch(requests);
+  }
+  void release(uint64_t sequence) override { mtp_->release(sequence); }
+  Status attach(const models::Model& target) override { return mtp_->attach(target); }
+  bool wants_hidden() const override { return true; }
+  void observe_hidden(uint64_t sequence, int64_t position0, std::span<const float> rows) override {
+    mtp_->observe_hidden(sequence, position0, rows);
+  }
+  int64_t mtp_guesses_ = 0;
+
+ private:
+  std::shared_ptr<MtpProposer> mtp_ = mtp_proposer();
+  std::shared_ptr<Proposer> script_;
+};
+
+// Greedy decoding with the demo's MTP head gives the plain ids, five sequences batched, k = 1 and 3;
+// the head is right often but not always. On a tiny fixture with a random head, guesses forced all
+// right or all wrong (after the head ran) and the random head's own give the plain ids too; without a
+// head, --spec mtp is refused and auto falls back to n-gram.
+TEST(Speculation, GreedyIdenticalWithTheMtpHead) {
+  const Demo d = demo();
+  const std::vector<GenerateRequest> requests = five_code_requests(*d.tokenizer);
+  const Outputs plain = run_all(d.model(), d.tokenizer, nullptr, requests);
+  for (int k : {1, 3}) {
+    SCOPED_TRACE(k);
+    auto mtp = mtp_proposer();
+    const Outputs spec = run_all(d.model(), d.tokenizer, mtp, requests, k);
+    EXPECT_EQ(spec.ids, plain.ids);
+    EXPECT_EQ(spec.counters.proposer, "mtp");
+    EXPECT_GT(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens / 5);
+    EXPECT_LT(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
+    EXPECT_GT(mtp->head_rows(), 0);
+  }
+
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("kapitsa_spec_mtp_" + std::to_string(::getpid()));
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() { fs::remove_all(p); }
+  } cleanup{root};
+  const std::string dir = testing::fixture_with_mtp("qwen35-dense-tiny", root / "dense");
+  auto load = [&] {
+    auto m = models::load_model(dir);
+    EXPECT_TRUE(m.ok());
+    return m.ok() ? std::move(m).value() : nullptr;
+  };
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const int64_t V = load()->info().vocab_size;
+  const std::vector<GenerateRequest> random = greedy_requests(rng, V, 4);
+  const Outputs base = run_all(load(), nullptr, nullptr, random);
+  using Mode = ScriptedProposer::Mode;
+  for (Mode mode : {Mode::right, Mode::wrong}) {
+    auto p = std::make_shared<MtpThenScripted>(std::make_shared<ScriptedProposer>(prompts_of(random), base.ids, mode, V));
+    const Outputs spec = run_all(load(), nullptr, p, random, 3);
+    EXPECT_EQ(spec.ids, base.ids);
+    EXPECT_GT(p->mtp_guesses_, 0);
+    EXPECT_GT(spec.counters.draft_tokens, 0);
+    EXPECT_EQ(spec.counters.draft_tokens_accepted, mode == Mode::right ? spec.counters.draft_tokens : 0);
+  }
+  EXPECT_EQ(run_all(load(), nullptr, mtp_proposer(), random, 2).ids, base.ids);
+
+  auto plain_fixture = load_fixture("qwen35-dense-tiny");
+  EngineOptions options;
+  options.proposer = mtp_proposer();
+  auto refused = Engine::create(load_fixture("qwen35-dense-tiny"), nullptr, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("no multi-token-prediction head"), std::string::npos);
+  options.proposer = std::make_shared<MtpProposer>(MtpProposer::Options{true, 5});
+  auto fallback = Engine::create(std::move(plain_fixture), nullptr, options);
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ((*fallback)->counters().proposer, "ngram");
 }
 
 // Chi-square statistic of homogeneity between two equally large samples of outcomes, with rare
@@ -587,7 +686,7 @@ ChiSquare chi_square(const std::vector<std::vector<int32_t>>& a, const std::vect
 // top-k 3 applied to both p and q) against plain sampling, chi-square at p = 1e-4. The test can tell:
 // the draft model's own samples fail it against the target's, so accepting guesses without the
 // min(1, p/q) rule would too.
-TEST(Speculation, DraftSamplingHasThePlainDistribution) {
+TEST(Speculation, DraftAndMtpSamplingHaveThePlainDistribution) {
   const uint64_t seed = testing::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const Demo d = demo();
@@ -618,6 +717,15 @@ TEST(Speculation, DraftSamplingHasThePlainDistribution) {
   EXPECT_LT(same.chi2, same.critical) << same.df << " degrees of freedom";
   const ChiSquare other = chi_square(tail(plain), tail(draft_alone));
   EXPECT_GT(other.chi2, other.critical) << "the draft's own distribution should be told apart";
+
+  // The same with the MTP head's sampled guesses (q from the head's logits under top-k 3).
+  const Outputs mtp = run_all(d.model(), d.tokenizer, mtp_proposer(), requests, 2);
+  for (const auto& ids : mtp.ids) ASSERT_EQ(ids.size(), 3u);
+  EXPECT_GT(mtp.counters.draft_tokens_accepted, 50);
+  EXPECT_LT(mtp.counters.draft_tokens_accepted, mtp.counters.draft_tokens - 50);
+  const ChiSquare with_mtp = chi_square(tail(plain), tail(mtp));
+  ASSERT_GE(with_mtp.df, 2);
+  EXPECT_LT(with_mtp.chi2, with_mtp.critical) << with_mtp.df << " degrees of freedom";
 }
 
 }  // namespace

@@ -10,6 +10,8 @@ What it is: one script that, on one NVIDIA GPU with PyTorch + transformers 5.17 
      "model.language_model.*", a tiny untrained vision tower, tied embeddings, bf16 safetensors),
   5. reloads them with transformers and writes reference logits (float32, eager attention, CPU)
      for a fixed prompt, plus held-out perplexities and the draft/target greedy agreement.
+  6. with --mtp-head DIR (a separate run, after 1-5): trains a Qwen3.5-layout MTP head (mtp.*) for
+     the frozen target in DIR and writes it with a PyTorch reference of its forward (README.md).
 What it is not: a recipe for a useful assistant. These are demonstration models.
 Invariants: seeded; the step counts printed as TARGET_STEPS/DRAFT_STEPS reproduce a run exactly
   (pass them back with --target-steps/--draft-steps); --smoke runs every stage on tiny data.
@@ -764,6 +766,191 @@ def check_autotokenizer(tok_dir, tok, samples):
 
 
 # ----------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
+# MTP head (--mtp-head): a Qwen3.5-style multi-token-prediction head for the trained target.
+# ----------------------------------------------------------------------------------------------
+def rms_norm_1w(x, w, eps):
+    """Qwen3.5's zero-centred RMSNorm, in float32: x / rms(x) * (1 + w)."""
+    import torch
+    xf = x.float()
+    return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.float())
+
+
+class MtpHead:
+    """mtp.* of a Qwen3.5 checkpoint, written out here (transformers drops mtp.* on load):
+        x = fc(concat(norm_emb(embed(t_{i+1})), norm_hidden(h_i)))    [.., 2H] -> [.., H]
+        y = norm(layer(x))                                             one full-attention layer
+        logits = lm_head(y)                                            the target's (tied) head
+    h_i is the target's final-normed hidden state at position i (what its head reads; vLLM feeds the
+    model's output after model.norm), and row i runs at position i. The layer and mtp.norm are a
+    one-layer Qwen3.5 text model (its own layer code, so conventions match the target), run on
+    inputs_embeds; fc and the two pre-norms are the lines below."""
+
+    def __init__(self, target, cfg_dict, dev):
+        import torch
+        from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
+        H = cfg_dict["hidden_size"]
+        c = {k: v for k, v in cfg_dict.items() if k != "model_type"}
+        c.update(num_hidden_layers=1, layer_types=["full_attention"])
+        self.body = AutoModelForCausalLM.from_config(Qwen3_5TextConfig(**c), attn_implementation="sdpa")
+        self.body = self.body.to(device=dev, dtype=torch.float32)
+        self.body.config.use_cache = False
+        # Start from the target's last full-attention layer and final norm; fc passes the hidden half.
+        last_full = max(i for i, t in enumerate(cfg_dict["layer_types"]) if t == "full_attention")
+        with torch.no_grad():
+            self.body.model.layers[0].load_state_dict(target.model.layers[last_full].state_dict())
+            self.body.model.norm.weight.copy_(target.model.norm.weight)
+        g = torch.Generator().manual_seed(7)
+        fc = torch.cat([torch.randn(H, H, generator=g) * 0.02, torch.eye(H)], dim=1)
+        self.fc = torch.nn.Parameter(fc.to(dev))
+        self.norm_emb = torch.nn.Parameter(torch.zeros(H, device=dev))
+        self.norm_hidden = torch.nn.Parameter(torch.zeros(H, device=dev))
+        self.eps = cfg_dict["rms_norm_eps"]
+        self.target = target
+
+    def parameters(self):
+        return [self.fc, self.norm_emb, self.norm_hidden] + list(self.body.model.layers.parameters()) + \
+            [self.body.model.norm.weight]
+
+    def hidden(self, next_ids, h):
+        """next_ids [B, T] (token i+1 for row i), h [B, T, H] -> y [B, T, H] (after mtp.norm)."""
+        import torch
+        e = self.target.model.embed_tokens(next_ids)
+        x = torch.cat([rms_norm_1w(e, self.norm_emb, self.eps), rms_norm_1w(h, self.norm_hidden, self.eps)], -1)
+        x = x @ self.fc.t()
+        return self.body.model(inputs_embeds=x, use_cache=False).last_hidden_state
+
+    def logits(self, next_ids, h):
+        return self.target.lm_head(self.hidden(next_ids, h))
+
+    def state_dict(self):
+        sd = {"mtp.fc.weight": self.fc, "mtp.pre_fc_norm_embedding.weight": self.norm_emb,
+              "mtp.pre_fc_norm_hidden.weight": self.norm_hidden, "mtp.norm.weight": self.body.model.norm.weight}
+        for k, v in self.body.model.layers[0].state_dict().items():
+            sd["mtp.layers.0." + k] = v
+        return sd
+
+
+def train_mtp_head(args):
+    """Loads the target in --mtp-head DIR (model.safetensors or its .xz), freezes it, trains an MTP
+    head on token t+2 and writes DIR/model-mtp.safetensors (bf16, Qwen3.5 names; the loader reads
+    every model*.safetensors of a folder), DIR/mtp_reference.safetensors and mtp_metrics.json into --out."""
+    import lzma
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import load_file, save_file
+    from tokenizers import Tokenizer
+
+    tdir, out = Path(args.mtp_head), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device("cuda")
+    torch.manual_seed(args.seed)
+    top = json.load(open(tdir / "config.json"))
+    cfg = dict(top["text_config"])
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
+    st = tdir / "model.safetensors"
+    if not st.exists():
+        st = out / "target.safetensors"
+        st.write_bytes(lzma.decompress((tdir / "model.safetensors.xz").read_bytes()))
+    sd = load_file(str(st))
+    target = new_causal_lm(cfg, args.seed, dev)
+    mapped = {("model." + k[len("model.language_model."):]): v.float() for k, v in sd.items()
+              if k.startswith("model.language_model.")}
+    missing, unexpected = target.load_state_dict(mapped, strict=False)
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError(f"target state dict: missing {missing} unexpected {unexpected}")
+    target.eval()
+    for p in target.parameters():
+        p.requires_grad_(False)
+    tok = Tokenizer.from_file(str(tdir / "tokenizer.json"))
+    eot = tok.token_to_id("<|endoftext|>")
+
+    mb = 3.0 if args.smoke else args.train_mb
+    train_docs, held_docs = collect_docs(int(mb * 1e6), int(max(0.3, mb * 0.03) * 1e6))
+    texts = []
+    for key, ext, text, as_chat in train_docs:
+        s = chat_sample(text, ext, random.Random(args.seed ^ int(sha1(key)[:12], 16))) if as_chat else None
+        texts.append(s if s is not None else text)
+    random.Random(args.seed).shuffle(texts)
+    data = torch.frombuffer(encode_docs(tok, texts, eot), dtype=torch.int32).to(dev)
+    held = torch.frombuffer(encode_docs(tok, [d[2] for d in held_docs if d[1] == ".py"], eot),
+                            dtype=torch.int32).to(dev)
+    log(f"mtp: {data.numel() / 1e6:.1f}M training tokens, {held.numel()} held-out code tokens")
+
+    head = MtpHead(target, cfg, dev)
+    params = head.parameters()
+    B, T = (4, 128) if args.smoke else (32, 1024)
+    steps = 8 if args.smoke else args.mtp_steps
+    peak = 1e-3
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=peak, betas=(0.9, 0.95), fused=True)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    ar = torch.arange(T + 2, device=dev)
+    t0 = time.time()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, peak, max(1, min(50, steps // 10)))
+        off = torch.randint(0, data.numel() - T - 3, (B,), generator=gen).to(dev)
+        seq = data[off[:, None] + ar[None, :]].long()       # [B, T+2]
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            h = target.model(input_ids=seq[:, :T], use_cache=False).last_hidden_state.float()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            lg = head.logits(seq[:, 1:T + 1], h)               # row i: guess for token i+2
+        loss = F.cross_entropy(lg.float().reshape(-1, V), seq[:, 2:T + 2].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if (step + 1) % (2 if args.smoke else 100) == 0 or step + 1 == steps:
+            log(f"mtp step {step + 1}/{steps} loss {loss.item():.4f} {time.time() - t0:.0f}s")
+
+    # Export in bf16; everything below uses the bf16-rounded weights.
+    export = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in head.state_dict().items()}
+    save_file(export, str(out / "model-mtp.safetensors"), metadata={"format": "pt"})
+    with torch.no_grad():
+        for k, v in head.state_dict().items():
+            v.copy_(export[k].float())
+    log(f"mtp: exported {len(export)} tensors: {sorted(export)}")
+
+    # Held-out acceptance: how often the head's argmax is the target's own greedy choice two ahead.
+    agree = cnt = top1 = 0
+    Te = 512
+    with torch.no_grad():
+        n = min(64 if not args.smoke else 4, (held.numel() - 2) // Te)
+        for i in range(n):
+            seq = held[i * Te:(i + 1) * Te + 2].long()[None]
+            o = target.model(input_ids=seq[:, :Te + 1], use_cache=False).last_hidden_state
+            tgt = target.lm_head(o).argmax(-1)                 # [1, Te+1]: target's greedy next token
+            g = head.logits(tgt[:, :Te], o[:, :Te]).argmax(-1)  # following the target's own choice
+            agree += (g[:, :Te - 1] == tgt[:, 1:Te]).sum().item()
+            top1 += (g[:, :Te - 1] == seq[:, 2:Te + 1]).sum().item()
+            cnt += Te - 1
+    metrics = {"steps": steps, "batch": B, "seq": T, "final_loss": loss.item(), "train_s": round(time.time() - t0, 1),
+               "heldout_positions": cnt, "greedy_agreement_with_target": agree / max(1, cnt),
+               "top1_vs_text": top1 / max(1, cnt)}
+    log(f"mtp metrics: {json.dumps(metrics)}")
+
+    # Reference for Kapitsa's test: float32, the exported (bf16) weights, fixed ids, on the GPU.
+    rp = tdir / "reference.safetensors"
+    if not rp.exists():
+        rp = out / "target_reference.safetensors"
+        rp.write_bytes(lzma.decompress((tdir / "reference.safetensors.xz").read_bytes()))
+    ids = load_file(str(rp))["prompt_ids"][:17].long()[None].to(dev)   # the target's reference prompt
+    with torch.no_grad():
+        h = target.model(input_ids=ids[:, :16], use_cache=False).last_hidden_state.float()   # [1, 16, H]
+        y = head.hidden(ids[:, 1:17], h)                                                       # [1, 16, H]
+        lg = target.lm_head(y).float()
+    save_file({"ids": ids[0].to(torch.int32).cpu().contiguous(), "hidden": h[0].cpu().contiguous(),
+               "mtp_hidden": y[0].float().cpu().contiguous(), "logits": lg[0].cpu().contiguous()},
+              str(out / "mtp_reference.safetensors"),
+              metadata={"about": "row i: token ids[i+1] with the target's final-normed hidden[i] at position i; "
+                                 "float32 PyTorch (tools/demo_model/train.py --mtp-head), sdpa attention"})
+    json.dump(metrics, open(out / "mtp_metrics.json", "w"), indent=1)
+    (out / "DONE").write_text("ok\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="models/demo", help="output folder (target/ and draft/ go in it)")
@@ -777,7 +964,12 @@ def main():
     ap.add_argument("--tokenizer-mb", type=float, default=20.0, help="tokenizer training text, MB")
     ap.add_argument("--vocab", type=int, default=16384)
     ap.add_argument("--resume", default=None, help="folder of an earlier run: reuse tokenizer/ and raw/")
+    ap.add_argument("--mtp-head", default=None, metavar="TARGET_DIR",
+                    help="train only an MTP head for the trained target in TARGET_DIR (outputs go to --out)")
+    ap.add_argument("--mtp-steps", type=int, default=1000)
     args = ap.parse_args()
+    if args.mtp_head:
+        return train_mtp_head(args)
 
     import torch
     import tokenizers

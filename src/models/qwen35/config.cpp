@@ -100,6 +100,10 @@ Expected<Qwen35Config> parse_config(const weights::HfConfig& top) {
       return error("{} is required: layer {} has a dense MLP", text.where("intermediate_size"), i);
   }
 
+  const char* mtp_key = text.has("num_nextn_predict_layers") ? "num_nextn_predict_layers" : "mtp_num_hidden_layers";
+  KAPITSA_TRY(c.mtp_layers, text.get_int(mtp_key, 0));
+  if (c.mtp_layers < 0) return error("{} is {}: expected 0 or more", text.where(mtp_key), c.mtp_layers);
+
   // tie_word_embeddings may sit at either level; the top-level one wins for nested configs.
   KAPITSA_TRY(c.tie_word_embeddings, text.get_bool("tie_word_embeddings", false));
   if (nested) {

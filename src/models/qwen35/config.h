@@ -23,6 +23,9 @@ struct Qwen35Config {
   int64_t intermediate_size = 0;  // dense MLP
   int64_t n_experts = 0, top_k = 0, moe_intermediate_size = 0, shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
+  // MTP head layers the checkpoint declares (Qwen3.5 mtp_num_hidden_layers, Qwen3-Next
+  // num_nextn_predict_layers); their mtp.* tensors may still be absent (transformers drops them).
+  int64_t mtp_layers = 0;
   std::vector<bool> layer_is_moe;  // per layer: sparse MoE (true) or dense SwiGLU (false)
   std::vector<LayerKind> layer_kinds;
   float rms_norm_eps = 1e-6f;

@@ -3,6 +3,7 @@
 
 #include "base/log.h"
 #include "models/hybrid_decoder.h"
+#include "models/hybrid_state.h"
 #include "models/layers/attention.h"
 #include "models/layers/gated_deltanet.h"
 #include "models/layers/mlp.h"
@@ -28,14 +29,26 @@ struct Layer {
   std::optional<SoftmaxMoeWeights> moe;
 };
 
+// The multi-token-prediction head (mtp.*): pre-norms of the embedding and of the target's hidden
+// state, fc over their concatenation (embedding half first), one full-attention decoder layer whose
+// KV is the last layer of the sequence's KV layout, a final norm; embedding and head are the target's.
+struct MtpHead {
+  Buffer norm_embedding, norm_hidden, norm;  // [H] f32
+  Linear fc;                                 // [H, 2H]
+  Buffer input_norm, post_attention_norm;    // [H] f32
+  Layer layer;                               // full attention + the target's MLP kind
+};
+
 class Qwen35Model final : public HybridDecoder {
  public:
   Qwen35Model(Qwen35Config config, weights::Checkpoint checkpoint)
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
+  Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const override;
 
  private:
+  Status load_mtp(WeightLoader& loader, int64_t kv_layer);
   void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
                      ForwardContext& ctx) const override;
 
@@ -45,7 +58,131 @@ class Qwen35Model final : public HybridDecoder {
   GdnConfig gdn_config_;
   SoftmaxMoeConfig moe_config_;
   std::vector<Layer> layers_;
+  std::optional<MtpHead> mtp_;
 };
+
+Status Qwen35Model::load_mtp(WeightLoader& loader, int64_t kv_layer) {
+  const Qwen35Config& c = config_;
+  const int64_t H = c.hidden_size;
+  MtpHead m;
+  KAPITSA_TRY(m.norm_embedding, loader.get_f32("mtp.pre_fc_norm_embedding.weight", {H}));
+  KAPITSA_TRY(m.norm_hidden, loader.get_f32("mtp.pre_fc_norm_hidden.weight", {H}));
+  KAPITSA_TRY(m.fc, loader.linear("mtp.fc.weight", {H, 2 * H}));
+  KAPITSA_TRY(m.norm, loader.get_f32("mtp.norm.weight", {H}));
+  const std::string p = "mtp.layers.0.";
+  KAPITSA_TRY(m.input_norm, loader.get_f32(p + "input_layernorm.weight", {H}));
+  KAPITSA_TRY(m.post_attention_norm, loader.get_f32(p + "post_attention_layernorm.weight", {H}));
+  m.layer.kind = LayerKind::full_attention;
+  m.layer.memory_index = kv_layer;
+  KAPITSA_TRY(AttentionWeights attention, AttentionWeights::load(loader, p + "self_attn.", attention_config_));
+  m.layer.attention = std::move(attention);
+  if (c.n_experts > 0) {  // the MoE checkpoints' head has the routed experts + shared expert
+    KAPITSA_TRY(SoftmaxMoeWeights moe, SoftmaxMoeWeights::load(loader, p + "mlp.", moe_config_));
+    m.layer.moe = std::move(moe);
+  } else {
+    KAPITSA_TRY(SwiGluWeights mlp, SwiGluWeights::load(loader, p + "mlp.", H, c.intermediate_size));
+    m.layer.mlp = mlp;
+  }
+  mtp_ = std::move(m);
+  return ok_status();
+}
+
+Status Qwen35Model::forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const {
+  if (!mtp_) return error("{} has no multi-token-prediction head (no mtp.* tensors loaded)", config_.model_type);
+  const int64_t H = info_.hidden_size, V = info_.vocab_size;
+  if (sequences.empty()) return error("forward_mtp: no sequences");
+  std::vector<ForwardBatch::Sequence> batch_seqs;
+  std::vector<int64_t> positions0;
+  for (const MtpRows& s : sequences) {
+    const int64_t n = static_cast<int64_t>(s.ids.size());
+    if (s.state == nullptr || n == 0) return error("forward_mtp: a sequence has no state or no tokens");
+    for (size_t i = 0; i < s.ids.size(); ++i)
+      if (s.ids[i] < 0 || s.ids[i] >= V) return error("forward_mtp: token id {} at index {} is outside [0, {})", s.ids[i], i, V);
+    if (s.position0 < 0 || s.position0 + n > s.state->capacity())
+      return error("forward_mtp: rows at positions [{}, {}) for a state of {} tokens (capacity {})", s.position0,
+                   s.position0 + n, s.state->n_past(), s.state->capacity());
+    KAPITSA_CHECK(s.hidden.shape() == Shape({n, H}) && s.hidden.dtype() == DType::f32, "forward_mtp hidden {}",
+                  s.hidden.shape().str());
+    for (const Tensor* t : {&s.logits, &s.out_hidden})
+      KAPITSA_CHECK(t->empty() || (t->rank() == 2 && (t->dim(0) == n || t->dim(0) == 1) && t->dtype() == DType::f32 &&
+                                   t->dim(1) == (t == &s.logits ? V : H)),
+                    "forward_mtp output {}", t->shape().str());
+    if (s.state->kv_pool() != sequences.front().state->kv_pool())
+      return error("forward_mtp: the sequences must share their KV page pool");
+    batch_seqs.push_back({s.ids, s.state});
+    positions0.push_back(s.position0);
+  }
+  // KV pages for the rows past n_past (recursive drafting), as the next forward would take them.
+  std::vector<ForwardBatch::Sequence> ahead;
+  std::vector<std::vector<int32_t>> ahead_ids;
+  for (const MtpRows& s : sequences) {
+    const int64_t past = s.position0 + static_cast<int64_t>(s.ids.size()) - s.state->n_past();
+    if (past <= 0) continue;
+    ahead_ids.emplace_back(static_cast<size_t>(past), 0);
+  }
+  for (size_t j = 0, a = 0; j < sequences.size(); ++j)
+    if (sequences[j].position0 + static_cast<int64_t>(sequences[j].ids.size()) > sequences[j].state->n_past())
+      ahead.push_back({ahead_ids[a++], sequences[j].state});
+  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(ahead));
+
+  Workspace& ws = ctx.workspace;
+  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
+  std::optional<ops::ScopedBackend> on_device;
+  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
+  ws.begin_step();
+  size_t n_ids = 0;
+  for (const MtpRows& s : sequences) n_ids += s.ids.size();
+  std::span<int32_t> ids = ws.take_span<int32_t>(n_ids);
+  n_ids = 0;
+  for (const MtpRows& s : sequences) {
+    std::copy(s.ids.begin(), s.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(n_ids));
+    n_ids += s.ids.size();
+  }
+  const ForwardBatch batch{batch_seqs};
+  KAPITSA_TRY(const StepBatch step, build_step(batch, ForwardOutputs{}, ws, positions0));
+  const int64_t T = step.n_tokens;
+  const Tensor e = ws.take(DType::f32, {T, H}), h = ws.take(DType::f32, {T, H});   // embedding, hidden
+  const Tensor both = ws.take(DType::f32, {T, 2 * H});                             // [norm(e) | norm(h)]
+  const Tensor x = ws.take(DType::f32, {T, H}), normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
+  const MirroredMetadata mirrored(device_, ws);
+
+  int64_t row = 0;
+  for (const MtpRows& s : sequences) {
+    const Tensor dst = h.rows(row, row + s.hidden.dim(0));
+    if (s.hidden.device() == device_) ops::copy(s.hidden, dst);
+    else ops::copy_bytes(dst, s.hidden, /*wait=*/false);
+    row += s.hidden.dim(0);
+  }
+  const MtpHead& m = *mtp_;
+  ops::embedding(embedding_, ids, e);
+  ops::rms_norm(e, m.norm_embedding, norm_eps_, norm_weight_offset_, e);
+  ops::rms_norm(h, m.norm_hidden, norm_eps_, norm_weight_offset_, h);
+  const Tensor halves[] = {e, h};
+  ops::concat_columns(halves, both);
+  ops::matmul(both, m.fc, x);
+  ops::rms_norm(x, m.input_norm, norm_eps_, norm_weight_offset_, normed);
+  attention_forward(attention_config_, *m.layer.attention, m.layer.memory_index, step, normed, mixed, ctx);
+  ops::add_rms_norm(x, mixed, m.post_attention_norm, norm_eps_, norm_weight_offset_, normed);
+  if (m.layer.moe) softmax_moe_forward(moe_config_, *m.layer.moe, normed, mixed, ctx);
+  else swiglu_forward(*m.layer.mlp, normed, mixed, ctx);
+  ops::add_rms_norm(x, mixed, m.norm, norm_eps_, norm_weight_offset_, normed);  // normed: the head's output
+  row = 0;
+  for (const MtpRows& s : sequences) {
+    const int64_t n = static_cast<int64_t>(s.ids.size());
+    auto rows_for = [&](const Tensor& out) {
+      return out.dim(0) == n ? normed.rows(row, row + n) : normed.rows(row + n - 1, row + n);
+    };
+    if (!s.out_hidden.empty()) store(rows_for(s.out_hidden), s.out_hidden);
+    if (!s.logits.empty()) {
+      const Tensor out = s.logits.device() == device_ ? s.logits : ws.take(DType::f32, s.logits.shape());
+      ops::matmul(rows_for(s.logits), head_, out);
+      if (out.data() != s.logits.data()) store(out, s.logits);
+    }
+    row += n;
+  }
+  ops::synchronize(device_);
+  return ok_status();
+}
 
 Status Qwen35Model::load_weights() {
   const Qwen35Config& c = config_;
@@ -117,15 +254,29 @@ Status Qwen35Model::load_weights() {
 
   int64_t n_moe = 0;
   for (size_t i = 0; i < layers_.size(); ++i) n_moe += c.layer_is_moe[i];
-  kv_layout_ = KvLayout{n_attention, attention_config_.n_kv_heads, attention_config_.head_dim};
+  // The roofline counts the trunk only: the MTP head is read by proposals, not by every decode step.
+  const int64_t trunk_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
+  // The MTP head when the checkpoint has one: absent mtp.* (transformers drops them on save) means no
+  // head; a partial or misshaped set is an error naming the tensor.
+  const bool has_mtp = checkpoint_.contains("mtp.fc.weight") || checkpoint_.contains("mtp.norm.weight") ||
+                       checkpoint_.contains("mtp.pre_fc_norm_hidden.weight");
+  if (has_mtp) {
+    if (c.mtp_layers > 1) log::info("{}: {} MTP layers declared; the first is used", c.model_type, c.mtp_layers);
+    KAPITSA_RETURN_IF_ERROR(load_mtp(loader, n_attention));
+  } else if (c.mtp_layers > 0) {
+    log::debug("{}: config declares {} MTP layer(s) but the checkpoint has no mtp.* tensors", c.model_type, c.mtp_layers);
+  }
+  kv_layout_ = KvLayout{n_attention + (mtp_ ? 1 : 0), attention_config_.n_kv_heads, attention_config_.head_dim};
   recurrent_layout_ = RecurrentLayout{n_recurrent, gdn_config_.conv_window_shape(), gdn_config_.state_shape()};
   info_ = ModelInfo{c.model_type, c.vocab_size, H, c.n_layers, c.max_position_embeddings, c.eos_token_ids,
                     fmt::format("{}: {} layers ({} DeltaNet, {} attention), hidden {}, vocab {}{}", c.model_type,
                                 c.n_layers, c.n_layers - n_attention, n_attention, H, c.vocab_size,
                                 n_moe ? fmt::format(", {} experts top-{} on {} layers", c.n_experts, c.top_k, n_moe)
                                       : std::string())};
+  if (mtp_) info_.summary += ", MTP head";
+  info_.mtp_layers = mtp_ ? 1 : 0;
   KAPITSA_RETURN_IF_ERROR(loader.check_quantization_entries_used());
-  info_.weight_bytes_per_token = static_cast<int64_t>(loader.bytes_per_token());
+  info_.weight_bytes_per_token = trunk_bytes_per_token;
   info_.resident_weight_bytes = static_cast<int64_t>(loader.resident_bytes());
   keep_device_weights(loader);
   return ok_status();

@@ -1,7 +1,7 @@
 // The Qwen3.5 family (Qwen3.5 dense and MoE, Qwen3-Next): pre-norm decoder layers, each a Gated
 // DeltaNet or gated attention mixer followed by a SwiGLU MLP or a softmax MoE, zero-centred RMSNorms.
-// Tensor names under model.language_model.* (VLM releases) or model.*; model.visual.* and mtp.* are
-// recognised and left unused.
+// Tensor names under model.language_model.* (VLM releases) or model.*; model.visual.* is recognised
+// and left unused; mtp.* (the multi-token-prediction head) is loaded when present (Model::forward_mtp).
 #pragma once
 
 #include "models/model.h"

@@ -1,0 +1,59 @@
+// A tiny fixture with a random MTP head, for tests: a copy of tests/fixtures/NAME in a scratch folder
+// with mtp.* tensors in model-mtp.safetensors (the loader reads every model*.safetensors of a folder).
+#pragma once
+
+#include "test_util.h"
+#include "weights/safetensors.h"
+#include "weights/safetensors_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace kapitsa::testing {
+
+// A copy of a tiny fixture with random mtp.* tensors in model-mtp.safetensors: shapes copied from the
+// fixture's own full-attention layer, fc [H, 2H], norms [H]; `change` edits the list before writing.
+inline std::string fixture_with_mtp(const std::string& fixture, const std::filesystem::path& dir,
+                             const std::function<void(std::vector<weights::NamedTensor>&)>& change = {}) {
+  namespace fs = std::filesystem;
+  const fs::path src = test_data_path("fixtures/" + fixture);
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src / f, dir / f, fs::copy_options::overwrite_existing);
+  auto ckpt = weights::Checkpoint::open(src.string());
+  EXPECT_TRUE(ckpt.ok());
+  std::string layer, prefix = ckpt->contains("model.language_model.norm.weight") ? "model.language_model." : "model.";
+  for (const auto& name : ckpt->names())
+    if (name.find(".self_attn.q_proj.weight") != std::string::npos) {
+      layer = name.substr(0, name.find("self_attn."));
+      break;
+    }
+  const int64_t H = ckpt->find(prefix + "norm.weight")->shape[0];
+  std::mt19937_64 rng(fresh_seed());
+  std::vector<Buffer> keep;
+  std::vector<weights::NamedTensor> tensors;
+  auto add = [&](const std::string& name, Shape shape, bool norm) {
+    keep.push_back(random_buffer(rng, DType::bf16, std::move(shape), norm ? -0.1f : -0.05f, norm ? 0.1f : 0.05f));
+    tensors.push_back({name, keep.back()});
+  };
+  for (const auto& name : ckpt->names())
+    if (name.rfind(layer, 0) == 0) {
+      const auto& sh = ckpt->find(name)->shape;
+      Shape shape;
+      shape.rank = static_cast<int>(sh.size());
+      std::copy(sh.begin(), sh.end(), shape.dims.begin());
+      add("mtp.layers.0." + name.substr(layer.size()), shape, name.find("norm") != std::string::npos);
+    }
+  add("mtp.fc.weight", {H, 2 * H}, false);
+  for (const char* n : {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"})
+    add(n, {H}, true);
+  if (change) change(tensors);
+  EXPECT_TRUE(weights::write_safetensors((dir / "model-mtp.safetensors").string(), tensors).ok());
+  return dir.string();
+}
+
+}  // namespace kapitsa::testing
