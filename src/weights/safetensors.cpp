@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 
 namespace kapitsa::weights {
 namespace {
@@ -173,6 +174,42 @@ Expected<Checkpoint> Checkpoint::open(const std::string& path) {
 
 // ---- synthesized checkpoints (random models) ----------------------------------------------------
 
+// Large weight matrices (a multi-GB benchmark checkpoint) are filled on every core from a counter-based
+// hash instead of the sequential mt19937 stream, which took minutes for a 4B-parameter shape (device time
+// on the GPU machine). Each value is an Irwin-Hall sum of four 16-bit uniforms, scaled to unit variance:
+// close to normal, bounded at ±3.46σ, which is all random benchmark weights need. Small tensors (every
+// test model's) keep the sequential stream, so their values are unchanged.
+namespace {
+
+constexpr int64_t kParallelFillMin = int64_t{1} << 22;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void fill_normal_parallel(uint16_t* out, int64_t n, uint64_t seed, float scale) {
+  const int64_t n_threads = std::max(1u, std::min(64u, std::thread::hardware_concurrency()));
+  const int64_t chunk = (n + n_threads - 1) / n_threads;
+  const float unit_variance = scale * std::sqrt(3.0f) / 65536.0f;  // sum of 4 U(0, 65536): var 4·65536²/12
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t h = splitmix64(seed ^ static_cast<uint64_t>(i) * 0xD6E8FEB86659FD93ull);
+      const int64_t sum = static_cast<int64_t>(h & 0xFFFF) + ((h >> 16) & 0xFFFF) + ((h >> 32) & 0xFFFF) + (h >> 48);
+      out[i] = f32_to_bf16(static_cast<float>(sum - 2 * 65535) * unit_variance);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < n_threads; ++t)
+    threads.emplace_back(fill, std::min(n, t * chunk), std::min(n, (t + 1) * chunk));
+  fill(0, std::min(n, chunk));
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
 struct Checkpoint::Synthesizer {
   std::function<bool(const std::string&)> present;
   std::mt19937_64 rng;
@@ -202,6 +239,11 @@ struct Checkpoint::Synthesizer {
                       : name.find("conv1d") != std::string::npos                                 ? Kind::conv
                                                                                                  : Kind::linear;
     const float conv_div = std::sqrt(static_cast<float>(shape[-1])), linear_div = std::sqrt(fan_in);
+    if (kind == Kind::linear && n >= kParallelFillMin) {
+      fill_normal_parallel(out, n, rng(), 1.0f / linear_div);
+      tensors.emplace_back(name, std::move(b));
+      return tensors.back().second.tensor();
+    }
     for (int64_t i = 0; i < n; ++i) {
       float v;
       switch (kind) {

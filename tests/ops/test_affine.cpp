@@ -166,7 +166,12 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
     for (int gs : {32, 64, 128})
       for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
         std::uniform_int_distribution<int> pick_groups(1, 3);
-        const int64_t N = 1 + static_cast<int64_t>(r.gen() % 37), K = gs * pick_groups(r.gen);
+        // One long row per bits value (142 chunks of 32 codes: more than the CUDA GEMV's 128 threads a row),
+        // and for 4 and 8 bits one matrix of over 8192 rows (thousands of GPU blocks, an odd tail).
+        const bool long_row = gs == 32 && dt == DType::bf16;
+        const bool many_rows = gs == 64 && dt == DType::f16 && (bits == 4 || bits == 8);
+        const int64_t N = many_rows ? 8193 + static_cast<int64_t>(r.gen() % 7) : 1 + static_cast<int64_t>(r.gen() % 37);
+        const int64_t K = long_row ? 32 * 142 : many_rows ? gs : gs * pick_groups(r.gen);
         RandomAffine a(r, N, K, bits, gs, dt);
         for (int64_t T : {1, 2, 3, 4, 5, 8, 9, 20}) {
           SCOPED_TRACE(fmt::format("bits {} group {} {} T={} N={} K={}", bits, gs, dtype_name(dt), T, N, K));

@@ -54,6 +54,12 @@ struct AffineArgs {
   int64_t K, words_per_row;
 };
 void dequantize_affine(const AffineArgs& a, const int32_t* rows, float* out, int64_t R, cudaStream_t s);
+// affine_gemv.cu — y: [T, N] = x: [T, K] · dequant(w)ᵀ for T ≤ kGemvMaxTokens, w MLX affine [N, K],
+// dequantize-and-dot fused (decode). Supported: bits 2/3/4/5/6/8, group sizes multiples of 32, codes
+// packed without row padding, x (and 4/8-bit codes) 16-byte aligned; otherwise dequantize_affine and a
+// dense matmul.
+bool affine_gemv_supported(const AffineArgs& a, const float* x, int64_t T);
+void affine_gemv(const float* x, const AffineArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
 
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,

@@ -21,12 +21,21 @@ namespace {
 void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
 }
 
-// x: [T, K] f32;  w: [N, K] f32|f16|bf16, or MLX affine (dequantized to f32 in scratch, then the f32
-// path: correct, not fast; a fused dequantize-GEMV is the fast path to come);  y: [T, N] f32.
+// x: [T, K] f32;  w: [N, K] f32|f16|bf16, or MLX affine (up to kGemvMaxTokens rows: the fused
+// dequantize-GEMV; more: dequantized to f32 in scratch, then the f32 path);  y: [T, N] f32.
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
   const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
   const int64_t N = linear.rows(), K = linear.cols();
+  check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");
+  const int64_t T = detail::rows_of(x);
+  KAPITSA_CHECK(x.dim(-1) == K && y.dim(-1) == N && detail::rows_of(y) == T && (x.data() != y.data() || x.numel() == 0),
+                "matmul: x {}, affine w [{}, {}], y {} (y must not alias x)", x.shape().str(), N, K, y.shape().str());
+  if (kernels::affine_gemv_supported(a, x.f32(), T)) {
+    kernels::affine_gemv(x.f32(), a, y.f32(), T, N, stream());
+    check_launch("matmul (affine gemv)");
+    return;
+  }
   float* w32 = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(N * K) * sizeof(float)));
   kernels::dequantize_affine(a, nullptr, w32, N, stream());
   check_launch("matmul (dequantize affine)");

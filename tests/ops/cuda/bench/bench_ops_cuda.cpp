@@ -62,6 +62,25 @@ int main() {
                   static_cast<long>(K));
     report(name, time_us([&] { ops::cuda::matmul(x, Linear(w.tensor()), y); }), 2.0 * N * K + 4.0 * T * (K + N), 2.0 * T * N * K);
   }
+  // MLX affine (group 64, bf16 scales and biases): the fused dequantize-GEMV; bytes are codes + scales + biases.
+  for (auto [T, N, K, bits] : std::vector<std::array<int64_t, 4>>{{1, 4096, 4096, 4}, {1, 12288, 4096, 4},
+                                                                   {1, 2560, 9216, 4}, {1, 151936, 2560, 4},
+                                                                   {1, 12288, 4096, 8}, {4, 12288, 4096, 4},
+                                                                   {8, 12288, 4096, 4}}) {
+    const int64_t gs = 64;
+    auto x = random_device(DType::f32, {T, K});
+    Buffer host_codes = Buffer::allocate(DType::u32, {N, K * bits / 32});
+    for (int64_t i = 0; i < host_codes.tensor().numel(); ++i) host_codes.tensor().data_as<uint32_t>()[i] = static_cast<uint32_t>(rng());
+    auto codes = DeviceBuffer::upload(host_codes);
+    auto scales = random_device(DType::bf16, {N, K / gs}), biases = random_device(DType::bf16, {N, K / gs});
+    auto y = DeviceBuffer::allocate(DType::f32, {T, N});
+    const Linear w = Linear::affine(codes.tensor(), scales.tensor(), biases.tensor(), static_cast<int>(bits), gs);
+    char name[96];
+    std::snprintf(name, sizeof name, "matmul affine %ld-bit T=%ld N=%ld K=%ld", static_cast<long>(bits),
+                  static_cast<long>(T), static_cast<long>(N), static_cast<long>(K));
+    report(name, time_us([&] { ops::cuda::matmul(x, w, y); }), N * K * bits / 8.0 + 4.0 * N * K / gs + 4.0 * T * (K + N),
+           2.0 * T * N * K);
+  }
   for (auto [T, ctx] : std::vector<std::array<int64_t, 2>>{{1, 4096}, {1, 32768}, {512, 512}}) {
     const int64_t Hq = 32, Hkv = 8, D = 128;
     auto q = random_device(DType::f32, {T, Hq, D});
