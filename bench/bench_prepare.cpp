@@ -23,7 +23,7 @@ namespace {
 using namespace kapitsa;
 using text::OrderedJson;
 
-std::string source_dir() { return std::filesystem::path(__FILE__).parent_path().parent_path().string(); }
+std::string source_dir() { return KAPITSA_SOURCE_DIR; }
 
 template <typename T>
 T or_exit(Expected<T> e) {
