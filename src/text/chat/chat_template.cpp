@@ -1,6 +1,9 @@
 // ChatTemplate (see chat_template.h).
 #include "text/chat/chat_template.h"
 
+#include "text/jinja/error.h"
+#include "text/jinja/json_value.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -73,15 +76,28 @@ Expected<ChatTemplate> ChatTemplate::from_model_dir(const std::string& dir) {
 }
 
 Expected<std::string> ChatTemplate::render(const ChatRequest& request, const ChatOptions& options) const {
-  KAPITSA_TRY(OrderedJson messages, prepare_messages(request.messages, options));
-  OrderedJson context = OrderedJson::object();
-  context["messages"] = std::move(messages);
-  context["tools"] = request.tools;  // null when absent, as transformers passes tools=None
-  context["documents"] = nullptr;
-  context["add_generation_prompt"] = request.add_generation_prompt;
-  for (auto it = defaults_.begin(); it != defaults_.end(); ++it) context[it.key()] = it.value();
-  for (auto it = request.kwargs.begin(); it != request.kwargs.end(); ++it) context[it.key()] = it.value();
-  return template_.render(context);
+  // The variables as Jinja values, built straight from the request (an agent's conversation is long:
+  // no normalised copy of it, and no JSON context to convert again). Key order as a JSON object would
+  // have it: messages, tools, documents, add_generation_prompt, then defaults and kwargs on top.
+  if (!request.messages.is_array()) return error("messages must be an array");
+  auto context = jinja::make_dict();
+  try {
+    jinja::List messages;
+    messages.reserve(request.messages.size());
+    for (size_t i = 0; i < request.messages.size(); ++i) {
+      KAPITSA_TRY(std::optional<OrderedJson> changed, prepare_message(request.messages[i], i, options));
+      messages.push_back(jinja::from_json(changed ? *changed : request.messages[i]));
+    }
+    context->set(jinja::Value("messages"), jinja::Value(std::move(messages)));
+    context->set(jinja::Value("tools"), jinja::from_json(request.tools));  // None when absent, as transformers passes tools=None
+    context->set(jinja::Value("documents"), jinja::Value::none());
+    context->set(jinja::Value("add_generation_prompt"), jinja::Value(request.add_generation_prompt));
+    for (const OrderedJson* vars : {&defaults_, &request.kwargs})
+      for (auto it = vars->begin(); it != vars->end(); ++it) context->set(jinja::Value(it.key()), jinja::from_json(it.value()));
+  } catch (const jinja::TemplateError& e) {  // values nested too deep
+    return error("{}: {}", template_.name(), e.what());
+  }
+  return template_.render(*context);
 }
 
 }  // namespace kapitsa::text

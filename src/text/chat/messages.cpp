@@ -42,35 +42,46 @@ OrderedJson flatten_parts(const OrderedJson& content) {
 
 }  // namespace
 
-Expected<OrderedJson> prepare_messages(const OrderedJson& messages, const ChatOptions& options) {
-  if (!messages.is_array()) return error("messages must be an array");
-  OrderedJson out = messages;
-  for (size_t i = 0; i < out.size(); ++i) {
-    OrderedJson& m = out[i];
-    if (!m.is_object()) return error("messages[{}] must be an object", i);
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) return error("messages[{}].role must be a string", i);
-    if (options.flatten_text_parts) {
-      auto content = m.find("content");
-      if (content != m.end() && content->is_array()) {
-        OrderedJson flat = flatten_parts(*content);
-        if (!flat.is_null()) *content = std::move(flat);
+Expected<std::optional<OrderedJson>> prepare_message(const OrderedJson& m, size_t i, const ChatOptions& options) {
+  if (!m.is_object()) return error("messages[{}] must be an object", i);
+  auto role = m.find("role");
+  if (role == m.end() || !role->is_string()) return error("messages[{}].role must be a string", i);
+  std::optional<OrderedJson> out;
+  if (options.flatten_text_parts) {
+    auto content = m.find("content");
+    if (content != m.end() && content->is_array()) {
+      OrderedJson flat = flatten_parts(*content);
+      if (!flat.is_null()) {
+        out = m;
+        (*out)["content"] = std::move(flat);
       }
     }
-    auto calls = m.find("tool_calls");
-    if (calls == m.end() || !calls->is_array()) continue;
-    for (size_t j = 0; j < calls->size(); ++j) {
-      OrderedJson& call = (*calls)[j];
-      if (!call.is_object()) return error("messages[{}].tool_calls[{}] must be an object", i, j);
-      auto fn = call.find("function");
-      if (fn == call.end() || !fn->is_object()) continue;
-      auto args = fn->find("arguments");
-      if (args == fn->end() || !args->is_string()) continue;
-      // Clients send arguments as a JSON string; templates iterate them as a mapping. Text that is
-      // not a JSON object stays a string (templates print strings verbatim).
-      OrderedJson parsed = OrderedJson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_object()) *args = std::move(parsed);
-    }
+  }
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || !calls->is_array()) return out;
+  for (size_t j = 0; j < calls->size(); ++j) {
+    const OrderedJson& call = (*calls)[j];
+    if (!call.is_object()) return error("messages[{}].tool_calls[{}] must be an object", i, j);
+    auto fn = call.find("function");
+    if (fn == call.end() || !fn->is_object()) continue;
+    auto args = fn->find("arguments");
+    if (args == fn->end() || !args->is_string()) continue;
+    // Clients send arguments as a JSON string; templates iterate them as a mapping. Text that is
+    // not a JSON object stays a string (templates print strings verbatim).
+    OrderedJson parsed = OrderedJson::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object()) continue;
+    if (!out) out = m;
+    (*out)["tool_calls"][j]["function"]["arguments"] = std::move(parsed);
+  }
+  return out;
+}
+
+Expected<OrderedJson> prepare_messages(const OrderedJson& messages, const ChatOptions& options) {
+  if (!messages.is_array()) return error("messages must be an array");
+  OrderedJson out = OrderedJson::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    KAPITSA_TRY(std::optional<OrderedJson> m, prepare_message(messages[i], i, options));
+    out.push_back(m ? std::move(*m) : messages[i]);
   }
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 namespace kapitsa::text {
@@ -33,5 +34,8 @@ Expected<ChatRequest> chat_request_from_json(const OrderedJson& conversation, co
 
 // Validates messages (an array of objects with a string `role`) and normalises them for templates.
 Expected<OrderedJson> prepare_messages(const OrderedJson& messages, const ChatOptions& options);
+// The same for one message, messages[i]: the normalised copy, or nullopt when it needs no change
+// (most do: a caller can then use it as it is, without copying a long conversation).
+Expected<std::optional<OrderedJson>> prepare_message(const OrderedJson& m, size_t i, const ChatOptions& options);
 
 }  // namespace kapitsa::text

@@ -257,27 +257,37 @@ void Interpreter::exec_for(const Stmt& s, const Value& iterable, int depth) {
       return Value(std::move(buffer));
     }});
   }
+  // The loop object's keys and fixed values are built once (a long conversation runs these loops over
+  // every message; a fresh string per key and iteration was a fifth of a render's allocations).
+  static const Value kIndex0("index0"), kIndex("index"), kRevindex0("revindex0"), kRevindex("revindex"), kFirst("first"),
+      kLast("last"), kLength("length"), kDepth0("depth0"), kDepth("depth"), kPrevitem("previtem"), kNextitem("nextitem"),
+      kCycle("cycle"), kNoPrevious(Value::undefined("there is no previous item")),
+      kNoNext(Value::undefined("there is no next item"));
   const int64_t n = static_cast<int64_t>(items.size());
+  // loop.cycle reads the index of the iteration it is called in (as Jinja's one LoopContext does).
+  auto index = std::make_shared<int64_t>(0);
+  const Value cycle = Value::function("cycle", [index](Interpreter&, CallArgs& args) -> Value {
+    if (args.args.empty()) fail("no items for cycling given");
+    return args.args[static_cast<size_t>(*index) % args.args.size()];
+  });
   for (int64_t i = 0; i < n; ++i) {
     charge(1);
+    *index = i;
     auto loop = make_dict();
     loop->call = recurse;
     loop->items.reserve(12);
-    loop->items.emplace_back("index0", Value(i));
-    loop->items.emplace_back("index", Value(i + 1));
-    loop->items.emplace_back("revindex0", Value(n - i - 1));
-    loop->items.emplace_back("revindex", Value(n - i));
-    loop->items.emplace_back("first", Value(i == 0));
-    loop->items.emplace_back("last", Value(i == n - 1));
-    loop->items.emplace_back("length", Value(n));
-    loop->items.emplace_back("depth0", Value(static_cast<int64_t>(depth)));
-    loop->items.emplace_back("depth", Value(static_cast<int64_t>(depth + 1)));
-    loop->items.emplace_back("previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
-    loop->items.emplace_back("nextitem", i + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
-    loop->items.emplace_back("cycle", Value::function("cycle", [i](Interpreter&, CallArgs& args) -> Value {
-      if (args.args.empty()) fail("no items for cycling given");
-      return args.args[static_cast<size_t>(i) % args.args.size()];
-    }));
+    loop->items.emplace_back(kIndex0, Value(i));
+    loop->items.emplace_back(kIndex, Value(i + 1));
+    loop->items.emplace_back(kRevindex0, Value(n - i - 1));
+    loop->items.emplace_back(kRevindex, Value(n - i));
+    loop->items.emplace_back(kFirst, Value(i == 0));
+    loop->items.emplace_back(kLast, Value(i == n - 1));
+    loop->items.emplace_back(kLength, Value(n));
+    loop->items.emplace_back(kDepth0, Value(static_cast<int64_t>(depth)));
+    loop->items.emplace_back(kDepth, Value(static_cast<int64_t>(depth + 1)));
+    loop->items.emplace_back(kPrevitem, i > 0 ? items[i - 1] : kNoPrevious);
+    loop->items.emplace_back(kNextitem, i + 1 < n ? items[i + 1] : kNoNext);
+    loop->items.emplace_back(kCycle, cycle);
     frames_.emplace_back();
     assign("loop", Value(loop));
     assign_target(s.target, items[i], s);
