@@ -7,7 +7,8 @@
 // conversation (the requests that offer tools) on, the test asserts from the engine's counters that the
 // cache served everything before the new message (the tool results or the user's next message): no
 // token of the previous prompt or of the reply is prefilled again. Were the agent itself to change its
-// history (none of the four did in these sessions), the test fails and says where.
+// history (none of the four did in these sessions), the test fails and says where. Every prompt's ids
+// (the server reuses the previous request's and encodes the tail) must equal a full tokenization.
 // The sessions are replayed shrunk (agent_session.h shrink_session: the same cuts on every request) so
 // that the four take seconds; bench/bench_agent_session replays them whole.
 #include "agent_session.h"
@@ -58,6 +59,9 @@ class RecordedSession : public ::testing::Test {
       const int64_t prompt = t.prompt, reused = t.reused, prefilled = t.prefilled;
       EXPECT_EQ(prefilled, prompt - reused);
       const std::string text = tok.decode(t.ids);
+      // The server encodes only the tail after the previous request's ids (text::PromptEncoder): its ids
+      // must equal a full tokenization of the prompt, on the agents' own traffic.
+      EXPECT_EQ(t.ids, tok.encode(text)) << agent << " request " << i << ": the reused ids differ from a full encode";
       std::printf("%-8s request %zu%s: prompt %5lld, cached %5lld, prefilled %5lld\n", agent.c_str(), i,
                   main ? "" : " (side)", static_cast<long long>(prompt), static_cast<long long>(reused),
                   static_cast<long long>(prefilled));
