@@ -1,10 +1,11 @@
 // A recorded agent session (tests/fixtures/agents/AGENT.jsonl, written by tests/agents/record_session.mjs)
 // and what replaying it needs: the reply of each request as the demo model's raw text (Qwen3.5 template,
-// thinking off), a grammar forcing exactly that text, and an Engine wrapper that applies the grammar of
-// the request being replayed and notes its prompt and when the server submitted it. Shared by
+// thinking off), a grammar forcing exactly that text, and an Engine wrapper (a LoggingEngine: it notes
+// each prompt and when the server submitted it) that applies the grammar of the request being replayed. Shared by
 // agent_replay_test.cpp and bench/bench_agent_session.cpp.
 #pragma once
 
+#include "logging_engine.h"
 #include "runtime/engine.h"
 #include "server/transport.h"
 #include "text/grammar/grammar.h"
@@ -76,45 +77,29 @@ inline std::shared_ptr<const text::Grammar> exactly(const std::string& text) {
   return *grammar;
 }
 
-// The real engine; each submitted request gets the grammar of the reply to replay (and a small
-// budget), and its prompt ids are kept.
-class Replayer : public runtime::Engine {
+// The real engine (logging each prompt: logging_engine.h); each submitted request gets the grammar
+// of the reply to replay (and a small budget), and the finish event's statistics are kept.
+class Replayer : public testing::LoggingEngine {
  public:
-  explicit Replayer(std::unique_ptr<runtime::Engine> inner) : inner_(std::move(inner)) {}
+  using LoggingEngine::LoggingEngine;
   Expected<std::unique_ptr<runtime::Generation>> submit(runtime::GenerateRequest request) override {
     {
       std::lock_guard lock(mu_);
-      last_ = request.prompt_ids;
-      submitted_ = std::chrono::steady_clock::now();
       request.grammar = next_;
     }
     request.max_tokens = std::min(request.max_tokens, 256);
-    auto g = inner_->submit(std::move(request));
+    auto g = LoggingEngine::submit(std::move(request));
     if (!g.ok()) return g;
     return std::unique_ptr<runtime::Generation>(std::make_unique<Watched>(std::move(*g), this));
   }
-  Status preload(std::vector<int32_t> ids, std::string key) override { return inner_->preload(std::move(ids), std::move(key)); }
-  const models::ModelInfo& model_info() const override { return inner_->model_info(); }
-  const text::Tokenizer& tokenizer() const override { return inner_->tokenizer(); }
-  runtime::EngineCounters counters() const override { return inner_->counters(); }
-  const runtime::EngineOptions& options() const override { return inner_->options(); }
   void expect(std::shared_ptr<const text::Grammar> g) {
     std::lock_guard lock(mu_);
     next_ = std::move(g);
-  }
-  std::vector<int32_t> last_prompt() const {
-    std::lock_guard lock(mu_);
-    return last_;
   }
   // The last finished generation's statistics (time to first token: from its submission).
   runtime::GenerationStats last_stats() const {
     std::lock_guard lock(mu_);
     return stats_;
-  }
-  // When the last request reached the engine (the server's preparation ends there).
-  std::chrono::steady_clock::time_point last_submit() const {
-    std::lock_guard lock(mu_);
-    return submitted_;
   }
 
  private:
@@ -140,11 +125,7 @@ class Replayer : public runtime::Engine {
     Replayer* owner_;
   };
 
-  std::unique_ptr<runtime::Engine> inner_;
-  mutable std::mutex mu_;
-  std::vector<int32_t> last_;
   std::shared_ptr<const text::Grammar> next_;
-  std::chrono::steady_clock::time_point submitted_;
   runtime::GenerationStats stats_;
 };
 

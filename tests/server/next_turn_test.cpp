@@ -7,6 +7,7 @@
 // (their own echo shapes), with the engine's counters and each API's usage.
 // The replies are forced by a grammar (the demo model knows no tools): the text is fixed, the tokens
 // are the model's.
+#include "logging_engine.h"
 #include "server_fixture.h"
 #include "test_util.h"
 #include "text/grammar/grammar.h"
@@ -25,31 +26,7 @@ enum class Api { chat, responses, anthropic };
 const char* api_name(Api a) { return a == Api::chat ? "chat" : a == Api::responses ? "responses" : "anthropic"; }
 
 // The real engine, with a log of the prompts submitted to it.
-class Recorder : public runtime::Engine {
- public:
-  explicit Recorder(std::unique_ptr<runtime::Engine> inner) : inner_(std::move(inner)) {}
-  Expected<std::unique_ptr<runtime::Generation>> submit(runtime::GenerateRequest request) override {
-    {
-      std::lock_guard lock(mu_);
-      last_ = request.prompt_ids;
-    }
-    return inner_->submit(std::move(request));
-  }
-  Status preload(std::vector<int32_t> ids, std::string key) override { return inner_->preload(std::move(ids), std::move(key)); }
-  const models::ModelInfo& model_info() const override { return inner_->model_info(); }
-  const text::Tokenizer& tokenizer() const override { return inner_->tokenizer(); }
-  runtime::EngineCounters counters() const override { return inner_->counters(); }
-  const runtime::EngineOptions& options() const override { return inner_->options(); }
-  std::vector<int32_t> last_prompt() const {
-    std::lock_guard lock(mu_);
-    return last_;
-  }
-
- private:
-  std::unique_ptr<runtime::Engine> inner_;
-  mutable std::mutex mu_;
-  std::vector<int32_t> last_;
-};
+using Recorder = LoggingEngine;
 
 std::shared_ptr<Recorder> demo_engine() {
   auto model = models::load_model(data_path("../models/demo/target"));
