@@ -2,14 +2,15 @@
 // step workspace all in device memory) against the CPU: eight greedy sequences batched give the ids the
 // CPU model gives each alone; under memory pressure sequences are preempted and still complete with the
 // CPU's ids and no leak; a prefix-cache resume equals a cold engine; speculative decoding (scripted
-// guesses with one wrong in three, and n-gram: per-token checkpoints and rollback on the device) gives
-// the same ids as plain decoding; a restart resumes from the disk prefix cache like a cold engine. Near-ties
+// guesses with one wrong in three, n-gram, and the demo's MTP head: per-token checkpoints and rollback on
+// the device) gives the same ids as plain decoding; a restart resumes from the disk prefix cache like a cold engine. Near-ties
 // aside (different summation order), greedy ids must be identical; the tests say where they allow one
 // sequence to differ. Skipped visibly without a GPU.
 #include "cuda_test.h"
 #include "models/fingerprint.h"
 #include "models/model.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_proposer.h"
 #include "runtime/proposer.h"
 #include "test_util.h"
 
@@ -195,6 +196,36 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnCuda,
                              if (ch == '-') ch = '_';
                            return s;
                          });
+
+// The demo target's MTP head on the device (its KV one more layer of the sequence's pages, hidden rows
+// handed from the target's step to the proposer): the same ids as plain decoding on the device.
+TEST(EngineCuda, MtpHeadEqualsPlain) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto demo = [] {
+    models::LoadOptions o;
+    o.device = Device::cuda;
+    auto m = models::load_model(testing::test_data_path("../models/demo/target"), o);
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+    return m.ok() ? std::move(m).value() : nullptr;
+  };
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 5; ++i)
+    requests.push_back(greedy_request(random_prompt(rng, 5 + rng() % 40, 16000), 20 + static_cast<int>(rng() % 20)));
+  EngineOptions options;
+  options.max_sequences = 8;
+  options.context_tokens = 1024;
+  const EngineRun plain = run_engine(demo(), options, requests);
+  ASSERT_EQ(plain.ids.size(), requests.size());
+  options.proposer = std::make_shared<MtpProposer>(MtpProposer::Options{false, 5});
+  const EngineRun spec = run_engine(demo(), options, requests);
+  ASSERT_EQ(spec.ids.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
+  EXPECT_GT(spec.counters.draft_tokens, 0);
+  EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+}
 
 TEST(EngineCuda, MemoryPressurePreemptsAndCompletesWithoutLeaks) {
   KAPITSA_SKIP_WITHOUT_GPU();
