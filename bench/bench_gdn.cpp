@@ -2,6 +2,7 @@
 // the recurrent form at T = 1 (decode; reports state bytes moved per second next to the memory roofline
 // of one read + one write of the f32 state) and both forms at T = 512 (prefill; tokens/s, GFLOP/s).
 // Timings only; correctness is tests/ops/test_gated_delta_rule.cpp's job.
+#include "ops/backend.h"
 #include "ops/cpu/cpu.h"
 
 #include <benchmark/benchmark.h>
@@ -69,13 +70,13 @@ void run(benchmark::State& st, GdnFn fn, int64_t T, int n_states = 1) {
   st.counters["GFLOP/s"] = benchmark::Counter(iters * double(T * Hv) * 8.0 * D * D / 1e9, benchmark::Counter::kIsRate);
 }
 
-void BM_gdn_recurrent_T1(benchmark::State& st) { run(st, kapitsa::ops::cpu::gated_delta_rule_recurrent, 1); }
-void BM_gdn_recurrent_T512(benchmark::State& st) { run(st, kapitsa::ops::cpu::gated_delta_rule_recurrent, 512); }
+void BM_gdn_recurrent_T1(benchmark::State& st) { run(st, kapitsa::ops::cpu::backend()->gated_delta_rule_recurrent, 1); }
+void BM_gdn_recurrent_T512(benchmark::State& st) { run(st, kapitsa::ops::cpu::backend()->gated_delta_rule_recurrent, 512); }
 void BM_gdn_recurrent_T1_48states(benchmark::State& st) {
-  run(st, kapitsa::ops::cpu::gated_delta_rule_recurrent, 1, 48);
+  run(st, kapitsa::ops::cpu::backend()->gated_delta_rule_recurrent, 1, 48);
 }
-void BM_gdn_chunked_T512(benchmark::State& st) { run(st, kapitsa::ops::cpu::gated_delta_rule_chunked, 512); }
-void BM_gdn_chunked_T1(benchmark::State& st) { run(st, kapitsa::ops::cpu::gated_delta_rule_chunked, 1); }
+void BM_gdn_chunked_T512(benchmark::State& st) { run(st, kapitsa::ops::cpu::backend()->gated_delta_rule_chunked, 512); }
+void BM_gdn_chunked_T1(benchmark::State& st) { run(st, kapitsa::ops::cpu::backend()->gated_delta_rule_chunked, 1); }
 BENCHMARK(BM_gdn_recurrent_T1)->UseRealTime();
 BENCHMARK(BM_gdn_recurrent_T1_48states)->UseRealTime();
 BENCHMARK(BM_gdn_chunked_T1)->UseRealTime();

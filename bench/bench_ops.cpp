@@ -4,7 +4,7 @@
 // batched (varlen) call against a per-sequence loop for 16 decode sequences.
 #include "base/thread_pool.h"
 #include "ops/cpu/cpu.h"
-#include "ops/cpu/ggml.h"
+#include "ops/backend.h"
 #include "ops/ops.h"
 
 #include <benchmark/benchmark.h>
@@ -41,7 +41,7 @@ void BM_Matmul(benchmark::State& state) {
   Buffer y = Buffer::allocate(DType::f32, {T, N});
   default_thread_pool();  // start the workers outside the timing
   for (auto _ : state) {
-    ops::cpu::matmul(x, Linear(w), y);
+    ops::cpu::backend()->matmul(x, Linear(w), y);
     benchmark::DoNotOptimize(y.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.tensor().nbytes()));
@@ -79,7 +79,7 @@ void BM_MatmulAffine(benchmark::State& state) {
   Buffer y = Buffer::allocate(DType::f32, {T, N});
   default_thread_pool();
   for (auto _ : state) {
-    ops::cpu::matmul(x, w, y);
+    ops::cpu::backend()->matmul(x, w, y);
     benchmark::DoNotOptimize(y.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.nbytes()));
@@ -109,7 +109,7 @@ void BM_Attention(benchmark::State& state) {
   Buffer v = random_buffer(DType::f32, {S, Hkv, D}, 3), o = Buffer::allocate(DType::f32, {T, Hq, D});
   default_thread_pool();
   for (auto _ : state) {
-    ops::cpu::attention(q, k, v, past, 1.0f / std::sqrt(float(D)), o);
+    ops::cpu::backend()->attention(q, k, v, past, 1.0f / std::sqrt(float(D)), o);
     benchmark::DoNotOptimize(o.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * 2 * S * Hkv * D * 4);
@@ -138,8 +138,8 @@ void BM_MatmulGgml(benchmark::State& state) {
   Buffer y = Buffer::allocate(DType::f32, {T, N});
   default_thread_pool();
   for (auto _ : state) {
-    if (state.range(4)) ops::cpu::matmul_ggml_packed(x, w, y);
-    else ops::cpu::matmul(x, w, y);
+    if (state.range(4)) KAPITSA_CPU_AT(ops::cpu::selected_level(), matmul_ggml_packed)(x, w, y);
+    else ops::cpu::backend()->matmul(x, w, y);
     benchmark::DoNotOptimize(y.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * N * row_bytes);
@@ -191,7 +191,7 @@ void BM_AttentionPaged(benchmark::State& state) {
   std::shuffle(table.begin(), table.end(), std::mt19937(1));
   default_thread_pool();
   for (auto _ : state) {
-    ops::cpu::attention_paged(q, k, v, table, S, past, 1.0f / std::sqrt(float(D)), o);
+    ops::cpu::backend()->attention_paged(q, k, v, table, S, past, 1.0f / std::sqrt(float(D)), o);
     benchmark::DoNotOptimize(o.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * 2 * S * Hkv * D * 4);
@@ -215,7 +215,7 @@ void BM_Conv1d(benchmark::State& state) {
   Buffer win = random_buffer(DType::f32, {K - 1, C}, 3), y = Buffer::allocate(DType::f32, {T, C});
   default_thread_pool();
   for (auto _ : state) {
-    ops::cpu::conv1d_causal(x, w, Tensor(), win, true, y);
+    ops::cpu::backend()->conv1d_causal(x, w, Tensor(), win, true, y);
     benchmark::DoNotOptimize(y.f32()[0]);
   }
   state.SetBytesProcessed(state.iterations() * 2 * T * C * 4);

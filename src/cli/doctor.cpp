@@ -6,6 +6,7 @@
 #include "cli/catalog/memory_fit.h"
 #include "cli/commands.h"
 #include "cli/doctor/system_info.h"
+#include "ops/cpu/cpu.h"
 
 #include <fmt/format.h>
 
@@ -63,8 +64,11 @@ int run_doctor(const DoctorOptions& o) {
       }
 
   // Warnings a person can act on.
-  if (cpu.arch == "x86_64" && std::find(cpu.features.begin(), cpu.features.end(), "avx2") == cpu.features.end())
-    warnings.push_back("This CPU has no AVX2: the CPU kernels run their plain versions and decode will be slow.");
+  // The cpu kernels' level (ops/cpu/cpu.h): the best this CPU runs, or what KAPITSA_CPU_ISA chose.
+  const std::string kernels(ops::cpu::level_name(ops::cpu::selected_level()));
+  if (cpu.arch == "x86_64" && ops::cpu::best_level() == ops::cpu::Level::baseline)
+    warnings.push_back(fmt::format("This CPU lacks {}: the CPU kernels run their plain versions and decode will be slow.",
+                                   ops::cpu::missing_features(ops::cpu::Level::avx2)));
   if (cpu.usable_cores < cpu.logical_cores)
     warnings.push_back(fmt::format("Only {} of {} cores are usable by this process (CPU affinity or container limit).",
                                    cpu.usable_cores, cpu.logical_cores));
@@ -94,7 +98,7 @@ int run_doctor(const DoctorOptions& o) {
     for (const doctor::AgentInfo& a : agents)
       agent_list.push_back({{"name", a.name}, {"installed", !a.path.empty()}, {"path", a.path}, {"version", a.version}});
     const Json out = {
-        {"cpu", {{"model", cpu.model}, {"arch", cpu.arch}, {"features", cpu.features},
+        {"cpu", {{"model", cpu.model}, {"arch", cpu.arch}, {"features", cpu.features}, {"kernels", kernels},
                  {"logical_cores", cpu.logical_cores}, {"usable_cores", cpu.usable_cores}}},
         {"memory", {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}}},
         {"bandwidth", {{"read_bytes_per_s", bandwidth}, {"threads", cpu.usable_cores}, {"seconds", o.seconds}}},
@@ -112,6 +116,8 @@ int run_doctor(const DoctorOptions& o) {
   std::printf("CPU        %s (%s), %d cores usable of %d\n", cpu.model.c_str(), cpu.arch.c_str(), cpu.usable_cores,
               cpu.logical_cores);
   std::printf("Features   %s\n", cpu.features.empty() ? "(none of interest)" : join(cpu.features, " ").c_str());
+  std::printf("Kernels    %s (the best level this CPU runs of baseline, avx2, avx512; KAPITSA_CPU_ISA picks a lower one)\n",
+              kernels.c_str());
   std::printf("Memory     %s total, %s available\n", gib(double(mem.total_bytes)).c_str(),
               gib(double(mem.available_bytes)).c_str());
   std::printf("Bandwidth  %.1f GB/s read (%d threads, %.1f s streaming read)\n", bandwidth / 1e9, cpu.usable_cores, o.seconds);

@@ -1,5 +1,6 @@
 // kapitsa: the command-line entry point. Wires subcommands together; holds no logic of its own.
 #include "cli/commands.h"
+#include "ops/cpu/cpu.h"
 
 #include <cstdio>
 #include <cstring>
@@ -48,7 +49,11 @@ void print_start(const CLI::App& app) {
 int main(int argc, char** argv) {
   CLI::App app{"Kapitsa: local inference for Qwen3.5 / Qwen3-Next and Nemotron-H hybrid models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("kapitsa ") + kapitsa::cli::version());
+  // The cpu kernels' level is read when asked, so a bad KAPITSA_CPU_ISA does not stop every command.
+  app.set_version_flag("--version", [] {
+    return std::string("kapitsa ") + kapitsa::cli::version() + " (cpu kernels: " +
+           std::string(kapitsa::ops::cpu::level_name(kapitsa::ops::cpu::selected_level())) + ")";
+  });
   kapitsa::cli::add_logits_command(app);
   kapitsa::cli::add_dev_command(app);
   kapitsa::cli::add_template_command(app);

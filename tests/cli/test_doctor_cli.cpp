@@ -4,6 +4,7 @@
 // the formats it does not run yet.
 #include "base/json.h"
 #include "models/cli_runner.h"
+#include "ops/cpu/cpu.h"
 
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@ TEST(DoctorCli, JsonHasEverySectionWithSaneValues) {
   EXPECT_GE(j["cpu"]["usable_cores"].get<int>(), 1);
   EXPECT_LE(j["cpu"]["usable_cores"].get<int>(), j["cpu"]["logical_cores"].get<int>());
   EXPECT_TRUE(j["cpu"]["features"].is_array());
+  EXPECT_EQ(j["cpu"]["kernels"], ops::cpu::level_name(ops::cpu::best_level()));
   EXPECT_GT(j["memory"]["total_bytes"].get<double>(), 0);
   EXPECT_LE(j["memory"]["available_bytes"].get<double>(), j["memory"]["total_bytes"].get<double>());
   EXPECT_GT(j["bandwidth"]["read_bytes_per_s"].get<double>(), 1e8);  // any machine reads 100 MB/s
@@ -52,6 +54,26 @@ TEST(DoctorCli, JsonHasEverySectionWithSaneValues) {
   EXPECT_EQ(j["port"]["port"].get<int>(), 8080);
   EXPECT_TRUE(j["port"]["free"].is_boolean());
   EXPECT_TRUE(j["warnings"].is_array());
+}
+
+// KAPITSA_CPU_ISA picks a lower level of the cpu kernels; a level the CPU lacks, or no such level, is an
+// error that says so.
+TEST(DoctorCli, CpuIsaEnvironmentPicksALowerLevel) {
+  const CommandResult base = run_kapitsa("--version", "KAPITSA_CPU_ISA=baseline");
+  EXPECT_EQ(base.exit_code, 0) << base.output;
+  EXPECT_NE(base.output.find("(cpu kernels: baseline)"), std::string::npos) << base.output;
+  const CommandResult best = run_kapitsa("--version");
+  EXPECT_NE(best.output.find(fmt::format("(cpu kernels: {})", ops::cpu::level_name(ops::cpu::best_level()))),
+            std::string::npos) << best.output;
+  const CommandResult bad = run_kapitsa("--version", "KAPITSA_CPU_ISA=avx9000");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("KAPITSA_CPU_ISA=avx9000: no such level (baseline, avx2 or avx512)"), std::string::npos)
+      << bad.output;
+  if (ops::cpu::best_level() != ops::cpu::Level::avx512) {
+    const CommandResult high = run_kapitsa("--version", "KAPITSA_CPU_ISA=avx512");
+    EXPECT_NE(high.exit_code, 0);
+    EXPECT_NE(high.output.find("KAPITSA_CPU_ISA=avx512: this CPU lacks"), std::string::npos) << high.output;
+  }
 }
 
 TEST(DoctorCli, TextReportNamesItsSections) {

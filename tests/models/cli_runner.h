@@ -16,9 +16,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-inline CommandResult run_kapitsa(const std::string& args) {
+// env: "NAME=value …" set for this command only.
+inline CommandResult run_kapitsa(const std::string& args, const std::string& env = "") {
   CommandResult r;
-  const std::string command = std::string(KAPITSA_BIN) + " " + args + " 2>&1";
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + std::string(KAPITSA_BIN) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
   char buffer[4096];

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "ops/backend.h"
+#include "ops/cpu/cpu.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -49,11 +50,14 @@ inline Buffer random_f32(Rng& r, Shape s, float lo = -1.0f, float hi = 1.0f) {
 // The oracle.
 inline const BackendTable& ref() { return *find_backend("ref"); }
 
-// Every registered backend but ref: what the op tests compare against ref.
+// Every registered backend but ref, and the cpu backend's other levels this CPU runs ("cpu_avx2",
+// "cpu_baseline" beside the selected "cpu"; ops/cpu/cpu.h): what the op tests compare against ref.
 inline std::vector<const BackendTable*> backends_under_test() {
   std::vector<const BackendTable*> v;
   for (const BackendTable* b : backends())
     if (b->name != "ref") v.push_back(b);
+  for (cpu::Level l : cpu::kLevels)
+    if (const BackendTable* b = cpu::backend_for(l); b != nullptr && l != cpu::selected_level()) v.push_back(b);
   return v;
 }
 

@@ -5,7 +5,7 @@
 // scales and negative biases; then every backend against ref on fresh random weights (the cpu
 // backend's int16-activation GEMV within the bound its rounding of x allows).
 #include "op_test_helpers.h"
-#include "ops/cpu/affine.h"
+#include "ops/cpu/cpu.h"
 #include "ops/ref/ref.h"
 
 #include <algorithm>
@@ -154,7 +154,13 @@ struct RandomAffine {
     biases = kapitsa::testing::random_buffer(r.gen, dt, {N, K / gs}, -0.5f, 0.5f);
     w = Linear::affine(Tensor(DType::u32, {N, K * bits / 32}, words.data()), scales, biases, bits, gs);
   }
-  double bias(int64_t n, int64_t g) const { return cpu::affine_param(biases, n * biases.tensor().dim(1) + g); }
+  double bias(int64_t n, int64_t g) const {
+    const Tensor& b = biases.tensor();
+    const int64_t i = n * b.dim(1) + g;
+    return b.dtype() == DType::bf16  ? bf16_to_f32(b.data_as<const uint16_t>()[i])
+           : b.dtype() == DType::f16 ? f16_to_f32(b.data_as<const uint16_t>()[i])
+                                     : b.data_as<const float>()[i];
+  }
 };
 
 // Every backend against ref on fresh random weights and inputs: token counts on both sides of the
@@ -183,7 +189,8 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
           // f32 accumulation (and s·Σxq + b·Σx regrouping) vs double: relative to Σ|x·w| of the row.
           // The cpu backend's int16-activation GEMV also rounds x to sx·round(x/sx) per 64 inputs
           // (sx = max|x|/32767), which moves an output by at most Σ_k |s·q_k| · sx/2.
-          const bool int16 = backend().name == "cpu" && cpu::affine_int16_activations(bits, gs, T);
+          const std::optional<cpu::Level> level = cpu::level_of(backend());
+          const bool int16 = level && KAPITSA_CPU_AT(*level, affine_int16_activations)(bits, gs, T);
           std::vector<float> row(static_cast<size_t>(K));
           for (int64_t n = 0; n < N; ++n) {
             ref::dequantize_row(a.w, n, row.data());

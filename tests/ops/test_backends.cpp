@@ -3,6 +3,11 @@
 // the instantiation of every TEST_P(OnBackend, ...) over the registered backends other than ref.
 #include "op_test_helpers.h"
 
+#include "ops/cpu/cpu.h"
+
+#include <fstream>
+#include <initializer_list>
+#include <string>
 #include <thread>
 
 namespace kapitsa::ops {
@@ -86,6 +91,54 @@ TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
     const std::vector<int32_t> ids = {0, 2};
     EXPECT_DEATH(embedding(Linear(ta), ids, ty), "embedding: id 2 at 1 outside \\[0, 2\\)");
   }
+}
+
+// The level the cpu backend runs, against an independent source: the flags the kernel lists in
+// /proc/cpuinfo (what the CPU has and the OS enabled).
+TEST(CpuLevels, BestLevelIsWhatProcCpuinfoLists) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  if (flags.empty()) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
+  const auto has = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (flags.find(" " + std::string(n) + " ") == std::string::npos) return false;
+    return true;
+  };
+#if defined(__x86_64__)
+  // Not "abm" (LZCNT), which the dispatcher also needs: some hypervisors' guests do not list it.
+  const bool v3 = has({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe"});
+  const bool v4 = v3 && has({"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_vnni"});
+  const cpu::Level want = v4 ? cpu::Level::avx512 : v3 ? cpu::Level::avx2 : cpu::Level::baseline;
+#else
+  const cpu::Level want = cpu::Level::baseline;
+#endif
+  EXPECT_EQ(cpu::level_name(cpu::best_level()), cpu::level_name(want)) << "flags:" << flags;
+  EXPECT_EQ(cpu::missing_features(cpu::best_level()), "");
+  if (want != cpu::Level::avx512) EXPECT_NE(cpu::missing_features(cpu::Level::avx512), "");
+}
+
+// Every level up to the best has its own table (the selected one is "cpu"), none above it.
+TEST(CpuLevels, EachLevelTheCpuRunsHasATable) {
+  EXPECT_EQ(cpu::backend(), find_backend("cpu"));
+  EXPECT_EQ(cpu::backend_for(cpu::selected_level()), cpu::backend());
+  for (cpu::Level l : cpu::kLevels) {
+    const BackendTable* t = cpu::backend_for(l);
+    const bool runs = cpu::level_compiled(l) && static_cast<int>(l) <= static_cast<int>(cpu::best_level());
+    ASSERT_EQ(t != nullptr, runs) << cpu::level_name(l);
+    if (t == nullptr) continue;
+    EXPECT_EQ(cpu::level_of(*t), l);
+    EXPECT_EQ(t->name, l == cpu::selected_level() ? "cpu" : "cpu_" + std::string(cpu::level_name(l)));
+    // Two levels never share a kernel: each table points into its own copy.
+    if (l != cpu::Level::baseline) {
+      EXPECT_NE(t->matmul, cpu::backend_for(cpu::Level::baseline)->matmul) << cpu::level_name(l);
+    }
+  }
+  EXPECT_FALSE(cpu::level_of(*find_backend("ref")).has_value());
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 // llama.cpp are compared with gguf-py's dequantization in tests/weights/test_gguf.cpp.
 #include "op_test_helpers.h"
 #include "ops/cpu/cpu.h"
-#include "ops/cpu/ggml.h"
 #include "ops/ref/ref.h"
 
 #include <cmath>
@@ -299,7 +298,8 @@ constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,  
 // backend rounds x to int8) and embedding rows (each value within 1e-6 of
 // its row's largest: the cpu decoder computes scale·q + offset, ref ggml's own order of operations).
 TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
-  if (backend().name != "cpu") GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
+  const std::optional<cpu::Level> level = cpu::level_of(backend());
+  if (!level) GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
   Rng r;
   SCOPED_TRACE(r.trace());
   for (GgmlType type : kTypes) {
@@ -314,13 +314,13 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
       test::run(test::ref(), matmul, x, w, yr);
       test::run(backend(), matmul, x, w, yc);
       std::vector<float> row(static_cast<size_t>(K));
-      const bool int8 = backend().name == "cpu" && cpu::ggml_int8_activations(type, T);
+      const bool int8 = KAPITSA_CPU_AT(*level, ggml_int8_activations)(type, T);
       for (int64_t n = 0; n < N; ++n) {
         ref::dequantize_row(w, n, row.data());
         for (int64_t t = 0; t < T; ++t) {
           double mag = 0;
           for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
-          const double rounding = int8 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, cpu::ggml_int8_block(type)) : 0;
+          const double rounding = int8 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, KAPITSA_CPU_AT(*level, ggml_int8_block)(type)) : 0;
           ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
         }
       }
@@ -338,46 +338,53 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   }
 }
 
-// The cpu backend's int8-activation GEMV (Q8_0, Q4_K, Q6_K), with VPDPBUSD where compiled in and with
-// the AVX2 sequence, against ref's f64 dot of the dequantized rows, for 1..8 tokens and beyond: on x
-// of random floats within the int8 rounding bound (+ 2e-6 of Σ|x·w| for f32 arithmetic); on x that
-// int8 represents exactly (integers with a ±127 in every block, so d = 1) within the f32 term alone.
+// The cpu backend's int8-activation GEMV (Q8_0, Q4_K, Q6_K) on every level this CPU runs that has it,
+// with VPDPBUSD where the level has it and with the AVX2 sequence, against ref's f64 dot of the
+// dequantized rows, for 1..8 tokens and beyond: on x of random floats within the int8 rounding bound
+// (+ 2e-6 of Σ|x·w| for f32 arithmetic); on x that int8 represents exactly (integers with a ±127 in every block, so d = 1) within the f32 term alone.
 TEST(GgmlInt8, GemvMatchesRefWithinActivationRounding) {
-  if (cpu::ggml_int8_block(GgmlType::q8_0) == 0) GTEST_SKIP() << "int8-activation GEMV not compiled (no AVX2/FMA/F16C)";
   Rng r;
   SCOPED_TRACE(r.trace());
-  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k}) {
-    const auto info = *ggml_type_info(static_cast<uint32_t>(type));
-    const int64_t B = cpu::ggml_int8_block(type);
-    const int64_t N = 1 + static_cast<int64_t>(r.gen() % 40), K = 256 * (1 + static_cast<int64_t>(r.gen() % 4));
-    std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
-    const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
-    std::vector<float> rows(static_cast<size_t>(N * K));
-    for (int64_t n = 0; n < N; ++n) ref::dequantize_row(w, n, rows.data() + n * K);
-    for (int64_t T : {1, 2, 3, 4, 5, 8, 11})
-      for (bool exact : {false, true}) {
-        Buffer x = test::random_f32(r, {T, K}, -3.0f, 3.0f);
-        if (exact) {
-          std::uniform_int_distribution<int> code(-127, 127);
-          for (int64_t i = 0; i < T * K; ++i) x.f32()[i] = static_cast<float>(code(r.gen));
-          for (int64_t b = 0; b < T * K; b += B) x.f32()[b + static_cast<int64_t>(r.gen() % B)] = r.gen() % 2 ? 127.0f : -127.0f;
+  int levels_run = 0;
+  for (cpu::Level level : cpu::kLevels) {
+    if (cpu::backend_for(level) == nullptr || KAPITSA_CPU_AT(level, ggml_int8_block)(GgmlType::q8_0) == 0) continue;
+    ++levels_run;
+    const auto has_vnni = KAPITSA_CPU_AT(level, ggml_int8_has_vnni);
+    const auto gemv = KAPITSA_CPU_AT(level, matmul_ggml_int8);
+    for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k}) {
+      const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+      const int64_t B = KAPITSA_CPU_AT(level, ggml_int8_block)(type);
+      const int64_t N = 1 + static_cast<int64_t>(r.gen() % 40), K = 256 * (1 + static_cast<int64_t>(r.gen() % 4));
+      std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
+      const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
+      std::vector<float> rows(static_cast<size_t>(N * K));
+      for (int64_t n = 0; n < N; ++n) ref::dequantize_row(w, n, rows.data() + n * K);
+      for (int64_t T : {1, 2, 3, 4, 5, 8, 11})
+        for (bool exact : {false, true}) {
+          Buffer x = test::random_f32(r, {T, K}, -3.0f, 3.0f);
+          if (exact) {
+            std::uniform_int_distribution<int> code(-127, 127);
+            for (int64_t i = 0; i < T * K; ++i) x.f32()[i] = static_cast<float>(code(r.gen));
+            for (int64_t b = 0; b < T * K; b += B) x.f32()[b + static_cast<int64_t>(r.gen() % B)] = r.gen() % 2 ? 127.0f : -127.0f;
+          }
+          for (bool vnni : {true, false}) {
+            SCOPED_TRACE(fmt::format("{} {} T={} N={} K={} exact={} vnni={}", cpu::level_name(level), info.name, T, N, K, exact, vnni && has_vnni()));
+            Buffer y = Buffer::allocate(DType::f32, {T, N});
+            gemv(x, w, y, vnni);
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t n = 0; n < N; ++n) {
+                const float* xt = x.f32() + t * K;
+                const float* wn = rows.data() + n * K;
+                double want = 0, mag = 0;
+                for (int64_t k = 0; k < K; ++k) want += static_cast<double>(xt[k]) * wn[k], mag += std::abs(static_cast<double>(xt[k]) * wn[k]);
+                const double rounding = exact ? 0 : int8_rounding_bound(xt, wn, K, B);
+                ASSERT_NEAR(y.f32()[t * N + n], want, rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
+              }
+          }
         }
-        for (bool vnni : {true, false}) {
-          SCOPED_TRACE(fmt::format("{} T={} N={} K={} exact={} vnni={}", info.name, T, N, K, exact, vnni && cpu::ggml_int8_has_vnni()));
-          Buffer y = Buffer::allocate(DType::f32, {T, N});
-          cpu::matmul_ggml_int8(x, w, y, vnni);
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t n = 0; n < N; ++n) {
-              const float* xt = x.f32() + t * K;
-              const float* wn = rows.data() + n * K;
-              double want = 0, mag = 0;
-              for (int64_t k = 0; k < K; ++k) want += static_cast<double>(xt[k]) * wn[k], mag += std::abs(static_cast<double>(xt[k]) * wn[k]);
-              const double rounding = exact ? 0 : int8_rounding_bound(xt, wn, K, B);
-              ASSERT_NEAR(y.f32()[t * N + n], want, rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
-            }
-        }
-      }
+    }
   }
+  if (levels_run == 0) GTEST_SKIP() << "no level with the int8-activation GEMV on this CPU (it needs AVX2/FMA/F16C)";
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 // matmul.cpp / layout.cpp hand a WeightFormat::affine Linear to. Arguments are checked in ops.cpp.
 #pragma once
 
+#include "ops/cpu/level.h"
 #include "tensor/linear.h"
 
 #include <cstdint>
 #include <span>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // x: [T, K] f32;  w: affine [N, K];  y: [T, N] f32.
 void matmul_affine(const Tensor& x, const Linear& w, const Tensor& y);
@@ -15,13 +16,10 @@ void matmul_affine(const Tensor& x, const Linear& w, const Tensor& y);
 void embedding_affine(const Linear& table, std::span<const int32_t> ids, const Tensor& out);
 
 // The int16-activation GEMV (matmul_affine_vnni.cpp): x rounded to int16 per kActBlock inputs, each
-// block with one scale max|x| / kActMax.
-inline constexpr int kActBlock = 64;
-inline constexpr float kActMax = 32767.0f;
-inline constexpr int kActMaxTokens = 8;
-// Whether matmul_affine takes the int16-activation path for these weights and token count: 4 or 8
-// bits, groups of a multiple of 64, at most 8 tokens, on a build with AVX-512 VNNI.
-bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens);
+// block with one scale max|x| / kActMax (constants in cpu.h).
+// affine_int16_activations (declared for every level in cpu.h): whether matmul_affine takes the
+// int16-activation path for these weights and token count — 4 or 8 bits, groups of a multiple of 64,
+// at most 8 tokens, on a level with AVX-512 VNNI.
 // y = x·wᵀ with x rounded to int16; only where affine_int16_activations(…, T) holds.
 void matmul_affine_int16(const Tensor& x, const Linear& w, const Tensor& y, int64_t T);
 
@@ -34,4 +32,4 @@ inline float affine_param(const Tensor& t, int64_t i) {
   }
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -8,7 +8,7 @@
 // registers as they are loaded (the kernel is templated on the loader). write_paged_rows stores new
 // K/V rows into pages, narrowing to the pages' dtype.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/dot_tile.h"
 
 #include <algorithm>
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // x: [T, n_heads, D];  positions: [T].
 void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
@@ -370,4 +370,4 @@ void run_attention_as(DType kv, std::span<const AttnShape> seqs) {
 
 }  // namespace
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

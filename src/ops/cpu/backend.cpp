@@ -1,18 +1,16 @@
-// The cpu backend's table: every op of op_list.inc, pointing at the functions of this folder.
+// One level's backend table: every op of op_list.inc, pointing at this level's copy of the kernels
+// (dispatch.cpp names and hands out the tables).
 #include "ops/backend.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
-const BackendTable* backend() {
-  static const BackendTable table = [] {
-    BackendTable t{"cpu", Device::cpu};
-#define KAPITSA_OP(op) t.op = &cpu::op;
+BackendTable table(std::string_view name) {
+  BackendTable t{name, Device::cpu};
+#define KAPITSA_OP(op) t.op = &KAPITSA_CPU_LEVEL::op;
 #include "ops/op_names.inc"
 #undef KAPITSA_OP
-    return t;
-  }();
-  return &table;
+  return t;
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -2,7 +2,7 @@
 // block of channels and walks time once, keeping the last K-1 inputs in registers (so y may even
 // alias x), and finally stores them as the new window. Bit-identical windows to ops/ref.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 #include "ops/ops.h"
 
@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 // One sequence of a call: x, y rows and its window; after token t ≥ ckpt_from the window is also stored
@@ -132,4 +132,4 @@ void conv1d_causal_varlen(const Tensor& x, const Tensor& w, const Tensor& bias, 
   run_conv(seqs, w, bias, silu);
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -1,5 +1,8 @@
-// The CPU backend: SIMD (AVX2 / AVX-512 where compiled for, portable C++ otherwise) and threads from
-// base/thread_pool. Same functions as ops/ref, file for file; tests compare the two on random inputs.
+// The CPU backend: SIMD kernels and threads from base/thread_pool, same functions as ops/ref, file for
+// file; tests compare the two on random inputs. One binary runs on every x86-64: the kernel files are
+// compiled once per instruction-set level, each copy in its own namespace (cpu::baseline, cpu::avx2,
+// cpu::avx512; src/ops/cpu/CMakeLists.txt), and backend() hands out the table of the best level this
+// CPU runs, chosen once at start (dispatch.cpp; docs/decisions.md "One binary for every x86-64").
 #pragma once
 
 #include "ops/seq_batch.h"
@@ -7,15 +10,79 @@
 #include "tensor/tensor.h"
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 
 namespace kapitsa::ops {
 struct BackendTable;
 }
 
 namespace kapitsa::ops::cpu {
-#include "ops/op_list.inc"
 
-// This backend's table (ops/backend.h).
+// The levels, lowest first. baseline: the build's own flags (plain x86-64, SSE2); avx2: x86-64-v3
+// (AVX2, FMA, F16C, BMI1/2); avx512: x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) plus AVX-512 VNNI.
+// On other architectures only baseline is compiled.
+enum class Level { baseline, avx2, avx512 };
+inline constexpr Level kLevels[] = {Level::baseline, Level::avx2, Level::avx512};
+
+std::string_view level_name(Level level);
+// Whether this build compiled the level's kernels (x86-64: all three; elsewhere: baseline).
+bool level_compiled(Level level);
+// The best level this CPU and OS run (CPUID and XGETBV: the OS must save the AVX / AVX-512 registers),
+// and what a level needs that this CPU lacks ("" when nothing), e.g. "avx512_vnni".
+Level best_level();
+std::string missing_features(Level level);
+// best_level(), or the lower level named by KAPITSA_CPU_ISA (baseline|avx2|avx512); a name this CPU
+// cannot run, or no such name, ends the process with a message that says which (exit code 2).
+Level selected_level();
+
+// The backend table of the selected level, named "cpu" (ops/backend.h).
 const BackendTable* backend();
+// The table of any level (nullptr when this CPU or this build lacks it): the selected level's is
+// backend(), the others are named "cpu_<level>" — the op tests run every level the CPU has.
+const BackendTable* backend_for(Level level);
+// The level whose kernels a table runs; nullopt for a table of another backend.
+std::optional<Level> level_of(const BackendTable& table);
+
+// The affine int16-activation GEMV's rounding (affine.h): x rounded to int16 per kActBlock inputs, each
+// block with one scale max|x| / kActMax, for at most kActMaxTokens tokens.
+inline constexpr int kActBlock = 64;
+inline constexpr float kActMax = 32767.0f;
+inline constexpr int kActMaxTokens = 8;
+
 }  // namespace kapitsa::ops::cpu
+
+// Each level's kernels: the ops, the table, and the kernel-level functions tests and benches call
+// directly (ggml.h and affine.h say what they do). KAPITSA_CPU_AT(level, fn) is fn of that level.
+#define KAPITSA_CPU_DECLARE_LEVEL                                                                   \
+  BackendTable table(std::string_view name);                                                       \
+  int64_t ggml_int8_block(GgmlType type);                                                          \
+  bool ggml_int8_activations(GgmlType type, int64_t tokens);                                       \
+  bool ggml_int8_has_vnni();                                                                       \
+  void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vnni);              \
+  void matmul_ggml_packed(const Tensor& x, const Linear& w, const Tensor& y);                       \
+  bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens);
+// clang-format off
+namespace kapitsa::ops::cpu::baseline {
+#include "ops/op_list.inc"
+KAPITSA_CPU_DECLARE_LEVEL
+}  // namespace kapitsa::ops::cpu::baseline
+#if defined(__x86_64__)
+namespace kapitsa::ops::cpu::avx2 {
+#include "ops/op_list.inc"
+KAPITSA_CPU_DECLARE_LEVEL
+}  // namespace kapitsa::ops::cpu::avx2
+namespace kapitsa::ops::cpu::avx512 {
+#include "ops/op_list.inc"
+KAPITSA_CPU_DECLARE_LEVEL
+}  // namespace kapitsa::ops::cpu::avx512
+#define KAPITSA_CPU_AT(level, fn)                                                    \
+  ((level) == ::kapitsa::ops::cpu::Level::avx512 ? &::kapitsa::ops::cpu::avx512::fn \
+   : (level) == ::kapitsa::ops::cpu::Level::avx2 ? &::kapitsa::ops::cpu::avx2::fn   \
+                                                 : &::kapitsa::ops::cpu::baseline::fn)
+#else
+#define KAPITSA_CPU_AT(level, fn) (&::kapitsa::ops::cpu::baseline::fn)
+#endif
+// clang-format on

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // Tile sizes for T > 1: TB·RB accumulators + RB weight vectors + 1 x vector must fit the registers.
 #if defined(__AVX512F__)
@@ -60,4 +60,4 @@ inline void dot_tile_any(int tb, int rb, const float* x, int64_t ldx, const type
   kDotTiles<WL>[static_cast<size_t>((tb - 1) * kTileR + (rb - 1))](x, ldx, w, ldw, K, out, ldo);
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -1,12 +1,12 @@
 // CPU elementwise ops (add, SwiGLU, sigmoid gate, relu²): SIMD over contiguous elements, split across
 // threads in chunks of ≥ 16K elements. Index-for-index, so in-place use is safe.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
 #include <cmath>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 constexpr size_t kGrain = 16384;
@@ -75,4 +75,4 @@ void relu_squared(const Tensor& x, const Tensor& y) {
   });
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -3,7 +3,7 @@
 // recurrence (see gated_delta_rule_chunked for why). Key fact: every column j of a head's state S[:, j]
 // evolves independently (u_j = Σ_i k_i S_ij, δ_j = (v_j − u_j) β), so work splits over (head, block of
 // 32 columns) with no communication, and a block (Dk × 32 floats) stays in L1 for the whole token loop.
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 
 #include "base/thread_pool.h"
 
@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 using f32x8 = float __attribute__((vector_size(32)));
@@ -228,4 +228,4 @@ void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, 
   run_column_blocks(seqs);
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -3,12 +3,13 @@
 // GEMV it takes for few tokens (matmul_ggml_int8.cpp) and the packed GEMM for many (matmul.cpp). Arguments are checked in ops.cpp.
 #pragma once
 
+#include "ops/cpu/level.h"
 #include "tensor/linear.h"
 
 #include <cstdint>
 #include <span>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // x: [T, K] f32;  w: ggml [N, K];  y: [T, N] f32.
 void matmul_ggml(const Tensor& x, const Linear& w, const Tensor& y);
@@ -17,22 +18,15 @@ void embedding_ggml(const Linear& table, std::span<const int32_t> ids, const Ten
 // One row of K values of blocks of `type` as f32 (cpu's decoder; ops/ref has the reference one).
 void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* out);
 
-// The int8-activation GEMV: x rounded per block of ggml_int8_block(type) inputs to d·q, q = round(x/d)
-// in [−127, 127], d = max|x| / 127 over the block.
-// 32 for Q8_0, 256 for Q4_K and Q6_K; 0 for other types or on builds without AVX2 + FMA + F16C.
-int64_t ggml_int8_block(GgmlType type);
-// Whether matmul_ggml takes the int8 path: a type with a block size above, any token count (at 512
-// tokens it measured 1.4× (Q8_0) and 1.8× (Q4_K) faster than the packed GEMM below, docs/performance.md).
-bool ggml_int8_activations(GgmlType type, int64_t tokens);
-// Whether the build has VPDPBUSD (AVX-512 VNNI + VL, or AVX-VNNI); without it the AVX2 sequence is used.
-bool ggml_int8_has_vnni();
-// y = x·wᵀ with x rounded to int8, where ggml_int8_block(type) > 0 (any token count). vnni = false
-// uses the AVX2 dot products even where VNNI is compiled in (so tests cover both).
-void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vnni = true);
-
-// Prefill of the other block types (matmul.cpp): from this many tokens on, rows are decoded 32 at a
-// time into a transposed f32 panel and multiplied by the dense packed outer-product kernel.
+// Declared for every level in cpu.h (tests call them): the int8-activation GEMV — x rounded per block of
+// ggml_int8_block(type) inputs to d·q, q = round(x/d) in [−127, 127], d = max|x| / 127 over the block;
+// the block is 32 for Q8_0, 256 for Q4_K and Q6_K, 0 for other types or on levels without AVX2 + FMA +
+// F16C. ggml_int8_activations: whether matmul_ggml takes that path (any token count: at 512 tokens it
+// measured 1.4× (Q8_0) and 1.8× (Q4_K) faster than the packed GEMM, docs/performance.md).
+// ggml_int8_has_vnni: whether the level has VPDPBUSD (AVX-512 VNNI + VL, or AVX-VNNI); matmul_ggml_int8
+// with vnni = false uses the AVX2 dot products even there (so tests cover both).
+// matmul_ggml_packed: prefill of the other block types (matmul.cpp) — from ggml_packed_gemm(tokens)
+// on, rows are decoded 32 at a time into a transposed f32 panel for the dense packed kernel.
 bool ggml_packed_gemm(int64_t tokens);
-void matmul_ggml_packed(const Tensor& x, const Linear& w, const Tensor& y);
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -4,13 +4,13 @@
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/ggml.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 template <class WL>
@@ -109,4 +109,4 @@ void concat_columns(std::span<const Tensor> ins, const Tensor& y) {
   }
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -8,7 +8,7 @@
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/ggml.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/dot_tile.h"
 
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 constexpr int kGemvRows = 8;  // rows per GEMV pass: 8 independent FMA chains, 8 prefetch streams
@@ -282,4 +282,4 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
   for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -18,7 +18,7 @@
 #include <array>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 using simd::kW;
 using simd::vf;
@@ -261,4 +261,4 @@ void embedding_affine(const Linear& table, std::span<const int32_t> ids, const T
   });
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

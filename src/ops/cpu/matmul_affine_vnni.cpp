@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #endif
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -214,4 +214,4 @@ void matmul_affine_int16(const Tensor&, const Linear&, const Tensor&, int64_t) {
 }
 #endif
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

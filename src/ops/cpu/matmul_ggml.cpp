@@ -5,7 +5,7 @@
 // the dense register tiles (dot_tile.h): the path for few tokens of the types without an int8 kernel.
 // Q8_0 / Q4_K / Q6_K go to the fused int8-activation kernel of matmul_ggml_int8.cpp (any token
 // count), the other types at many tokens (prefill) to the packed GEMM of matmul.cpp. Compared with ops/ref in tests/ops/test_ggml.cpp.
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/dot_tile.h"
 #include "ops/cpu/ggml.h"
 
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 float half(const uint8_t* p) {
@@ -184,7 +184,7 @@ void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* ou
 void matmul_ggml(const Tensor& x, const Linear& w, const Tensor& y) {
   const int64_t N = w.rows(), K = w.cols(), T = K == 0 ? 0 : x.numel() / K;
   if (T == 0 || N == 0) return;
-  if (ggml_int8_activations(w.ggml_type(), T)) return matmul_ggml_int8(x, w, y);
+  if (ggml_int8_activations(w.ggml_type(), T)) return matmul_ggml_int8(x, w, y, true);
   if (ggml_packed_gemm(T)) return matmul_ggml_packed(x, w, y);
   const auto* blocks = w.weight().data_as<const uint8_t>();
   const int64_t row_bytes = w.weight().dim(-1);
@@ -213,4 +213,4 @@ void embedding_ggml(const Linear& table, std::span<const int32_t> ids, const Ten
     dequantize_ggml_row(table.ggml_type(), blocks + ids[t] * row_bytes, H, out.f32() + static_cast<int64_t>(t) * H);
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -23,7 +23,7 @@
 #define KAPITSA_GGML_INT8 1
 #endif
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 int64_t ggml_int8_block(GgmlType type) {
 #if defined(KAPITSA_GGML_INT8)
@@ -293,4 +293,4 @@ void matmul_ggml_int8(const Tensor&, const Linear& w, const Tensor&, bool) {
 }
 #endif
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -3,7 +3,7 @@
 // the weighted scatter-add (split by columns, so repeated destination rows never race), and the
 // device-routed pair (matmul_experts: this backend's matmul per token and choice; moe_combine).
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // logits: [T, E];  expert_ids: [T, k] i32;  expert_weights: [T, k] f32.
 void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tensor& expert_ids,
@@ -112,4 +112,4 @@ void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& ou
   });
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

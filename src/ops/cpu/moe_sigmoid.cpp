@@ -1,7 +1,7 @@
 // CPU sigmoid router (Nemotron-H MoE): f32 scores, selection by partial sort on (score desc, index asc)
 // — the same tie rule as the oracle — with no fixed bound on k; tokens split across threads.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // logits: [T, E];  bias: [E] or empty;  expert_ids: [T, k] i32;  expert_weights: [T, k] f32.
 void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_group, int topk_group, bool renormalize,
@@ -67,4 +67,4 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
   });
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -1,13 +1,13 @@
 // CPU normalisations (RMSNorm, gated RMSNorm, L2 norm): one row per step, sum of squares in SIMD
 // f32, rows split across threads. Each element is read before it is written, so y may alias x.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 float sum_squares(const float* x, int64_t D) {
@@ -60,8 +60,8 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, 
 // fusion would save little, the rows are in cache).
 void add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, float weight_offset,
                   const Tensor& y) {
-  cpu::add(x, delta, x);
-  cpu::rms_norm(x, w, eps, weight_offset, y);
+  KAPITSA_CPU_LEVEL::add(x, delta, x);
+  KAPITSA_CPU_LEVEL::rms_norm(x, w, eps, weight_offset, y);
 }
 
 // x, z, y: [R, D];  w: [D] f32.
@@ -99,4 +99,4 @@ void l2_norm(const Tensor& x, float eps, float scale, const Tensor& y) {
   });
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -2,14 +2,14 @@
 // squares, scale by w; rows split across threads. Each row is gated into a scratch row first, so y
 // may alias x.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 // x, z, y: [R, D];  w: [D] f32.
 void rms_norm_group_gated(const Tensor& x, const Tensor& z, const Tensor& w, int64_t group_size, float eps,
@@ -44,4 +44,4 @@ void rms_norm_group_gated(const Tensor& x, const Tensor& z, const Tensor& w, int
   });
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -8,13 +8,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/cpu/level.h"
 #include "tensor/dtype.h"
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-namespace kapitsa::ops::cpu::simd {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::simd {
 
 #if defined(__AVX512F__)
 constexpr int kW = 16;
@@ -175,4 +176,4 @@ struct LoadF16 {
   static float scalar(const uint16_t* p) { return kapitsa::f16_to_f32(*p); }
 };
 
-}  // namespace kapitsa::ops::cpu::simd
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::simd

@@ -5,7 +5,7 @@
 // 2·P·N vs 3·P·N) without the cache locality, as the GDN kernels found too; chunk_size is accepted
 // and checked for interface parity with the oracle.
 #include "base/thread_pool.h"
-#include "ops/cpu/cpu.h"
+#include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-namespace kapitsa::ops::cpu {
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
 
 constexpr int64_t kRowsPerTask = 16;
@@ -134,4 +134,4 @@ void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const T
   scan(d, seqs, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
 }
 
-}  // namespace kapitsa::ops::cpu
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

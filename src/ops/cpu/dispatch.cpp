@@ -1,0 +1,164 @@
+// Which level's kernels this process runs (cpu.h): the CPU's features read once with CPUID, the OS's
+// register saving with XGETBV, KAPITSA_CPU_ISA to choose a lower level. Compiled with the build's
+// baseline flags, like everything outside the kernel files: it runs before any level is chosen.
+#include "ops/backend.h"
+#include "ops/cpu/cpu.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace kapitsa::ops::cpu {
+namespace {
+
+struct Feature {
+  const char* name;  // as /proc/cpuinfo spells it
+  bool present;
+};
+
+// What each level needs beyond the one below it.
+std::vector<Feature> needs(Level level) {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const auto leaf = [&](unsigned l, unsigned sub) {
+    a = b = c = d = 0;
+    return __get_cpuid_count(l, sub, &a, &b, &c, &d) != 0;
+  };
+  leaf(1, 0);
+  const unsigned c1 = c;
+  leaf(7, 0);
+  const unsigned b7 = b, c7 = c;
+  leaf(0x80000001u, 0);
+  const unsigned cx1 = c;
+  const auto bit = [](unsigned reg, int i) { return ((reg >> i) & 1u) != 0; };
+  // XCR0: which register states the OS saves on a context switch (bit 1 SSE, 2 AVX, 5–7 AVX-512).
+  uint64_t xcr0 = 0;
+  if (bit(c1, 27)) {  // OSXSAVE: XGETBV is allowed
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (uint64_t(hi) << 32) | lo;
+  }
+  const bool os_avx = (xcr0 & 0x6) == 0x6, os_avx512 = (xcr0 & 0xe6) == 0xe6;
+  switch (level) {
+    case Level::baseline: return {};
+    case Level::avx2:  // x86-64-v3
+      return {{"avx", bit(c1, 28) && os_avx}, {"avx2", bit(b7, 5) && os_avx}, {"fma", bit(c1, 12)},
+              {"f16c", bit(c1, 29)},          {"bmi1", bit(b7, 3)},           {"bmi2", bit(b7, 8)},
+              {"abm", bit(cx1, 5)},           {"movbe", bit(c1, 22)}};
+    case Level::avx512:  // x86-64-v4 + VNNI
+      return {{"avx512f", bit(b7, 16) && os_avx512},  {"avx512dq", bit(b7, 17)}, {"avx512cd", bit(b7, 28)},
+              {"avx512bw", bit(b7, 30)},              {"avx512vl", bit(b7, 31)},
+              {"avx512_vnni", bit(c7, 11)}};
+  }
+#endif
+  return {{"x86-64", level == Level::baseline}};
+}
+
+// A KAPITSA_CPU_ISA the process cannot honour ends it with a message: it is the person's setting, read
+// once before any kernel runs, and running other kernels than asked would mislead a measurement.
+[[noreturn]] void bad_setting(const std::string& message) {
+  std::fprintf(stderr, "kapitsa: %s\n", message.c_str());
+  std::exit(2);
+}
+
+Level level_from_env(Level best) {
+  const char* env = std::getenv("KAPITSA_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  for (Level l : kLevels) {
+    if (level_name(l) != env) continue;
+    if (!level_compiled(l)) bad_setting(fmt::format("KAPITSA_CPU_ISA={}: this build has no {} kernels", env, env));
+    if (static_cast<int>(l) > static_cast<int>(best))
+      bad_setting(fmt::format("KAPITSA_CPU_ISA={}: this CPU lacks {}", env, missing_features(l)));
+    return l;
+  }
+  bad_setting(fmt::format("KAPITSA_CPU_ISA={}: no such level (baseline, avx2 or avx512)", env));
+}
+
+BackendTable make_table(Level level, std::string_view name) {
+#if defined(__x86_64__)
+  if (level == Level::avx512) return avx512::table(name);
+  if (level == Level::avx2) return avx2::table(name);
+#endif
+  return baseline::table(name);
+}
+
+}  // namespace
+
+std::string_view level_name(Level level) {
+  switch (level) {
+    case Level::avx2: return "avx2";
+    case Level::avx512: return "avx512";
+    default: return "baseline";
+  }
+}
+
+bool level_compiled(Level level) {
+#if defined(__x86_64__)
+  return true;
+#else
+  return level == Level::baseline;
+#endif
+}
+
+std::string missing_features(Level level) {
+  std::string missing;
+  for (Level l : kLevels) {
+    if (static_cast<int>(l) > static_cast<int>(level)) break;
+    for (const Feature& f : needs(l))
+      if (!f.present) missing += (missing.empty() ? "" : ", ") + std::string(f.name);
+  }
+  return missing;
+}
+
+Level best_level() {
+  static const Level best = [] {
+    Level b = Level::baseline;
+    for (Level l : kLevels)
+      if (level_compiled(l) && missing_features(l).empty()) b = l;
+    return b;
+  }();
+  return best;
+}
+
+Level selected_level() {
+  static const Level selected = level_from_env(best_level());
+  return selected;
+}
+
+const BackendTable* backend_for(Level level) {
+  // Only levels this CPU runs get a table: filling one runs that level's code (table() may use its
+  // vector instructions to store the pointers).
+  static const auto tables = [] {
+    std::vector<std::optional<BackendTable>> t(std::size(kLevels));
+    for (Level l : kLevels) {
+      if (static_cast<int>(l) > static_cast<int>(best_level())) break;
+      const std::string_view name = l == selected_level() ? "cpu"
+                                    : l == Level::baseline ? "cpu_baseline"
+                                    : l == Level::avx2     ? "cpu_avx2"
+                                                           : "cpu_avx512";
+      t[static_cast<size_t>(l)] = make_table(l, name);
+    }
+    return t;
+  }();
+  const auto& t = tables[static_cast<size_t>(level)];
+  return t ? &*t : nullptr;
+}
+
+const BackendTable* backend() { return backend_for(selected_level()); }
+
+std::optional<Level> level_of(const BackendTable& table) {
+  for (Level l : kLevels)
+    if (backend_for(l) == &table) return l;
+  return std::nullopt;
+}
+
+}  // namespace kapitsa::ops::cpu
