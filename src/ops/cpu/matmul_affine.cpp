@@ -100,7 +100,9 @@ inline void decode(const uint32_t* words, vf out[kChunks]) {
   const Lanes<BITS>& l = kLanes<BITS>;
   alignas(64) float codes[kBlock];
   for (int i = 0; i < kBlock; ++i) {
-    const uint64_t pair = words[l.lo[i]] | (l.sr[i] != 0 ? static_cast<uint64_t>(words[l.hi[i]]) << 32 : 0);
+    // The next word only where the code straddles two: the block holds exactly BITS words.
+    const bool straddles = l.sr[i] + BITS > 32;
+    const uint64_t pair = words[l.lo[i]] | (straddles ? static_cast<uint64_t>(words[l.hi[i]]) << 32 : 0);
     codes[i] = static_cast<float>(static_cast<uint32_t>(pair >> l.sr[i]) & ((1u << BITS) - 1));
   }
   for (int c = 0; c < kChunks; ++c) out[c] = simd::load(codes + c * kW);
