@@ -258,6 +258,22 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
   KAPITSA_CALL(b, matmul_many, x, w, y);
 }
 
+void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
+  const BackendTable& b = current_backend();
+  const char* op = "matmul_swiglu";
+  f32(b, x, op, "x"), f32(b, up, op, "up"), f32(b, y, op, "y");
+  weight(b, w_gate, op, "w_gate"), weight(b, w_up, op, "w_up");
+  const int64_t I = w_gate.rows(), K = w_gate.cols();
+  KAPITSA_CHECK(w_up.rows() == I && w_up.cols() == K && x.dim(-1) == K, "{}: x {}, w_gate [{}, {}], w_up [{}, {}]", op,
+                x.shape().str(), I, K, w_up.rows(), w_up.cols());
+  for (const Tensor* t : {&up, &y})
+    KAPITSA_CHECK(t->dim(-1) == I && rows_of(*t) == rows_of(x), "{}: output {} is not [{}, {}]", op, t->shape().str(),
+                  rows_of(x), I);
+  KAPITSA_CHECK(x.numel() == 0 || (y.data() != x.data() && up.data() != x.data() && up.data() != y.data()),
+                "{}: x, up and y must be three different tensors", op);
+  KAPITSA_CALL(b, matmul_swiglu, x, w_gate, w_up, up, y);
+}
+
 void add(const Tensor& a, const Tensor& c, const Tensor& y) {
   const BackendTable& b = current_backend();
   f32(b, a, "add", "a"), f32(b, c, "add", "b"), f32(b, y, "add", "y");
@@ -610,6 +626,31 @@ void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, 
   KAPITSA_CALL(b, gated_delta_rule_varlen, q, k, v, g, beta, states, batch, o);
 }
 
+void gdn_core_varlen(const Tensor& qkv, const Tensor& a, const Tensor& b_, const Tensor& A_log, const Tensor& dt_bias,
+                     const Tensor& z, const Tensor& norm_w, float norm_eps, const Tensor& states, const SeqBatch& batch,
+                     const Tensor& o) {
+  const BackendTable& b = current_backend();
+  const char* op = "gdn_core_varlen";
+  for (const Tensor* t : {&qkv, &a, &b_, &A_log, &dt_bias, &z, &norm_w, &states, &o}) f32(b, *t, op, "every tensor");
+  KAPITSA_CHECK(states.rank() == 4 && qkv.rank() == 2, "{}: states {} must be [n_slots, Hv, Dk, Dv], qkv {} [T, C]",
+                op, states.shape().str(), qkv.shape().str());
+  const int64_t T = qkv.dim(0), Hv = states.dim(1), Dk = states.dim(2), Dv = states.dim(3);
+  const int64_t qk = qkv.dim(1) - Hv * Dv, Hk = Dk > 0 ? qk / (2 * Dk) : 0;
+  KAPITSA_CHECK(Hk > 0 && qk == 2 * Hk * Dk && Hv % Hk == 0, "{}: qkv {} is not [T, 2·Hk·{} + {}·{}] with Hv a multiple of Hk",
+                op, qkv.shape().str(), Dk, Hv, Dv);
+  KAPITSA_CHECK(o.rank() == 3 && o.dim(0) == T && o.dim(1) == Hv && o.dim(2) == Dv && z.shape() == o.shape(),
+                "{}: o {} z {} for T={} Hv={} Dv={}", op, o.shape().str(), z.shape().str(), T, Hv, Dv);
+  KAPITSA_CHECK(a.numel() == T * Hv && b_.numel() == T * Hv && A_log.numel() == Hv && dt_bias.numel() == Hv &&
+                    norm_w.numel() == Dv,
+                "{}: a {} b {} A_log {} dt_bias {} norm_w {} for T={} Hv={} Dv={}", op, a.shape().str(),
+                b_.shape().str(), A_log.shape().str(), dt_bias.shape().str(), norm_w.shape().str(), T, Hv, Dv);
+  for (const Tensor* t : {&qkv, &a, &b_, &z})
+    KAPITSA_CHECK(o.numel() == 0 || t->data() != o.data(), "{}: o must not alias an input", op);
+  check_batch_rows(batch, T, op);
+  check_batch_slots(batch, states.dim(0), op);
+  KAPITSA_CALL(b, gdn_core_varlen, qkv, a, b_, A_log, dt_bias, z, norm_w, norm_eps, states, batch, o);
+}
+
 void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
                      const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
                      const Tensor& states, const SeqBatch& batch, const Tensor& y) {
@@ -645,6 +686,37 @@ void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqB
   check_batch_rows(batch, rows.dim(0), op);
   check_batch_pages(batch, pages, op);
   KAPITSA_CALL(b, write_paged_rows_varlen, rows, pages, batch);
+}
+
+void attention_prep_varlen(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                           const Tensor& k_norm, float eps, float weight_offset, std::span<const int32_t> positions,
+                           std::span<const float> inv_freq, const Tensor& k_pages, const Tensor& v_pages,
+                           const SeqBatch& batch, const Tensor& q, const Tensor& gate) {
+  const BackendTable& b = current_backend();
+  const char* op = "attention_prep_varlen";
+  for (const Tensor* t : {&qg, &k, &v, &q_norm, &k_norm, &q, &gate}) f32(b, *t, op, "every tensor but the pages");
+  check_pages(b, k_pages, op, "k_pages"), check_pages(b, v_pages, op, "v_pages");
+  KAPITSA_CHECK(q.rank() == 3 && gate.shape() == q.shape() && k.rank() == 3 && v.shape() == k.shape(),
+                "{}: q {} gate {} k {} v {}", op, q.shape().str(), gate.shape().str(), k.shape().str(), v.shape().str());
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
+  KAPITSA_CHECK(qg.numel() == T * Hq * 2 * D && k.dim(0) == T && k.dim(2) == D, "{}: qg {} k {} for q {}", op,
+                qg.shape().str(), k.shape().str(), q.shape().str());
+  KAPITSA_CHECK(k_pages.shape() == v_pages.shape() && k_pages.dtype() == v_pages.dtype() && k_pages.dim(2) == Hkv &&
+                    k_pages.dim(3) == D,
+                "{}: k_pages {} v_pages {} for {} kv heads of {}", op, k_pages.shape().str(), v_pages.shape().str(),
+                Hkv, D);
+  KAPITSA_CHECK(q_norm.numel() == D && k_norm.numel() == D, "{}: q_norm {} k_norm {} for head_dim {}", op,
+                q_norm.shape().str(), k_norm.shape().str(), D);
+  KAPITSA_CHECK(static_cast<int64_t>(positions.size()) == T, "{}: {} positions for {} tokens", op, positions.size(), T);
+  const int64_t rotary_dim = static_cast<int64_t>(2 * inv_freq.size());
+  KAPITSA_CHECK(rotary_dim > 0 && rotary_dim <= D, "{}: rotary_dim {} must be within head_dim {}", op, rotary_dim, D);
+  for (const Tensor* t : {&q, &gate})
+    KAPITSA_CHECK(T == 0 || (t->data() != qg.data() && t->data() != k.data() && t->data() != v.data()),
+                  "{}: q and gate must not alias an input", op);
+  check_batch_rows(batch, T, op);
+  check_batch_pages(batch, k_pages, op);
+  KAPITSA_CALL(b, attention_prep_varlen, qg, k, v, q_norm, k_norm, eps, weight_offset, positions, inv_freq, k_pages,
+               v_pages, batch, q, gate);
 }
 
 }  // namespace kapitsa::ops

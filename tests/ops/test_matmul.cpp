@@ -116,6 +116,32 @@ TEST_P(OnBackend, MatmulManyEqualsOneMatmulEach) {
   check(1, 256, {DType::bf16, DType::f32, DType::bf16}, {40, 24, 8});
 }
 
+// matmul_swiglu against ref's matmul, matmul, silu_mul: one token (the GPU's fused GEMV; K of one round
+// of loads and of several, a K that is not a multiple of 8: the fallback), a few tokens and a prefill
+// batch (matmul_many and silu_mul), each weight dtype; matmul's relative tolerance.
+TEST_P(OnBackend, MatmulSwigluMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t T : {1, 3, 12})
+      for (int64_t K : {264, 3328, 100}) {
+        SCOPED_TRACE(fmt::format("{} T={} K={}", dtype_name(dt), T, K));
+        const int64_t I = 75;
+        const Buffer x = test::random_f32(r, {T, K});
+        const Buffer wg = kapitsa::testing::random_buffer(r.gen, dt, {I, K}), wu = kapitsa::testing::random_buffer(r.gen, dt, {I, K});
+        Buffer g = Buffer::zeros(DType::f32, {T, I}), u = Buffer::zeros(DType::f32, {T, I});
+        test::run(test::ref(), matmul, x, Linear(wg), g);
+        test::run(test::ref(), matmul, x, Linear(wu), u);
+        test::run(test::ref(), silu_mul, g, u, g);
+        Buffer y = Buffer::allocate(DType::f32, {T, I}), scratch = Buffer::zeros(DType::f32, {T, I});
+        for (int64_t j = 0; j < T * I; ++j) y.f32()[j] = std::nanf("");
+        test::run(backend(), matmul_swiglu, x, Linear(wg), Linear(wu), scratch, y);
+        EXPECT_LE(relative_error(y, g), 2e-6);
+        // Each output is a product of two dot products of ~√(K/3) each: errors scale with K, not √K.
+        EXPECT_LE(kapitsa::testing::max_abs_diff(y, g) / (static_cast<double>(K) / 9.0), 5e-5);
+      }
+}
+
 TEST_P(OnBackend, MatmulAcceptsFlattenedLeadingDims) {
   Rng r;
   SCOPED_TRACE(r.trace());

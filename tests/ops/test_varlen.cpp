@@ -155,6 +155,51 @@ TEST_P(OnBackend, GatedDeltaRuleVarlenMatchesEachSequenceAlone) {
     }
 }
 
+// gdn_core_varlen (norms, gates, delta rule and output norm in one op) against ref's, which composes the
+// separate ref ops: decode batches (one token a sequence, as the models call it) and ragged ones with
+// checkpoints; head shapes for each of the cuda kernel's variants (Dk 32, Dv 40: 160 threads; the
+// Qwen3.5 head 128/128: 512 threads; Dv 256: 1024 threads). Outputs and every slot within 1e-5; qkv
+// (read only) and the slots the batch does not name stay bit-equal.
+TEST_P(OnBackend, GdnCoreVarlenMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  struct Heads {
+    int64_t Hk, Hv, Dk, Dv;
+  };
+  const std::vector<std::vector<int64_t>> lengths = {{1, 1, 1}, {1}, {5, 1, 64, 2, 1}};
+  for (const Heads h : {Heads{2, 4, 32, 40}, Heads{1, 2, 128, 128}, Heads{1, 1, 64, 256}})
+    for (const auto& lens : lengths)
+      for (int64_t k : {int64_t{0}, int64_t{2}}) {
+        SCOPED_TRACE(label(lens, k) + " Dk=" + std::to_string(h.Dk) + " Dv=" + std::to_string(h.Dv));
+        const Ragged g = make_ragged(r, lens, k);
+        const int64_t T = g.rows();
+        Buffer qkv = test::random_f32(r, {T, 2 * h.Hk * h.Dk + h.Hv * h.Dv});
+        Buffer a = test::random_f32(r, {T, h.Hv}, -3.0f, 3.0f), b = test::random_f32(r, {T, h.Hv}, -3.0f, 3.0f);
+        Buffer A_log = test::random_f32(r, {h.Hv}, -1.0f, 1.0f), dt_bias = test::random_f32(r, {h.Hv});
+        Buffer z = test::random_f32(r, {T, h.Hv, h.Dv}, -2.0f, 2.0f), w = test::random_f32(r, {h.Dv}, 0.5f, 1.5f);
+        Buffer states0 = test::random_f32(r, {g.n_slots, h.Hv, h.Dk, h.Dv}, -0.5f, 0.5f);
+        auto call = [&](const BackendTable& on, Buffer& states, Buffer& out) {
+          test::run(on, gdn_core_varlen, qkv, a, b, A_log, dt_bias, z, w, 1e-6f, states, g.batch(), out);
+        };
+        Buffer want_states = test::clone(states0), want = Buffer::zeros(DType::f32, {T, h.Hv, h.Dv});
+        call(test::ref(), want_states, want);
+        Buffer qkv0 = test::clone(qkv), states = test::clone(states0), out = Buffer::zeros(DType::f32, {T, h.Hv, h.Dv});
+        call(backend(), states, out);
+        EXPECT_LE(relative_error(out, want), 1e-5) << "outputs";
+        EXPECT_TRUE(test::bit_equal(qkv, qkv0)) << "qkv was written";
+        std::vector<bool> named(static_cast<size_t>(g.n_slots), false);
+        for (int32_t s : g.slots) named[static_cast<size_t>(s)] = true;
+        for (int32_t s : g.ckpt_slots) named[static_cast<size_t>(s)] = true;
+        for (int64_t s = 0; s < g.n_slots; ++s) {
+          const Tensor got = states.tensor().index(s);
+          if (named[static_cast<size_t>(s)])
+            EXPECT_LE(relative_error(got, want_states.tensor().index(s)), 1e-5) << "slot " << s;
+          else
+            EXPECT_TRUE(test::bit_equal(got, states0.tensor().index(s))) << "unused slot " << s << " was written";
+        }
+      }
+}
+
 TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
   Rng r;
   SCOPED_TRACE(r.trace());
@@ -217,6 +262,28 @@ TEST_P(OnBackend, Conv1dVarlenMatchesEachSequenceAlone) {
       }
 }
 
+// Attention metadata for g's sequences: a random past (0 … 300 cached tokens) each, and block tables
+// over shuffled ids of pages of P tokens (those needed plus `spare`). Returns the page count.
+int64_t add_pages(Rng& r, Ragged& g, int64_t P, int64_t spare) {
+  std::uniform_int_distribution<int64_t> past(0, 300);
+  int64_t pages_needed = 0;
+  for (int64_t len : g.lens) {
+    g.positions0.push_back(past(r.gen));
+    pages_needed += (g.positions0.back() + len + P - 1) / P;
+  }
+  const int64_t n_pages = pages_needed + spare;
+  std::vector<int32_t> ids(static_cast<size_t>(n_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), r.gen);
+  g.block_offsets = {0};
+  size_t next = 0;
+  for (size_t i = 0; i < g.lens.size(); ++i) {
+    for (int64_t p = 0; p < (g.positions0[i] + g.lens[i] + P - 1) / P; ++p) g.block_tables.push_back(ids[next++]);
+    g.block_offsets.push_back(static_cast<int32_t>(g.block_tables.size()));
+  }
+  return n_pages;
+}
+
 // Attention over every sequence's pages in one call against attention_paged per sequence (ref), and
 // write_paged_rows_varlen against write_paged_rows per sequence (bit for bit), for each KV dtype.
 TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
@@ -228,22 +295,7 @@ TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
     for (const auto& lens : kLengths) {
       SCOPED_TRACE(label(lens, 0) + " " + std::string(dtype_name(dt)));
       Ragged g = make_ragged(r, lens, 0);
-      std::uniform_int_distribution<int64_t> past(0, 300);
-      int64_t pages_needed = 0;
-      for (int64_t len : lens) {
-        g.positions0.push_back(past(r.gen));
-        pages_needed += (g.positions0.back() + len + P - 1) / P;
-      }
-      const int64_t n_pages = pages_needed + 5;
-      std::vector<int32_t> ids(static_cast<size_t>(n_pages));
-      std::iota(ids.begin(), ids.end(), 0);
-      std::shuffle(ids.begin(), ids.end(), r.gen);
-      g.block_offsets = {0};
-      size_t next = 0;
-      for (size_t i = 0; i < lens.size(); ++i) {
-        for (int64_t p = 0; p < (g.positions0[i] + lens[i] + P - 1) / P; ++p) g.block_tables.push_back(ids[next++]);
-        g.block_offsets.push_back(static_cast<int32_t>(g.block_tables.size()));
-      }
+      const int64_t n_pages = add_pages(r, g, P, 5);
       const int64_t T = g.rows();
       Buffer q = test::random_f32(r, {T, Hq, D}, -2, 2);
       Buffer k_new = test::random_f32(r, {T, Hkv, D}, -2, 2), v_new = test::random_f32(r, {T, Hkv, D});
@@ -274,6 +326,51 @@ TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
         EXPECT_LE(relative_error(o, o_want), 1e-5);
       }
     }
+}
+
+// attention_prep_varlen against ref's composition (split, rms_norm, rope_neox, write_paged_rows_varlen),
+// for f32 and bf16 pages, a partial rotary dim as Qwen3.5's (a quarter of the head) and a full one:
+// q and gate within 1e-5 (gate exactly: a copy), the pages of f32 within 1e-5 and of bf16 within bf16
+// rounding (an element may round the other way after a 1e-7 difference), k and v unchanged.
+TEST_P(OnBackend, AttentionPrepVarlenMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const int64_t Hq = 4, Hkv = 2, P = 16;
+  for (const int64_t D : {int64_t{64}, int64_t{256}})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const auto& lens : std::vector<std::vector<int64_t>>{{1, 1, 1}, {5, 1, 64, 2, 1}}) {
+        SCOPED_TRACE(label(lens, 0) + " D=" + std::to_string(D) + " " + std::string(dtype_name(dt)));
+        Ragged g = make_ragged(r, lens, 0);
+        const int64_t n_pages = add_pages(r, g, P, 3);
+        std::vector<int32_t> positions;  // each row's position
+        for (size_t i = 0; i < lens.size(); ++i)
+          for (int64_t j = 0; j < lens[i]; ++j) positions.push_back(static_cast<int32_t>(g.positions0[i] + j));
+        const int64_t T = g.rows(), rotary = D == 256 ? 64 : D;
+        std::vector<float> inv_freq(static_cast<size_t>(rotary / 2));
+        for (size_t i = 0; i < inv_freq.size(); ++i)
+          inv_freq[i] = static_cast<float>(std::pow(1e6, -2.0 * double(i) / double(rotary)));
+        Buffer qg = test::random_f32(r, {T, Hq * 2 * D}, -2, 2);
+        Buffer k = test::random_f32(r, {T, Hkv, D}, -2, 2), v = test::random_f32(r, {T, Hkv, D});
+        Buffer qn = test::random_f32(r, {D}, -0.5f, 0.5f), kn = test::random_f32(r, {D}, -0.5f, 0.5f);
+        Buffer k_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D}, -2, 2);
+        Buffer v_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D});
+        const SeqBatch batch = g.batch();
+        auto call = [&](const BackendTable& on, Buffer& kp, Buffer& vp, Buffer& q, Buffer& gate) {
+          test::run(on, attention_prep_varlen, qg, k, v, qn, kn, 1e-6f, 1.0f, std::span<const int32_t>(positions),
+                    std::span<const float>(inv_freq), kp, vp, batch, q, gate);
+        };
+        Buffer kp_want = test::clone(k_pages), vp_want = test::clone(v_pages);
+        Buffer q_want = Buffer::zeros(DType::f32, {T, Hq, D}), gate_want = Buffer::zeros(DType::f32, {T, Hq, D});
+        call(test::ref(), kp_want, vp_want, q_want, gate_want);
+        Buffer kp = test::clone(k_pages), vp = test::clone(v_pages), k0 = test::clone(k), v0 = test::clone(v);
+        Buffer q = Buffer::zeros(DType::f32, {T, Hq, D}), gate = Buffer::zeros(DType::f32, {T, Hq, D});
+        call(backend(), kp, vp, q, gate);
+        EXPECT_LE(relative_error(q, q_want), 1e-5) << "q";
+        EXPECT_TRUE(test::bit_equal(gate, gate_want)) << "gate";
+        EXPECT_TRUE(test::bit_equal(vp, vp_want)) << "v pages";
+        EXPECT_LE(relative_error(kp, kp_want), dt == DType::f32 ? 1e-5 : 1e-3) << "k pages";
+        EXPECT_TRUE(test::bit_equal(k, k0) && test::bit_equal(v, v0)) << "k or v written";
+      }
 }
 
 // Metadata errors are caught in front of the table: a slot named twice, a checkpoint count above the

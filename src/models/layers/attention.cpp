@@ -1,5 +1,6 @@
 // Attention layer forward: projections straight into the KV cache, norms, RoPE, the attention op,
-// output gate, output projection.
+// output gate, output projection. A gated layer with q/k norms and RoPE (Qwen3.5) runs the steps from
+// the projections to the KV stores as one op (attention_prep_varlen).
 #include "models/layers/attention.h"
 
 #include "models/layers/rope.h"
@@ -25,6 +26,34 @@ Expected<AttentionWeights> AttentionWeights::load(WeightLoader& loader, const st
   return w;
 }
 
+namespace {
+// The separate ops attention_prep_varlen fuses, for layers without all of its parts.
+void prepare_separately(const AttentionConfig& c, const AttentionWeights& w, const StepBatch& step, const Tensor& qg,
+                        const Tensor& k, const Tensor& v, const Tensor& k_pages, const Tensor& v_pages, const Tensor& q,
+                        Tensor& gate, Workspace& ws) {
+  const int64_t T = q.dim(0), Hq = q.dim(1), Hkv = k.dim(1), D = q.dim(2);
+  if (c.output_gate) {
+    gate = ws.take(DType::f32, {T, Hq, D});
+    const Tensor parts[] = {q.reshape({T * Hq, D}), gate.reshape({T * Hq, D})};
+    ops::split_columns(qg.reshape({T * Hq, 2 * D}), parts);
+  }
+
+  if (c.qk_norm) {
+    ops::rms_norm(q.reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,
+                  q.reshape({T * Hq, D}));
+    ops::rms_norm(k.reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset,
+                  k.reshape({T * Hkv, D}));
+  }
+  if (c.rotary_dim > 0) {
+    ops::rope_neox(q, step.positions, w.rope_inv_freq);
+    ops::rope_neox(k, step.positions, w.rope_inv_freq);
+  }
+
+  ops::write_paged_rows_varlen(k, k_pages, step.seqs);
+  ops::write_paged_rows_varlen(v, v_pages, step.seqs);
+}
+}  // namespace
+
 void attention_forward(const AttentionConfig& c, const AttentionWeights& w, int64_t kv_layer, const StepBatch& step,
                        const Tensor& x, const Tensor& out, ForwardContext& ctx) {
   Workspace& ws = ctx.workspace;
@@ -43,28 +72,18 @@ void attention_forward(const AttentionConfig& c, const AttentionWeights& w, int6
     const Tensor outs[] = {qg, k.reshape({T, Hkv * D}), v.reshape({T, Hkv * D})};
     ops::matmul_many(x, weights, outs);
   }
-  if (c.output_gate) {
+  const Tensor k_pages = step.kv->k(kv_layer), v_pages = step.kv->v(kv_layer);  // [n_pages, P, Hkv, D]
+  if (c.output_gate && c.qk_norm && c.rotary_dim > 0) {
+    // Qwen3.5: the split, both norms, both rotations and both KV stores as one op (one kernel on a GPU).
     gate = ws.take(DType::f32, {T, Hq, D});
-    const Tensor parts[] = {q.reshape({T * Hq, D}), gate.reshape({T * Hq, D})};
-    ops::split_columns(qg.reshape({T * Hq, 2 * D}), parts);
-  }
-
-  if (c.qk_norm) {
-    ops::rms_norm(q.reshape({T * Hq, D}), w.q_norm, c.norm_eps, c.norm_weight_offset,
-                  q.reshape({T * Hq, D}));
-    ops::rms_norm(k.reshape({T * Hkv, D}), w.k_norm, c.norm_eps, c.norm_weight_offset,
-                  k.reshape({T * Hkv, D}));
-  }
-  if (c.rotary_dim > 0) {
-    ops::rope_neox(q, step.positions, w.rope_inv_freq);
-    ops::rope_neox(k, step.positions, w.rope_inv_freq);
+    ops::attention_prep_varlen(qg, k, v, w.q_norm, w.k_norm, c.norm_eps, c.norm_weight_offset, step.positions,
+                               w.rope_inv_freq, k_pages, v_pages, step.seqs, q, gate);
+  } else {
+    prepare_separately(c, w, step, qg, k, v, k_pages, v_pages, q, gate, ws);
   }
 
   Tensor o = ws.take(DType::f32, {T, Hq, D});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const Tensor k_pages = step.kv->k(kv_layer), v_pages = step.kv->v(kv_layer);  // [n_pages, P, Hkv, D]
-  ops::write_paged_rows_varlen(k, k_pages, step.seqs);
-  ops::write_paged_rows_varlen(v, v_pages, step.seqs);
   ops::attention_paged_varlen(q, k_pages, v_pages, step.seqs, scale, o);
   const Tensor o_flat = o.reshape({T, Hq * D});
   if (c.output_gate) ops::mul_sigmoid(o_flat, gate.reshape({T, Hq * D}), o_flat);

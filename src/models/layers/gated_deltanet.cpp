@@ -1,5 +1,6 @@
 // Gated DeltaNet forward: projections → causal conv + SiLU → split q/k/v → L2 norms and gates →
-// delta rule (chunked for prompts, recurrent for single tokens) → gated RMSNorm → out_proj.
+// delta rule (chunked for prompts, recurrent for single tokens) → gated RMSNorm → out_proj. A decode
+// step runs the part from the norms to the gated RMSNorm as one op (gdn_core_varlen).
 #include "models/layers/gated_deltanet.h"
 
 #include "ops/ops.h"
@@ -67,20 +68,20 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
   ops::conv1d_causal_varlen(qkv, w.conv, Tensor(), windows, /*silu=*/true, step.seqs, mixed);
 
-  Tensor q, k, v;
-  if (T == 1) {
-    // One token (decode): mixed's row is [q | k | v] in that order already, so views replace the copies.
-    const Tensor flat = mixed.reshape({c.conv_dim(), 1});
-    q = flat.rows(0, Hk * Dk).reshape({T, Hk, Dk});
-    k = flat.rows(Hk * Dk, 2 * Hk * Dk).reshape({T, Hk, Dk});
-    v = flat.rows(2 * Hk * Dk, c.conv_dim()).reshape({T, Hv, Dv});
-  } else {
-    q = ws.take(DType::f32, {T, Hk, Dk});
-    k = ws.take(DType::f32, {T, Hk, Dk});
-    v = ws.take(DType::f32, {T, Hv, Dv});
-    const Tensor qkv_parts[] = {q.reshape({T, Hk * Dk}), k.reshape({T, Hk * Dk}), v.reshape({T, Hv * Dv})};
-    ops::split_columns(mixed, qkv_parts);
+  Tensor o = ws.take(DType::f32, {T, Hv, Dv});
+  if (T == step.seqs.n_seqs()) {
+    // Decode (one token a sequence): norms, gates, delta rule and output norm in one op (one kernel on a
+    // GPU), reading q/k/v straight from mixed's rows. Longer sequences (prefill) keep the separate ops:
+    // the fused kernel's block per head would walk their tokens with a quarter of the blocks.
+    ops::gdn_core_varlen(mixed, a, b, w.A_log, w.dt_bias, z, w.norm, c.norm_eps, states, step.seqs, o);
+    ops::matmul(o.reshape({T, Hv * Dv}), w.out_proj, out);
+    return;
   }
+  Tensor q = ws.take(DType::f32, {T, Hk, Dk});
+  Tensor k = ws.take(DType::f32, {T, Hk, Dk});
+  Tensor v = ws.take(DType::f32, {T, Hv, Dv});
+  const Tensor qkv_parts[] = {q.reshape({T, Hk * Dk}), k.reshape({T, Hk * Dk}), v.reshape({T, Hv * Dv})};
+  ops::split_columns(mixed, qkv_parts);
   ops::l2_norm(q.reshape({T * Hk, Dk}), 1e-6f, 1.0f / std::sqrt(static_cast<float>(Dk)),
                q.reshape({T * Hk, Dk}));
   ops::l2_norm(k.reshape({T * Hk, Dk}), 1e-6f, 1.0f, k.reshape({T * Hk, Dk}));
@@ -89,7 +90,6 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
   Tensor beta = ws.take(DType::f32, {T, Hv});
   ops::gdn_gates(a, b, w.A_log, w.dt_bias, g, beta);
 
-  Tensor o = ws.take(DType::f32, {T, Hv, Dv});
   ops::gated_delta_rule_varlen(q, k, v, g, beta, states, step.seqs, o);
 
   const Tensor o_rows = o.reshape({T * Hv, Dv});

@@ -20,10 +20,7 @@ void swiglu_forward(const SwiGluWeights& w, const Tensor& x, const Tensor& out, 
   const int64_t T = x.dim(0), I = w.intermediate();
   Tensor gate = ws.take(DType::f32, {T, I});
   Tensor up = ws.take(DType::f32, {T, I});
-  const Linear weights[] = {w.gate, w.up};
-  const Tensor outs[] = {gate, up};
-  ops::matmul_many(x, weights, outs);
-  ops::silu_mul(gate, up, gate);
+  ops::matmul_swiglu(x, w.gate, w.up, up, gate);  // gate ← silu(x·gateᵀ) ⊙ (x·upᵀ); up is scratch
   ops::matmul(gate, w.down, out);
 }
 

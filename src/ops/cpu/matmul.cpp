@@ -6,6 +6,7 @@
 // dot-product register tiles, larger T (prefill) with the classic packed outer-product kernel
 // (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast).
 #include "base/thread_pool.h"
+#include "ops/composed.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/ggml.h"
 #include "ops/cpu/level.h"
@@ -280,6 +281,11 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
 // x: [T, K] f32;  w[i]: [N_i, K];  y[i]: [T, N_i] f32. One matmul each (each is already parallel).
 void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
   for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
+}
+
+// The op's composition (ops/composed.h) over this backend's ops.
+void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
+  composed::matmul_swiglu(*backend_for(Level::KAPITSA_CPU_LEVEL), x, w_gate, w_up, up, y);
 }
 
 }  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

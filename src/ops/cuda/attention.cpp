@@ -225,4 +225,34 @@ void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqB
   check_launch(op);
 }
 
+
+// Shapes checked in ops.cpp; the kernel's head-dim limit and the block tables here.
+void attention_prep_varlen(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                           const Tensor& k_norm, float eps, float weight_offset, std::span<const int32_t> positions,
+                           std::span<const float> inv_freq, const Tensor& k_pages, const Tensor& v_pages,
+                           const SeqBatch& batch, const Tensor& q, const Tensor& gate) {
+  const char* op = "attention_prep_varlen";
+  for (const Tensor* t : {&qg, &k, &v, &q_norm, &k_norm, &q, &gate}) check_f32(*t, op, "input");
+  detail::check_on_device(k_pages, op, "k_pages"), detail::check_on_device(v_pages, op, "v_pages");
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1), P = k_pages.dim(1);
+  KAPITSA_CHECK(D <= kernels::kAttentionMaxHeadDim, "{}: head_dim {} above the kernel's {}", op, D,
+                kernels::kAttentionMaxHeadDim);
+  for (int64_t i = 0; i < batch.n_seqs(); ++i)
+    check_table(batch.block_table(i), batch.positions0[size_t(i)] + batch.rows(i), P, k_pages.dim(0), op);
+  if (T == 0) return;
+  kernels::AttentionPrepArgs a{};
+  a.qg = qg.f32(), a.k = k.f32(), a.v = v.f32(), a.q_norm = q_norm.f32(), a.k_norm = k_norm.f32();
+  a.eps = eps, a.weight_offset = weight_offset;
+  a.positions = upload(positions, Slot::span0);
+  // The frequencies are a layer's constants: uploaded once, not per call.
+  a.inv_freq = static_cast<const float*>(detail::upload_constant(inv_freq.data(), inv_freq.size_bytes()));
+  a.half = static_cast<int>(inv_freq.size());
+  a.k_pages = k_pages.data(), a.v_pages = v_pages.data(), a.kv_type = detail::elem_type(k_pages.dtype());
+  a.page_tokens = P;
+  a.q = q.f32(), a.gate = gate.f32();
+  a.T = T, a.Hq = Hq, a.Hkv = Hkv, a.D = D;
+  kernels::attention_prep_varlen(a, device_rows(batch), stream());
+  check_launch(op);
+}
+
 }  // namespace kapitsa::ops::cuda

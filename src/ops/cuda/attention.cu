@@ -22,6 +22,8 @@ namespace {
 __global__ void rope_neox_kernel(float* x, const int32_t* positions, const float* inv_freq, int64_t H, int64_t D,
                                  int half) {
   const int64_t t = blockIdx.y, h = blockIdx.z;
+  pdl_trigger();
+  pdl_wait();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= half) return;
   const float angle = __fmul_rn(static_cast<float>(positions[t]), inv_freq[i]);
@@ -53,6 +55,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
   __shared__ float q_s[kAttentionMaxHeadDim];
   __shared__ float acc_s[kAttnWarps][kAttentionMaxHeadDim];
   __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
+  pdl_trigger();
+  pdl_wait();
   const int64_t h = blockIdx.x, t = blockIdx.y, D = a.D;
   const int64_t g = h / (a.Hq / a.Hkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -129,6 +133,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
 
 // o[t, h, :] from the splits' partials: weights exp(m_s − max m) on each l_s and acc_s.
 __global__ void attention_combine_kernel(AttentionArgs a) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t h = blockIdx.x, t = blockIdx.y, D = a.D;
   const float* parts = a.partials + (t * a.Hq + h) * a.splits * (D + 2);
   float m_all = -INFINITY;
@@ -162,15 +168,66 @@ struct VarlenDest {
   }
 };
 
+// A KV page element from f32 (round to nearest even).
+template <typename P>
+__device__ __forceinline__ P to_page(float v) {
+  if constexpr (std::is_same_v<P, __half>) return __float2half_rn(v);
+  else if constexpr (std::is_same_v<P, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return v;
+}
+
 template <typename P, typename Dest>
 __global__ void write_paged_rows_kernel(const float* rows, P* pages, Dest dest, int64_t row0, int64_t row) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t t = row0 + blockIdx.y;
   P* dst = pages + dest(t) * row;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < row; i += int64_t{gridDim.x} * blockDim.x) {
     const float v = rows[t * row + i];
-    if constexpr (std::is_same_v<P, __half>) dst[i] = __float2half_rn(v);
-    else if constexpr (std::is_same_v<P, __nv_bfloat16>) dst[i] = __float2bfloat16_rn(v);
-    else dst[i] = v;
+    dst[i] = to_page<P>(v);
+  }
+}
+
+// attention_prep_varlen: block (head, row) of the Hq + 2·Hkv heads, thread d holds element d. A query
+// or key head: RMSNorm (as rms_norm_regs_kernel: inv = rsqrt(Σx²/D + eps), x · inv · (offset + w)),
+// the normalised row through shared memory, then RoPE exactly as rope_neox_kernel, into q or the key
+// page; a value head is stored as is. The norm weights are read before pdl_wait().
+template <typename P>
+__global__ void attention_prep_kernel(AttentionPrepArgs a, VarlenDest dest, int64_t row0) {
+  __shared__ float y_s[kAttentionMaxHeadDim];
+  __shared__ float red[32];
+  pdl_trigger();
+  const int64_t t = row0 + blockIdx.y, head = blockIdx.x, D = a.D;
+  const int d = threadIdx.x;
+  const bool is_q = head < a.Hq, is_k = !is_q && head < a.Hq + a.Hkv;
+  const float wn = d < D && (is_q || is_k) ? (is_q ? a.q_norm : a.k_norm)[d] : 0.0f;
+  pdl_wait();
+  if (!is_q && !is_k) {
+    const int64_t h = head - a.Hq - a.Hkv;
+    if (d < D) static_cast<P*>(a.v_pages)[(dest(t) * a.Hkv + h) * D + d] = to_page<P>(a.v[(t * a.Hkv + h) * D + d]);
+    return;
+  }
+  const int64_t h = is_q ? head : head - a.Hq;
+  const float* src = is_q ? a.qg + (t * a.Hq + h) * 2 * D : a.k + (t * a.Hkv + h) * D;
+  const float x = d < D ? src[d] : 0.0f;
+  if (is_q && d < D) a.gate[(t * a.Hq + h) * D + d] = src[D + d];
+  const float inv = rsqrtf(block_sum(x * x, red) / static_cast<float>(D) + a.eps);
+  const float y = x * inv * (a.weight_offset + wn);
+  if (d < D) y_s[d] = y;
+  __syncthreads();
+  float out = y;
+  const int half = a.half;
+  if (d < 2 * half) {
+    const int i = d < half ? d : d - half;
+    const float angle = __fmul_rn(static_cast<float>(a.positions[t]), a.inv_freq[i]);
+    const float c = static_cast<float>(cos(static_cast<double>(angle)));
+    const float s = static_cast<float>(sin(static_cast<double>(angle)));
+    const float x1 = y_s[i], x2 = y_s[i + half];
+    out = d < half ? __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)) : __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+  }
+  if (d < D) {
+    if (is_q) a.q[(t * a.Hq + h) * D + d] = out;
+    else static_cast<P*>(a.k_pages)[(dest(t) * a.Hkv + h) * D + d] = to_page<P>(out);
   }
 }
 
@@ -185,12 +242,12 @@ void launch_write_paged_rows(const float* rows, void* pages, ElemType type, Dest
     const dim3 grid(x_blocks, static_cast<unsigned>(T - t0 < 65535 ? T - t0 : 65535));
     switch (type) {
       case ElemType::f16:
-        write_paged_rows_kernel<<<grid, block, 0, s>>>(rows, static_cast<__half*>(pages), dest, t0, row);
+        launch(write_paged_rows_kernel<__half, Dest>, grid, block, s, rows, static_cast<__half*>(pages), dest, t0, row);
         break;
       case ElemType::bf16:
-        write_paged_rows_kernel<<<grid, block, 0, s>>>(rows, static_cast<__nv_bfloat16*>(pages), dest, t0, row);
+        launch(write_paged_rows_kernel<__nv_bfloat16, Dest>, grid, block, s, rows, static_cast<__nv_bfloat16*>(pages), dest, t0, row);
         break;
-      default: write_paged_rows_kernel<<<grid, block, 0, s>>>(rows, static_cast<float*>(pages), dest, t0, row); break;
+      default: launch(write_paged_rows_kernel<float, Dest>, grid, block, s, rows, static_cast<float*>(pages), dest, t0, row); break;
     }
   }
 }
@@ -207,6 +264,20 @@ void write_paged_rows_varlen(const float* rows, void* pages, ElemType type, cons
   launch_write_paged_rows(rows, pages, type, VarlenDest{seqs, page_tokens}, T, row, s);
 }
 
+void attention_prep_varlen(const AttentionPrepArgs& a, const VarlenRows& rows, cudaStream_t s) {
+  if (a.T == 0) return;
+  const VarlenDest dest{rows, a.page_tokens};
+  const int threads = static_cast<int>((a.D + 31) / 32 * 32);
+  for (int64_t t0 = 0; t0 < a.T; t0 += 65535) {  // gridDim.y is at most 65535
+    const dim3 grid(static_cast<unsigned>(a.Hq + 2 * a.Hkv), static_cast<unsigned>(a.T - t0 < 65535 ? a.T - t0 : 65535));
+    switch (a.kv_type) {
+      case ElemType::f16: launch(attention_prep_kernel<__half>, grid, threads, s, a, dest, t0); break;
+      case ElemType::bf16: launch(attention_prep_kernel<__nv_bfloat16>, grid, threads, s, a, dest, t0); break;
+      default: launch(attention_prep_kernel<float>, grid, threads, s, a, dest, t0); break;
+    }
+  }
+}
+
 void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t H, int64_t D, int half,
                cudaStream_t s) {
   if (T == 0 || H == 0) return;
@@ -214,7 +285,7 @@ void rope_neox(float* x, const int32_t* positions, const float* inv_freq, int64_
   for (int64_t t0 = 0; t0 < T; t0 += 65535) {  // gridDim.y is at most 65535
     const int64_t n = T - t0 < 65535 ? T - t0 : 65535;
     const dim3 grid(static_cast<unsigned>((half + kThreads - 1) / kThreads), static_cast<unsigned>(n), static_cast<unsigned>(H));
-    rope_neox_kernel<<<grid, kThreads, 0, s>>>(x + t0 * H * D, positions + t0, inv_freq, H, D, half);
+    launch(rope_neox_kernel, grid, kThreads, s, x + t0 * H * D, positions + t0, inv_freq, H, D, half);
   }
 }
 
@@ -231,12 +302,12 @@ void launch_attention(const AttentionArgs& a, const VarlenRows& vr, cudaStream_t
     if (a.splits > 1) part.partials = a.partials + t0 * a.Hq * a.splits * (a.D + 2);
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T), static_cast<unsigned>(a.splits));
     switch (a.kv_type) {
-      case ElemType::f16: attention_kernel<__half><<<grid, kAttnWarps * 32, 0, s>>>(part, vr, t0); break;
-      case ElemType::bf16: attention_kernel<__nv_bfloat16><<<grid, kAttnWarps * 32, 0, s>>>(part, vr, t0); break;
-      default: attention_kernel<float><<<grid, kAttnWarps * 32, 0, s>>>(part, vr, t0); break;
+      case ElemType::f16: launch(attention_kernel<__half>, grid, kAttnWarps * 32, s, part, vr, t0); break;
+      case ElemType::bf16: launch(attention_kernel<__nv_bfloat16>, grid, kAttnWarps * 32, s, part, vr, t0); break;
+      default: launch(attention_kernel<float>, grid, kAttnWarps * 32, s, part, vr, t0); break;
     }
     if (a.splits > 1)
-      attention_combine_kernel<<<dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), 128, 0, s>>>(part);
+      launch(attention_combine_kernel, dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), 128, s, part);
   }
 }
 

@@ -27,4 +27,22 @@ void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream
 void write_paged_rows_varlen(const float* rows, void* pages, ElemType type, const VarlenRows& seqs,
                              int64_t page_tokens, int64_t T, int64_t row, cudaStream_t s);
 
+// attention_prep_varlen (op_list.inc): one block per (row, head) over Hq query heads, Hkv key heads and
+// Hkv value heads; D ≤ kAttentionMaxHeadDim.
+struct AttentionPrepArgs {
+  const float* qg;               // [T, Hq, 2·D]
+  const float *k, *v;            // [T, Hkv, D]
+  const float *q_norm, *k_norm;  // [D]
+  float eps, weight_offset;
+  const int32_t* positions;  // [T]
+  const float* inv_freq;     // [half]
+  int half;
+  void *k_pages, *v_pages;  // [n_pages · page_tokens, Hkv · D] of kv_type
+  ElemType kv_type;
+  int64_t page_tokens;
+  float *q, *gate;  // [T, Hq, D]
+  int64_t T, Hq, Hkv, D;
+};
+void attention_prep_varlen(const AttentionPrepArgs& a, const VarlenRows& rows, cudaStream_t s);
+
 }  // namespace kapitsa::ops::cuda::kernels

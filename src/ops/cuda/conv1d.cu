@@ -22,19 +22,21 @@ __device__ __forceinline__ void store_window(const float* hist, float* windows, 
 
 __global__ void conv1d_causal_kernel(const float* x, const float* w, const float* bias, float* windows, bool silu,
                                      float* y, int64_t T, int64_t C, int K, Seqs seqs) {
+  pdl_trigger();
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, i = blockIdx.y;
-  if (c >= C) return;
-  const SeqRows sq = seq_rows(seqs, i, T);
+  if (c >= C) return;  // writes nothing
   float hist[kMaxHistory > 0 ? kMaxHistory : 1] = {};  // hist[0] is the oldest input
   float wc[kConvMaxWidth] = {};
 #pragma unroll
   for (int j = 0; j < kConvMaxWidth; ++j)
-    if (j < K) wc[j] = w[c * K + j];
+    if (j < K) wc[j] = w[c * K + j];  // weights: read before pdl_wait()
+  const float b = bias != nullptr ? bias[c] : 0.0f;
+  pdl_wait();
+  const SeqRows sq = seq_rows(seqs, i, T);
   const float* window = windows != nullptr ? windows + sq.slot * (K - 1) * C : nullptr;
 #pragma unroll
   for (int j = 0; j < kMaxHistory; ++j)
     if (j < K - 1) hist[j] = window[j * C + c];
-  const float b = bias != nullptr ? bias[c] : 0.0f;
   for (int64_t t = sq.r0; t < sq.r1; ++t) {
     const float xt = x[t * C + c];
     float acc = b;
@@ -62,7 +64,7 @@ void conv1d_causal(const float* x, const float* w, const float* bias, float* win
                    int64_t C, int64_t K, const Seqs& seqs, cudaStream_t s) {
   if (C == 0 || seqs.n_seqs == 0) return;
   const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(seqs.n_seqs));
-  conv1d_causal_kernel<<<grid, kThreads, 0, s>>>(x, w, bias, windows, silu, y, T, C, static_cast<int>(K), seqs);
+  launch(conv1d_causal_kernel, grid, kThreads, s, x, w, bias, windows, silu, y, T, C, static_cast<int>(K), seqs);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

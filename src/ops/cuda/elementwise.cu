@@ -8,11 +8,15 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] = a[i] + b[i];
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* y, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
     y[i] = g / (1.0f + expf(-g)) * up[i];
@@ -20,6 +24,8 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* y, in
 }
 
 __global__ void mul_sigmoid_kernel(const float* x, const float* gate, float* y, int64_t R, int64_t C, bool broadcast) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t n = R * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float g = broadcast ? gate[i / C] : gate[i];
@@ -28,6 +34,8 @@ __global__ void mul_sigmoid_kernel(const float* x, const float* gate, float* y, 
 }
 
 __global__ void relu_squared_kernel(const float* x, float* y, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float r = x[i] > 0.0f ? x[i] : 0.0f;
     y[i] = r * r;
@@ -37,16 +45,16 @@ __global__ void relu_squared_kernel(const float* x, float* y, int64_t n) {
 }  // namespace
 
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
-  if (n > 0) add_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(a, b, y, n);
+  if (n > 0) launch(add_kernel, grid_for(n, kThreads), kThreads, s, a, b, y, n);
 }
 void silu_mul(const float* gate, const float* up, float* y, int64_t n, cudaStream_t s) {
-  if (n > 0) silu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(gate, up, y, n);
+  if (n > 0) launch(silu_mul_kernel, grid_for(n, kThreads), kThreads, s, gate, up, y, n);
 }
 void mul_sigmoid(const float* x, const float* gate, float* y, int64_t R, int64_t C, bool broadcast, cudaStream_t s) {
-  if (R * C > 0) mul_sigmoid_kernel<<<grid_for(R * C, kThreads), kThreads, 0, s>>>(x, gate, y, R, C, broadcast);
+  if (R * C > 0) launch(mul_sigmoid_kernel, grid_for(R * C, kThreads), kThreads, s, x, gate, y, R, C, broadcast);
 }
 void relu_squared(const float* x, float* y, int64_t n, cudaStream_t s) {
-  if (n > 0) relu_squared_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(x, y, n);
+  if (n > 0) launch(relu_squared_kernel, grid_for(n, kThreads), kThreads, s, x, y, n);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -73,4 +73,25 @@ void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, 
   detail::check_launch("gated_delta_rule_varlen");
 }
 
+// Shapes checked in ops.cpp; the kernel's limits here.
+void gdn_core_varlen(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                     const Tensor& z, const Tensor& norm_w, float norm_eps, const Tensor& states, const SeqBatch& batch,
+                     const Tensor& o) {
+  for (const Tensor* t : {&qkv, &a, &b, &A_log, &dt_bias, &z, &norm_w, &states, &o})
+    check_f32(*t, "gdn_core_varlen", "input");
+  if (states.dim(0) == 0 || batch.n_seqs() == 0) return;
+  const int64_t T = qkv.dim(0), Hv = states.dim(1), Dk = states.dim(2), Dv = states.dim(3);
+  KAPITSA_CHECK(Dk <= kernels::kGdnMaxKeyDim && Dv <= kernels::kGdnCoreMaxValueDim,
+                "gdn_core_varlen: head dims {} / {} above the kernel's {} / {}", Dk, Dv, kernels::kGdnMaxKeyDim,
+                kernels::kGdnCoreMaxValueDim);
+  kernels::GdnCoreArgs args{qkv.f32(), a.f32(),    b.f32(),  A_log.f32(), dt_bias.f32(), z.f32(), norm_w.f32(),
+                            norm_eps,  states.f32(), o.f32(), T, (qkv.dim(1) - Hv * Dv) / (2 * Dk), Hv, Dk, Dv, {}};
+  detail::HostPack pack;
+  const detail::SeqsInPack at = detail::add_seqs(pack, batch);
+  pack.upload();
+  args.seqs = detail::device_seqs(pack, at, batch);
+  kernels::gdn_core(args, detail::stream());
+  detail::check_launch("gdn_core_varlen");
+}
+
 }  // namespace kapitsa::ops::cuda

@@ -5,6 +5,7 @@
 // A batch of sequences (Seqs) adds a grid dimension: each sequence's state lives in its slot, and after
 // each checkpointed token the block also stores its columns into that token's checkpoint slot.
 // The chunked op runs this same recurrence for now (gated_delta_rule.cpp): same function, no WY form yet.
+// gdn_core_varlen's kernel (below) is this recurrence with the layer's small steps around it.
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
@@ -24,6 +25,59 @@ __global__ void gdn_gates_kernel(const float* a, const float* b, const float* A_
 constexpr int kLanesPerColumn = 4;
 constexpr int kColumnsPerBlock = 32;
 
+// The thread's rows r, r + 4, … of column j of a [Dk, Dv] state, to or from registers (lanes past Dv
+// or Dk hold zeros and store nothing).
+template <int kRows>
+__device__ __forceinline__ void load_column(float (&S)[kRows], const float* state, int r, int64_t j, int64_t Dk,
+                                            int64_t Dv, bool valid) {
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int64_t i = r + kLanesPerColumn * m;
+    S[m] = valid && i < Dk ? state[i * Dv + j] : 0.0f;
+  }
+}
+template <int kRows>
+__device__ __forceinline__ void store_column(const float (&S)[kRows], float* state, int r, int64_t j, int64_t Dk,
+                                             int64_t Dv, bool valid) {
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int64_t i = r + kLanesPerColumn * m;
+    if (valid && i < Dk) state[i * Dv + j] = S[m];
+  }
+}
+
+// One token for column j, whose rows the column's 4 lanes share: S ← αS;  u = Sᵀk;  δ = (v − u)β;
+// S += k δ;  returns o = Sᵀq (every lane of the column gets it). kt, qt: the token's key and query
+// (global or shared memory); v: v_j (unused when !valid).
+template <int kRows>
+__device__ __forceinline__ float delta_step(float (&S)[kRows], int r, int64_t Dk, const float* kt, const float* qt,
+                                            float alpha, float v, float beta, bool valid) {
+  float u = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int64_t i = r + kLanesPerColumn * m;
+    if (i < Dk) {
+      S[m] *= alpha;
+      u += S[m] * kt[i];
+    }
+  }
+  u += __shfl_xor_sync(0xffffffffu, u, 1);
+  u += __shfl_xor_sync(0xffffffffu, u, 2);
+  const float delta = valid ? (v - u) * beta : 0.0f;
+  float o = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    const int64_t i = r + kLanesPerColumn * m;
+    if (i < Dk) {
+      S[m] += kt[i] * delta;
+      o += S[m] * qt[i];
+    }
+  }
+  o += __shfl_xor_sync(0xffffffffu, o, 1);
+  o += __shfl_xor_sync(0xffffffffu, o, 2);
+  return o;
+}
+
 // kRows: rows of S per thread, ≥ Dk / kLanesPerColumn. Thread (column c, lane r) holds rows r, r+4, ...
 template <int kRows>
 __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delta_rule_kernel(GdnArgs a) {
@@ -35,56 +89,93 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
   float S[kRows];
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int64_t i = r + kLanesPerColumn * m;
-    S[m] = valid && i < Dk ? state[i * Dv + j] : 0.0f;
-  }
+  load_column(S, state, r, j, Dk, Dv, valid);
   for (int64_t t = sq.r0; t < sq.r1; ++t) {
     const float* kt = a.k + (t * a.Hk + kh) * Dk;
     const float* qt = a.q + (t * a.Hk + kh) * Dk;
     const float alpha = expf(a.g[t * a.Hv + h]), bt = a.beta[t * a.Hv + h];
-    float u = 0.0f;
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      const int64_t i = r + kLanesPerColumn * m;
-      if (i < Dk) {
-        S[m] *= alpha;
-        u += S[m] * kt[i];
-      }
-    }
-    u += __shfl_xor_sync(0xffffffffu, u, 1);
-    u += __shfl_xor_sync(0xffffffffu, u, 2);
-    const float delta = valid ? (a.v[(t * a.Hv + h) * Dv + j] - u) * bt : 0.0f;
-    float o = 0.0f;
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      const int64_t i = r + kLanesPerColumn * m;
-      if (i < Dk) {
-        S[m] += kt[i] * delta;
-        o += S[m] * qt[i];
-      }
-    }
-    o += __shfl_xor_sync(0xffffffffu, o, 1);
-    o += __shfl_xor_sync(0xffffffffu, o, 2);
+    const float v = valid ? a.v[(t * a.Hv + h) * Dv + j] : 0.0f;
+    const float o = delta_step(S, r, Dk, kt, qt, alpha, v, bt, valid);
     if (valid && r == 0) a.o[(t * a.Hv + h) * Dv + j] = o;
-    if (t >= sq.ckpt_begin) {
-      float* ckpt = a.state + (ckpt_slot(a.seqs, seq, sq, t) * a.Hv + h) * Dk * Dv;
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) {
-        const int64_t i = r + kLanesPerColumn * m;
-        if (valid && i < Dk) ckpt[i * Dv + j] = S[m];
-      }
+    if (t >= sq.ckpt_begin)
+      store_column(S, a.state + (ckpt_slot(a.seqs, seq, sq, t) * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+  }
+  store_column(S, state, r, j, Dk, Dv, valid);
+}
+
+// gdn_core_varlen: the block of value head h holds the head's whole state, Dv columns × 4 lanes (rows
+// as above), so the gated output norm needs only a block sum. Per token: the block's first Dk threads
+// load k and q and the block sums their squares (one reduction for both), the normalised k̂ and q̂ go to
+// shared memory, every thread computes the two gates itself, then the recurrence as above, then the
+// sum of o² over the head and the gated norm. Weights (A_log, dt_bias, norm_w), the step's metadata and
+// the state are loaded before pdl_wait(): within a step only this layer's kernel writes its state
+// slots, and everything before a step (slot copies, the metadata's upload) completes before the step's
+// first kernel, which is launched without PDL.
+// (Σ x, Σ y) over the block; `shared` holds 64 floats. Every thread gets both; contains barriers.
+__device__ __forceinline__ float2 block_sum2(float x, float y, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  x = warp_sum(x), y = warp_sum(y);
+  __syncthreads();
+  if (lane == 0) shared[warp] = x, shared[32 + warp] = y;
+  __syncthreads();
+  x = lane < n_warps ? shared[lane] : 0.0f;
+  y = lane < n_warps ? shared[32 + lane] : 0.0f;
+  return make_float2(warp_sum(x), warp_sum(y));
+}
+
+template <int kRows, int kMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
+  __shared__ float kq[2 * kGdnMaxKeyDim];  // k̂ then q̂ of the token
+  __shared__ float red[64];
+  pdl_trigger();
+  const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x;
+  const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y, Dk = a.Dk, Dv = a.Dv;
+  const int64_t j = threadIdx.x / kLanesPerColumn;
+  const bool valid = j < Dv;  // lanes past Dv still join the shuffles and block sums
+  const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h], wj = valid ? a.norm_w[j] : 0.0f;
+  const SeqRows sq = seq_rows(a.seqs, seq, a.T);
+  float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
+  float S[kRows];
+  load_column(S, state, r, j, Dk, Dv, valid);
+  pdl_wait();
+  const int64_t C = 2 * a.Hk * Dk + a.Hv * Dv;
+  const float q_scale = 1.0f / sqrtf(static_cast<float>(Dk));
+  for (int64_t t = sq.r0; t < sq.r1; ++t) {
+    const float* row = a.qkv + t * C;
+    const float kx = tid < Dk ? row[(a.Hk + kh) * Dk + tid] : 0.0f;
+    const float qx = tid < Dk ? row[kh * Dk + tid] : 0.0f;
+    const float vj = valid ? row[2 * a.Hk * Dk + h * Dv + j] : 0.0f;
+    const float zj = valid ? a.z[(t * a.Hv + h) * Dv + j] : 0.0f;
+    const float at = a.a[t * a.Hv + h] + dt_bias, bt_raw = a.b[t * a.Hv + h];
+    const float2 ss = block_sum2(kx * kx, qx * qx, red);  // its barriers also end the last token's reads of kq
+    if (tid < Dk) kq[tid] = kx * rsqrtf(ss.x + 1e-6f), kq[Dk + tid] = qx * (q_scale * rsqrtf(ss.y + 1e-6f));
+    const float softplus = at > 20.0f ? at : log1pf(expf(at));
+    const float alpha = expf(neg_A * softplus), bt = 1.0f / (1.0f + expf(-bt_raw));
+    __syncthreads();
+    const float o = delta_step(S, r, Dk, kq, kq + Dk, alpha, vj, bt, valid);
+    const float oss = block_sum(valid && r == 0 ? o * o : 0.0f, red);
+    if (valid && r == 0) {
+      const float inv = rsqrtf(oss / static_cast<float>(Dv) + a.norm_eps);
+      a.o[(t * a.Hv + h) * Dv + j] = o * inv * wj * (zj / (1.0f + expf(-zj)));
     }
+    if (t >= sq.ckpt_begin)
+      store_column(S, a.state + (ckpt_slot(a.seqs, seq, sq, t) * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
   }
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int64_t i = r + kLanesPerColumn * m;
-    if (valid && i < Dk) state[i * Dv + j] = S[m];
-  }
+  store_column(S, state, r, j, Dk, Dv, valid);
 }
 
 }  // namespace
+
+void gdn_core(const GdnCoreArgs& a, cudaStream_t s) {
+  if (a.Hv == 0 || a.Dv == 0 || a.seqs.n_seqs == 0) return;
+  const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.seqs.n_seqs));
+  const int64_t need = kLanesPerColumn * a.Dv > a.Dk ? kLanesPerColumn * a.Dv : a.Dk;
+  const int threads = static_cast<int>((need + 31) / 32 * 32);  // ≤ 1024: Dv ≤ 256, Dk ≤ 256
+  if (a.Dk <= 8 * kLanesPerColumn) launch(gdn_core_kernel<8, 1024>, grid, threads, s, a);
+  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch(gdn_core_kernel<32, 512>, grid, threads, s, a);
+  else if (a.Dk <= 32 * kLanesPerColumn) launch(gdn_core_kernel<32, 1024>, grid, threads, s, a);
+  else launch(gdn_core_kernel<64, 1024>, grid, threads, s, a);
+}
 
 void gdn_gates(const float* a, const float* b, const float* A_log, const float* dt_bias, float* g, float* beta,
                int64_t n, int64_t Hv, cudaStream_t s) {

@@ -9,8 +9,40 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace kapitsa::ops::cuda::kernels {
+
+// Programmatic dependent launch (Hopper): a kernel queued with launch() may start while the kernel
+// before it on the stream is still running (its blocks then wait in pdl_wait()), so its launch, its
+// blocks' start and whatever it reads that no kernel writes (weights) overlap the previous kernel's
+// tail. Such a kernel must call pdl_wait() before it reads anything an earlier kernel wrote and before
+// it writes anything (an earlier kernel may still read it): pdl_wait() returns once every earlier kernel
+// has completed and its writes are visible. pdl_trigger() lets the next kernel start before this one
+// ends. Both are no-ops for a kernel launched plainly (<<<>>>) or without PDL (pdl_enabled() false).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// kernel<<<grid, block, 0, s>>>(args...) with programmatic stream serialization allowed when
+// pdl_enabled(): only for kernels that call pdl_wait() as above.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // an error is left for check_launch
+}
 
 __device__ __forceinline__ float load_as_float(const void* p, ElemType t, int64_t i) {
   switch (t) {

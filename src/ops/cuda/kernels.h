@@ -11,6 +11,10 @@ namespace kapitsa::ops::cuda::kernels {
 
 enum class ElemType : int { f32, f16, bf16 };
 
+// Whether decode-path kernels are queued with programmatic dependent launch (kernel_util.cuh, launch()):
+// on unless KAPITSA_CUDA_PDL=0 (read once; runtime.cpp).
+bool pdl_enabled();
+
 // elementwise.cu — n elements; in place allowed.
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
 void silu_mul(const float* gate, const float* up, float* y, int64_t n, cudaStream_t s);
@@ -36,6 +40,11 @@ struct GemvPart {
 };
 constexpr int kGemvMaxParts = 4;
 void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s);
+// y: [N] = silu(x · w_gateᵀ) ⊙ (x · w_upᵀ) for one token (x: [K]; w_gate, w_up: [N, K] of `type`; K a
+// multiple of 16 bytes of weights, every pointer 16-byte aligned), each dot product accumulated in
+// gemv's order.
+void gemv_swiglu(const float* x, const void* w_gate, const void* w_up, ElemType type, float* y, int64_t K, int64_t N,
+                 cudaStream_t s);
 // x: [n] f32 → parts: [3, n] bf16 with x = parts[0] + parts[1] + parts[2] exactly (each the bf16 rounding
 // of what the earlier ones leave), so three bf16 products on the tensor cores carry x's full f32 precision.
 void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s);
@@ -138,6 +147,22 @@ struct GdnArgs {
 };
 constexpr int64_t kGdnMaxKeyDim = 256;
 void gated_delta_rule(const GdnArgs& a, cudaStream_t s);
+// gdn_core_varlen (op_list.inc): one block per (value head, sequence), so the head's output norm is
+// block-local. Dk ≤ kGdnMaxKeyDim, Dv ≤ kGdnCoreMaxValueDim (checked by the caller).
+struct GdnCoreArgs {
+  const float* qkv;                // [T, 2·Hk·Dk + Hv·Dv]
+  const float *a, *b;              // [T, Hv]
+  const float *A_log, *dt_bias;    // [Hv]
+  const float* z;                  // [T, Hv, Dv]
+  const float* norm_w;             // [Dv]
+  float norm_eps;
+  float* state;                    // [n_slots, Hv, Dk, Dv] in/out
+  float* o;                        // [T, Hv, Dv]
+  int64_t T, Hk, Hv, Dk, Dv;
+  Seqs seqs;
+};
+constexpr int64_t kGdnCoreMaxValueDim = 256;
+void gdn_core(const GdnCoreArgs& a, cudaStream_t s);
 
 // ssm.cu — Mamba-2 recurrence.
 struct SsdArgs {

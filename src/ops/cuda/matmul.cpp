@@ -5,10 +5,12 @@
 // cores (f32 accumulation) gives the three partial products, summed smallest first: 3× the tensor-core
 // work of a plain bf16 GEMM, none of its rounding of x. f16 weights (rare in checkpoints): f16 cannot
 // split x exactly (its range), so the weight is widened to f32 in scratch and SGEMM runs: exact, slow.
+#include "ops/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace kapitsa::ops::cuda {
@@ -70,6 +72,25 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
   kernels::gemv_many(x.f32(), parts.data(), static_cast<int>(parts.size()), detail::elem_type(w[0].weight().dtype()),
                      T, K, stream());
   check_launch("matmul_many (gemv)");
+}
+
+// One token, dense weights of one dtype: one GEMV launch computing both rows of each output (the
+// activation in its epilogue); otherwise matmul_many and silu_mul.
+void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
+  check_f32(x, "matmul_swiglu", "x"), check_f32(up, "matmul_swiglu", "up"), check_f32(y, "matmul_swiglu", "y");
+  const int64_t T = detail::rows_of(x), K = x.dim(-1);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool dense = w_gate.format() == WeightFormat::dense && w_up.format() == WeightFormat::dense &&
+                     w_gate.weight().dtype() == w_up.weight().dtype() && detail::is_weight_dtype(w_gate.weight().dtype());
+  if (T != 1 || !dense || K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned(x.data()) ||
+      !aligned(w_gate.weight().data()) || !aligned(w_up.weight().data())) {
+    return composed::matmul_swiglu(*backend(), x, w_gate, w_up, up, y);
+  }
+  const Tensor& g = w_gate.dense("matmul_swiglu");
+  const Tensor& u = w_up.dense("matmul_swiglu");
+  detail::check_on_device(g, "matmul_swiglu", "w_gate"), detail::check_on_device(u, "matmul_swiglu", "w_up");
+  kernels::gemv_swiglu(x.f32(), g.data(), u.data(), detail::elem_type(g.dtype()), y.f32(), K, g.dim(0), stream());
+  check_launch("matmul_swiglu (gemv)");
 }
 
 namespace {

@@ -6,6 +6,9 @@
 // x load serves 4 weight rows; otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
 #include "ops/cuda/kernel_util.cuh"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
@@ -20,6 +23,19 @@ __device__ __forceinline__ float widen(W v) {
   if constexpr (std::is_same_v<W, __half>) return __half2float(v);
   else if constexpr (std::is_same_v<W, __nv_bfloat16>) return __bfloat162float(v);
   else return v;
+}
+
+// acc += x[k … k + kVec) · the kVec weights in raw, four products a step: the order of the one-token
+// kernels below (gemv_vec_kernel's use() writes out the same sums).
+template <typename W>
+__device__ __forceinline__ void dot_add(float& acc, const uint4& raw, const float* xk) {
+  constexpr int kVec = 16 / sizeof(W);
+  const W* v = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec; i += 4) {
+    const float4 xv = *reinterpret_cast<const float4*>(xk + i);
+    acc += xv.x * widen(v[i]) + xv.y * widen(v[i + 1]) + xv.z * widen(v[i + 2]) + xv.w * widen(v[i + 3]);
+  }
 }
 
 // The weights of one launch (matmul_many; a plain matmul is one part): blocks [first_block[p],
@@ -51,8 +67,24 @@ __device__ __forceinline__ Part<W> part_of(const Job<W>& job) {
   return p;
 }
 
+// The output row of this warp in a one-token launch of kVecWarps-warp blocks (none when n ≥ N).
+template <typename W>
+struct WarpRow {
+  const W* w;  // the row's weights
+  float* y;
+  int64_t n, N;
+};
+template <typename W>
+__device__ __forceinline__ WarpRow<W> warp_row(const Job<W>& job, int64_t K) {
+  const Part<W> part = part_of(job);
+  const int64_t n = part.block * int64_t{kVecWarps} + (threadIdx.x >> 5);
+  return {part.w + n * K, part.y, n, part.N};
+}
+
 template <typename W>
 __global__ void gemv_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+  pdl_trigger();
+  pdl_wait();
   const Part<W> part = part_of(job);
   const int lane = threadIdx.x & 31;
   const int64_t n = part.block * int64_t{kWarps} + (threadIdx.x >> 5), N = part.N;
@@ -82,11 +114,11 @@ __global__ void gemv_kernel(const float* x, const Job<W> job, int64_t T, int64_t
 template <typename W, int MaxT>
 __global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
   constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
-  const Part<W> part = part_of(job);
+  pdl_trigger();
+  const WarpRow<W> row = warp_row(job, K);
+  if (row.n >= row.N) return;  // writes nothing
   const int lane = threadIdx.x & 31;
-  const int64_t n = part.block * int64_t{kVecWarps} + (threadIdx.x >> 5), N = part.N;
-  if (n >= N) return;
-  const W* __restrict__ wn = part.w + n * K;
+  const W* __restrict__ wn = row.w;
   float acc[MaxT] = {};
   auto use = [&](const uint4& raw, int64_t k) {
     const W* v = reinterpret_cast<const W*>(&raw);
@@ -104,22 +136,110 @@ __global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int
       }
     }
   };
+  // The first round of weight loads goes out before pdl_wait(): weights are written by no kernel, so
+  // with PDL they stream while the kernel before (a norm, an activation) still runs. x is read after.
+  uint4 raw[kUnroll];
   for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
-    uint4 raw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       if (k0 + u * kStep < K) raw[u] = __ldg(reinterpret_cast<const uint4*>(wn + k0 + u * kStep));
+    if (k0 < kUnroll * kStep) pdl_wait();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       if (k0 + u * kStep < K) use(raw[u], k0 + u * kStep);
   }
+  pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
 #pragma unroll
   for (int t = 0; t < MaxT; ++t) {
     if (MaxT == 1 || t < T) {
       const float sum = warp_sum(acc[t]);
-      if (lane == 0) part.y[t * N + n] = sum;
+      if (lane == 0) row.y[t * row.N + row.n] = sum;
     }
   }
+}
+
+// One token, rows longer than one round of gemv_vec_kernel's loads (K > 16 · 32 · kVec: the down
+// projection's 9216): two buffers of kPipeUnroll loads a lane, the next round's loads issued before the
+// current one is used, so a warp always has loads in flight (gemv_vec_kernel waits for each round of 16
+// before issuing the next). Per lane the k order and the sums are gemv_vec_kernel's.
+constexpr int kPipeUnroll = 8;
+template <typename W>
+__global__ void gemv_pipe_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+  constexpr int kVec = 16 / sizeof(W), kU = kPipeUnroll, kStep = 32 * kVec;
+  constexpr int64_t kRound = int64_t{kU} * kStep;
+  pdl_trigger();
+  const WarpRow<W> row = warp_row(job, K);
+  if (row.n >= row.N) return;  // writes nothing
+  const int lane = threadIdx.x & 31;
+  const W* __restrict__ wn = row.w;
+  float acc = 0.0f;
+  uint4 a[kU], b[kU];
+  auto load = [&](uint4* r, int64_t k0) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (k0 + u * kStep < K) r[u] = __ldg(reinterpret_cast<const uint4*>(wn + k0 + u * kStep));
+  };
+  auto consume = [&](const uint4* r, int64_t k0) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (k0 + u * kStep < K) dot_add<W>(acc, r[u], x + k0 + u * kStep);
+  };
+  int64_t k0 = int64_t{lane} * kVec;
+  load(a, k0);
+  load(b, k0 + kRound);
+  pdl_wait();
+  for (; k0 < K; k0 += 2 * kRound) {
+    consume(a, k0);
+    load(a, k0 + 2 * kRound);
+    consume(b, k0 + kRound);
+    load(b, k0 + 3 * kRound);
+  }
+  const float sum = warp_sum(acc);
+  if (lane == 0) row.y[row.n] = sum;
+}
+
+// The pipelined kernel for long one-token rows unless KAPITSA_GEMV_PIPE=0 (read once; for measuring).
+bool gemv_pipe_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_GEMV_PIPE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// matmul_swiglu for one token: warp n computes row n of both weights, kSwigluUnroll 16-byte loads of
+// each in flight a lane (the first round before pdl_wait(), as above), each x float4 serving both, and
+// writes silu(gate) · up as silu_mul does. Per lane the k order and the sums are gemv_vec_kernel's.
+constexpr int kSwigluUnroll = 12;  // a K = 2560 row of bf16 (10 loads a lane) in one round
+template <typename W>
+__global__ void gemv_swiglu_kernel(const float* x, const W* w_gate, const W* w_up, float* y, int64_t N, int64_t K) {
+  constexpr int kVec = 16 / sizeof(W), kU = kSwigluUnroll, kStep = 32 * kVec;
+  pdl_trigger();
+  const int lane = threadIdx.x & 31;
+  const int64_t n = blockIdx.x * int64_t{kVecWarps} + (threadIdx.x >> 5);
+  if (n >= N) return;  // writes nothing
+  const W* __restrict__ wg = w_gate + n * K;
+  const W* __restrict__ wu = w_up + n * K;
+  float acc_g = 0.0f, acc_u = 0.0f;
+  uint4 rg[kU], ru[kU];
+  for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kU * kStep) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (k0 + u * kStep < K) {
+        rg[u] = __ldg(reinterpret_cast<const uint4*>(wg + k0 + u * kStep));
+        ru[u] = __ldg(reinterpret_cast<const uint4*>(wu + k0 + u * kStep));
+      }
+    }
+    if (k0 < kU * kStep) pdl_wait();
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t k = k0 + u * kStep;
+      if (k < K) dot_add<W>(acc_g, rg[u], x + k), dot_add<W>(acc_u, ru[u], x + k);
+    }
+  }
+  pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
+  const float gate = warp_sum(acc_g), up = warp_sum(acc_u);
+  if (lane == 0) y[n] = gate / (1.0f + expf(-gate)) * up;
 }
 
 // 2 … kGemvMaxTokens tokens: each warp computes kRows consecutive outputs, so every float4 of x it loads
@@ -128,6 +248,8 @@ __global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int
 constexpr int kRows = 4;
 template <typename W>
 __global__ void gemv_rows_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+  pdl_trigger();
+  pdl_wait();
   constexpr int kVec = 16 / sizeof(W), kStep = 32 * kVec;
   const Part<W> part = part_of(job);
   const W* __restrict__ w = part.w;
@@ -190,9 +312,11 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   }
   job.parts = n_parts;
   if (blocks == 0) return;
-  if (!aligned) gemv_kernel<W><<<blocks, kWarps * 32, 0, s>>>(x, job, T, K);
-  else if (T == 1) gemv_vec_kernel<W, 1><<<blocks, kVecWarps * 32, 0, s>>>(x, job, T, K);
-  else gemv_rows_kernel<W><<<blocks, kWarps * 32, 0, s>>>(x, job, T, K);
+  if (!aligned) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
+  else if (T == 1 && K > int64_t{16} * 32 * (16 / sizeof(W)) && gemv_pipe_enabled())
+    launch(gemv_pipe_kernel<W>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else if (T == 1) launch(gemv_vec_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else launch(gemv_rows_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
 }
 
 __global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {
@@ -230,6 +354,26 @@ void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type
       case ElemType::bf16: launch_gemv<__nv_bfloat16>(x, parts + first, n, T, K, s); break;
       default: launch_gemv<float>(x, parts + first, n, T, K, s); break;
     }
+  }
+}
+
+void gemv_swiglu(const float* x, const void* w_gate, const void* w_up, ElemType type, float* y, int64_t K, int64_t N,
+                 cudaStream_t s) {
+  if (N == 0) return;
+  const unsigned blocks = static_cast<unsigned>((N + kVecWarps - 1) / kVecWarps);
+  switch (type) {
+    case ElemType::f16:
+      launch(gemv_swiglu_kernel<__half>, blocks, kVecWarps * 32, s, x, static_cast<const __half*>(w_gate),
+             static_cast<const __half*>(w_up), y, N, K);
+      break;
+    case ElemType::bf16:
+      launch(gemv_swiglu_kernel<__nv_bfloat16>, blocks, kVecWarps * 32, s, x, static_cast<const __nv_bfloat16*>(w_gate),
+             static_cast<const __nv_bfloat16*>(w_up), y, N, K);
+      break;
+    default:
+      launch(gemv_swiglu_kernel<float>, blocks, kVecWarps * 32, s, x, static_cast<const float*>(w_gate),
+             static_cast<const float*>(w_up), y, N, K);
+      break;
   }
 }
 

@@ -23,14 +23,20 @@ template <bool Add>
 __global__ void rms_norm_regs_kernel(float* x, const float* delta, const float* w, float eps, float weight_offset,
                                      float* y, int64_t D) {
   __shared__ float shared[32];
+  pdl_trigger();
   float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
   float v[kRowRegs], wv[kRowRegs];  // w too is loaded before any store (y may alias it for all the compiler knows)
 #pragma unroll
   for (int i = 0; i < kRowRegs; ++i) {
     const int64_t d = threadIdx.x + int64_t{i} * blockDim.x;
+    wv[i] = d < D ? w[d] : 0.0f;  // a weight: read before pdl_wait()
+  }
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < kRowRegs; ++i) {
+    const int64_t d = threadIdx.x + int64_t{i} * blockDim.x;
     v[i] = d < D ? xr[d] : 0.0f;
-    wv[i] = d < D ? w[d] : 0.0f;
     if constexpr (Add) v[i] += d < D ? delta[blockIdx.x * D + d] : 0.0f;
   }
   float ss = 0.0f;
@@ -52,6 +58,8 @@ __global__ void rms_norm_regs_kernel(float* x, const float* delta, const float* 
 
 // Wider rows: a loop over the row, twice.
 __global__ void rms_norm_kernel(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t D) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
@@ -62,6 +70,8 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float eps, float
 // x ← x + delta, then as rms_norm_kernel: each thread reads back only the sums it wrote itself.
 __global__ void add_rms_norm_kernel(float* x, const float* delta, const float* w, float eps, float weight_offset,
                                     float* y, int64_t D) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float shared[32];
   float* xr = x + blockIdx.x * D;
   const float* dr = delta + blockIdx.x * D;
@@ -84,6 +94,8 @@ int regs_threads(int64_t D) {
 }
 
 __global__ void rms_norm_gated_kernel(const float* x, const float* z, const float* w, float eps, float* y, int64_t D) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * D;
   const float* zr = z + blockIdx.x * D;
@@ -96,6 +108,8 @@ __global__ void rms_norm_gated_kernel(const float* x, const float* z, const floa
 }
 
 __global__ void l2_norm_kernel(const float* x, float eps, float scale, float* y, int64_t D) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
@@ -110,23 +124,23 @@ void rms_norm(const float* x, const float* w, float eps, float weight_offset, fl
               cudaStream_t s) {
   if (R <= 0 || D <= 0) return;
   if (const int threads = regs_threads(D))
-    rms_norm_regs_kernel<false><<<static_cast<unsigned>(R), threads, 0, s>>>(const_cast<float*>(x), nullptr, w, eps,
-                                                                              weight_offset, y, D);
-  else rms_norm_kernel<<<static_cast<unsigned>(R), kThreads, 0, s>>>(x, w, eps, weight_offset, y, D);
+    launch(rms_norm_regs_kernel<false>, static_cast<unsigned>(R), threads, s, const_cast<float*>(x), nullptr, w, eps,
+           weight_offset, y, D);
+  else launch(rms_norm_kernel, static_cast<unsigned>(R), kThreads, s, x, w, eps, weight_offset, y, D);
 }
 void add_rms_norm(float* x, const float* delta, const float* w, float eps, float weight_offset, float* y, int64_t R,
                   int64_t D, cudaStream_t s) {
   if (R <= 0 || D <= 0) return;
   if (const int threads = regs_threads(D))
-    rms_norm_regs_kernel<true><<<static_cast<unsigned>(R), threads, 0, s>>>(x, delta, w, eps, weight_offset, y, D);
-  else add_rms_norm_kernel<<<static_cast<unsigned>(R), kThreads, 0, s>>>(x, delta, w, eps, weight_offset, y, D);
+    launch(rms_norm_regs_kernel<true>, static_cast<unsigned>(R), threads, s, x, delta, w, eps, weight_offset, y, D);
+  else launch(add_rms_norm_kernel, static_cast<unsigned>(R), kThreads, s, x, delta, w, eps, weight_offset, y, D);
 }
 void rms_norm_gated(const float* x, const float* z, const float* w, float eps, float* y, int64_t R, int64_t D,
                     cudaStream_t s) {
-  if (R > 0 && D > 0) rms_norm_gated_kernel<<<static_cast<unsigned>(R), kThreads, 0, s>>>(x, z, w, eps, y, D);
+  if (R > 0 && D > 0) launch(rms_norm_gated_kernel, static_cast<unsigned>(R), kThreads, s, x, z, w, eps, y, D);
 }
 void l2_norm(const float* x, float eps, float scale, float* y, int64_t R, int64_t D, cudaStream_t s) {
-  if (R > 0 && D > 0) l2_norm_kernel<<<static_cast<unsigned>(R), kThreads, 0, s>>>(x, eps, scale, y, D);
+  if (R > 0 && D > 0) launch(l2_norm_kernel, static_cast<unsigned>(R), kThreads, s, x, eps, scale, y, D);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <fmt/format.h>
 #include <map>
 #include <string>
@@ -230,6 +232,18 @@ int64_t rows_of(const Tensor& t) {
 }
 
 }  // namespace detail
+
+bool kernels::pdl_enabled() {
+  // Hopper or newer (the launch attribute and griddepcontrol need sm_90), unless KAPITSA_CUDA_PDL=0.
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_PDL");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    int major = 0;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()) == cudaSuccess &&
+           major >= 9;
+  }();
+  return on;
+}
 
 bool device_available() {
   int n = 0;

@@ -2,6 +2,7 @@
 // RoPE reproduces transformers' float32 arithmetic (angle = float32(pos · inv_freq), cos/sin rounded
 // to float32) because logits at long positions are sensitive to the angle's rounding; the caller
 // supplies inv_freq. Attention is the naive two-pass softmax in double.
+#include "ops/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -112,6 +113,14 @@ void write_paged_rows_varlen(const Tensor& rows, const Tensor& pages, const SeqB
   for (int64_t i = 0; i < batch.n_seqs(); ++i)
     write_paged_rows(rows.rows(batch.row_offsets[size_t(i)], batch.row_offsets[size_t(i + 1)]), pages,
                      batch.block_table(i), batch.positions0[size_t(i)]);
+}
+
+void attention_prep_varlen(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                           const Tensor& k_norm, float eps, float weight_offset, std::span<const int32_t> positions,
+                           std::span<const float> inv_freq, const Tensor& k_pages, const Tensor& v_pages,
+                           const SeqBatch& batch, const Tensor& q, const Tensor& gate) {
+  composed::attention_prep_varlen(*backend(), qg, k, v, q_norm, k_norm, eps, weight_offset, positions, inv_freq, k_pages,
+                                  v_pages, batch, q, gate);
 }
 
 }  // namespace kapitsa::ops::ref

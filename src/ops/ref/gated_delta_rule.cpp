@@ -3,6 +3,7 @@
 // Invariants: state is f32 [Hv, Dk, Dv] in/out (held in f64 during a call); value head h reads key head
 // h / (Hv / Hk); the chunked form follows transformers' torch_chunk_gated_delta_rule (chunk 64) except
 // that q arrives already scaled and a last partial chunk is processed at its own length (no padding).
+#include "ops/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -207,6 +208,12 @@ void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, 
       detail::copy_bytes(state, states.index(batch.ckpt_slot(i, j)));
     }
   }
+}
+
+void gdn_core_varlen(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                     const Tensor& z, const Tensor& norm_w, float norm_eps, const Tensor& states, const SeqBatch& batch,
+                     const Tensor& o) {
+  composed::gdn_core_varlen(*backend(), qkv, a, b, A_log, dt_bias, z, norm_w, norm_eps, states, batch, o);
 }
 
 }  // namespace kapitsa::ops::ref

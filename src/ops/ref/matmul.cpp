@@ -1,6 +1,7 @@
 // Reference matmul: y = x · wᵀ with weights of any format (each row dequantized to f32 first),
 // accumulated in double (the oracle; the cpu backend accumulates in f32 and so differs only by
 // rounding/summation order).
+#include "ops/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -28,6 +29,10 @@ void matmul(const Tensor& x, const Linear& w, const Tensor& y) {
 // x: [T, K] f32;  w[i]: [N_i, K];  y[i]: [T, N_i] f32.
 void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
   for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
+}
+
+void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
+  composed::matmul_swiglu(*backend(), x, w_gate, w_up, up, y);
 }
 
 }  // namespace kapitsa::ops::ref

@@ -1,0 +1,66 @@
+#!/bin/bash
+# One GPU-machine call for decode-speed work (docs/cuda.md, "Measured run … session 10"): the CUDA op
+# tests, the engine-on-cuda model tests (graph decode = eager included), memcheck of the fused kernels,
+# then bench_model decode on the 4B and 0.8B shapes, everything on and with one change turned off at a
+# time (environment switches: VARIANTS below), optionally Nsight Compute over one decode step
+# (PROFILE=1). Carried with its binaries (stripped), lib/ and configs/ as .device/gpu/bin.tar.xz;
+# the test binaries' build tree
+# (KAPITSA_TEST_DATA) is recreated as links to the checkout, as in tests/models/cuda_device_run.sh.
+# Usage (device run, carry [".device/gpu"]):
+#   python3 -c "import tarfile; tarfile.open('.device/gpu/bin.tar.xz').extractall('.device/gpu')" &&
+#   REPO=$PWD [TESTS=0] [PROFILE=1] bash .device/gpu/decode_speed_run.sh /work/wt/cuda
+BUILT_IN=${1:?the worktree the binaries were built in}
+DEV="$(cd "$(dirname "$0")" && pwd)"
+REPO="${REPO:-$PWD}"
+export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+for b in "$DEV"/test_* "$DEV"/bench_*; do [ -x "$b" ] && ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
+mkdir -p "$BUILT_IN/build/device"
+[ -x "$DEV/kapitsa" ] && cp "$DEV/kapitsa" "$BUILT_IN/build/device/kapitsa"  # KAPITSA_BIN of test_models
+ln -sfn "$REPO/tests" "$BUILT_IN/tests"
+ln -sfn "$REPO/models" "$BUILT_IN/models"
+python3 - "$REPO" <<'PY'
+import lzma, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+for xz in list(root.glob("tests/fixtures/*/*.xz")) + list(root.glob("models/demo/*/*.xz")):
+    out = xz.with_suffix("")
+    if not out.exists():
+        out.write_bytes(lzma.decompress(xz.read_bytes()))
+PY
+step() {  # step LOG TIMEOUT CMD...: output into $OUT/LOG; rc and time on stdout
+  local log=$1 limit=$2 t=$(date +%s%N); shift 2
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  echo "  -> $log: rc=$? in $(( ($(date +%s%N) - t) / 1000000 )) ms"
+}
+summ() { grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\]" "$1" | head -${2:-40}; }
+cd "$BUILT_IN"
+if [ "${TESTS:-1}" = 1 ]; then
+  echo "== test_ops_cuda + every op on cuda"
+  step ops_cuda.log 60 "$DEV/test_ops_cuda"; summ $OUT/ops_cuda.log
+  step ops.log 180 "$DEV/test_ops" --gtest_filter='*/cuda:Backends.*'; summ $OUT/ops.log
+  grep -B3 -A12 "Failure" $OUT/ops.log | head -60
+  echo "== memcheck of the fused GDN op and the GEMV/norm kernels under PDL"
+  step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*GdnCore*/cuda:*AttentionPrep*/cuda:*Matmul*/cuda:*Norm*/cuda'
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
+  echo "== models on cuda vs cpu (graph decode = eager included)"
+  step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*'; summ $OUT/models.log 60
+  grep -B2 -A10 "Failure" $OUT/models.log | head -60
+fi
+# Variants: NAME=ENV,ENV… (defaults: all on; pdl0 = without programmatic dependent launch; pipe0 = the
+# long-row GEMV without its pipelined loads; graphs0 = op by op).
+for c in ${BENCH_CONFIGS:-qwen35-4b qwen35-0.8b}; do
+  for v in ${VARIANTS:-on=X=1 pdl0=KAPITSA_CUDA_PDL=0 pipe0=KAPITSA_GEMV_PIPE=0}; do
+    name=${v%%=*}; vars=${v#*=}
+    step bench_${c}_$name.log 240 env ${vars//,/ } "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 128
+    echo "  $c $name ($vars):"; grep -E "bandwidth|weights|prefill|decode" "$OUT/bench_${c}_$name.log"
+  done
+done
+if [ "${PROFILE:-0}" = 1 ]; then
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  step ncu_4b.log 300 env KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none --cache-control none --csv --page raw \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 1 --decode 2
+  python3 "$DEV/profile_step.py" "$OUT/ncu_4b.log" > "$OUT/profile_4b.txt" 2>&1
+  head -45 "$OUT/profile_4b.txt"
+fi
+(cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)
