@@ -6,6 +6,7 @@
 // x load serves 4 weight rows; otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
 #include "ops/cuda/kernel_util.cuh"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -46,6 +47,7 @@ struct Job {
   float* y[kGemvMaxParts];
   int64_t N[kGemvMaxParts];
   unsigned first_block[kGemvMaxParts];
+  int64_t first_row[kGemvMaxParts];  // part p's first row among all parts' rows (gemv_stream_kernel)
   int parts;
 };
 
@@ -79,6 +81,17 @@ __device__ __forceinline__ WarpRow<W> warp_row(const Job<W>& job, int64_t K) {
   const Part<W> part = part_of(job);
   const int64_t n = part.block * int64_t{kVecWarps} + (threadIdx.x >> 5);
   return {part.w + n * K, part.y, n, part.N};
+}
+
+// Row r of all the parts' rows, in part order.
+template <typename W>
+__device__ __forceinline__ WarpRow<W> job_row(const Job<W>& job, int64_t r, int64_t K) {
+  WarpRow<W> row{job.w[0] + r * K, job.y[0], r, job.N[0]};
+#pragma unroll
+  for (int i = 1; i < kGemvMaxParts; ++i)
+    if (i < job.parts && r >= job.first_row[i])
+      row = {job.w[i] + (r - job.first_row[i]) * K, job.y[i], r - job.first_row[i], job.N[i]};
+  return row;
 }
 
 template <typename W>
@@ -158,53 +171,56 @@ __global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int
   }
 }
 
-// One token, rows longer than one round of gemv_vec_kernel's loads (K > 16 · 32 · kVec: the down
-// projection's 9216): two buffers of kPipeUnroll loads a lane, the next round's loads issued before the
-// current one is used, so a warp always has loads in flight (gemv_vec_kernel waits for each round of 16
-// before issuing the next). Per lane the k order and the sums are gemv_vec_kernel's.
-constexpr int kPipeUnroll = 8;
+// One token, a persistent grid: as gemv_vec_kernel, but the launch has only as many blocks as the GPU
+// holds at once and each warp walks rows r, r + (all warps), … of all R rows. A matrix of many rows then
+// costs no block launches and exits per row (with a block per 4 rows the lm head's 62080 blocks streamed
+// at 3.0 TB/s where 8-warp blocks had reached 4.4).
 template <typename W>
-__global__ void gemv_pipe_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
-  constexpr int kVec = 16 / sizeof(W), kU = kPipeUnroll, kStep = 32 * kVec;
-  constexpr int64_t kRound = int64_t{kU} * kStep;
+__global__ void __launch_bounds__(kVecWarps * 32, 5)  // ≤ 102 registers: 5 blocks an SM, as gemv_vec_kernel
+    gemv_stream_kernel(const float* x, const Job<W> job, int64_t R, int64_t K) {
+  constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
   pdl_trigger();
-  const WarpRow<W> row = warp_row(job, K);
-  if (row.n >= row.N) return;  // writes nothing
   const int lane = threadIdx.x & 31;
-  const W* __restrict__ wn = row.w;
-  float acc = 0.0f;
-  uint4 a[kU], b[kU];
-  auto load = [&](uint4* r, int64_t k0) {
+  const int64_t stride = int64_t{gridDim.x} * kVecWarps;
+  for (int64_t r = blockIdx.x * int64_t{kVecWarps} + (threadIdx.x >> 5); r < R; r += stride) {
+    const WarpRow<W> row = job_row(job, r, K);
+    const W* __restrict__ wn = row.w;
+    float acc = 0.0f;
+    uint4 raw[kUnroll];
+    for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
-      if (k0 + u * kStep < K) r[u] = __ldg(reinterpret_cast<const uint4*>(wn + k0 + u * kStep));
-  };
-  auto consume = [&](const uint4* r, int64_t k0) {
+      for (int u = 0; u < kUnroll; ++u)
+        if (k0 + u * kStep < K) raw[u] = __ldg(reinterpret_cast<const uint4*>(wn + k0 + u * kStep));
+      if (k0 < kUnroll * kStep) pdl_wait();  // the first row's first round goes out before it (a no-op later)
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
-      if (k0 + u * kStep < K) dot_add<W>(acc, r[u], x + k0 + u * kStep);
-  };
-  int64_t k0 = int64_t{lane} * kVec;
-  load(a, k0);
-  load(b, k0 + kRound);
-  pdl_wait();
-  for (; k0 < K; k0 += 2 * kRound) {
-    consume(a, k0);
-    load(a, k0 + 2 * kRound);
-    consume(b, k0 + kRound);
-    load(b, k0 + 3 * kRound);
+      for (int u = 0; u < kUnroll; ++u)
+        if (k0 + u * kStep < K) dot_add<W>(acc, raw[u], x + k0 + u * kStep);
+    }
+    pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
+    const float sum = warp_sum(acc);
+    if (lane == 0) row.y[row.n] = sum;
   }
-  const float sum = warp_sum(acc);
-  if (lane == 0) row.y[row.n] = sum;
 }
 
-// The pipelined kernel for long one-token rows unless KAPITSA_GEMV_PIPE=0 (read once; for measuring).
-bool gemv_pipe_enabled() {
+// The persistent kernel unless KAPITSA_GEMV_STREAM=0 (read once; for measuring against a block per
+// kVecWarps rows), and its grid: the blocks the GPU holds at once (occupancy × multiprocessors).
+bool gemv_stream_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_GEMV_PIPE");
+    const char* v = std::getenv("KAPITSA_GEMV_STREAM");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;
+}
+template <typename W>
+unsigned gemv_stream_blocks() {
+  static const unsigned blocks = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_stream_kernel<W>, kVecWarps * 32, 0);
+    return static_cast<unsigned>((sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1));
+  }();
+  return blocks;
 }
 
 // matmul_swiglu for one token: warp n computes row n of both weights, kSwigluUnroll 16-byte loads of
@@ -305,17 +321,20 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   const int64_t per_block = !aligned ? kWarps : T > 1 ? int64_t{kWarps} * kRows : kVecWarps;  // outputs of one block
   Job<W> job{};
   unsigned blocks = 0;
+  int64_t rows = 0;
   for (int p = 0; p < n_parts; ++p) {
     job.w[p] = static_cast<const W*>(parts[p].w), job.y[p] = parts[p].y, job.N[p] = parts[p].N;
-    job.first_block[p] = blocks;
+    job.first_block[p] = blocks, job.first_row[p] = rows;
     blocks += static_cast<unsigned>((parts[p].N + per_block - 1) / per_block);
+    rows += parts[p].N;
   }
   job.parts = n_parts;
   if (blocks == 0) return;
   if (!aligned) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
-  else if (T == 1 && K > int64_t{16} * 32 * (16 / sizeof(W)) && gemv_pipe_enabled())
-    launch(gemv_pipe_kernel<W>, blocks, kVecWarps * 32, s, x, job, T, K);
-  else if (T == 1) launch(gemv_vec_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else if (T == 1 && gemv_stream_enabled()) {
+    const unsigned grid = std::min(gemv_stream_blocks<W>(), static_cast<unsigned>((rows + kVecWarps - 1) / kVecWarps));
+    launch(gemv_stream_kernel<W>, grid, kVecWarps * 32, s, x, job, rows, K);
+  } else if (T == 1) launch(gemv_vec_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
   else launch(gemv_rows_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
 }
 
