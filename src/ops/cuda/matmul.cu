@@ -6,7 +6,6 @@
 // x load serves 4 weight rows; otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
 #include "ops/cuda/kernel_util.cuh"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -47,7 +46,6 @@ struct Job {
   float* y[kGemvMaxParts];
   int64_t N[kGemvMaxParts];
   unsigned first_block[kGemvMaxParts];
-  int64_t first_row[kGemvMaxParts];  // part p's first row among all parts' rows (gemv_stream_kernel)
   int parts;
 };
 
@@ -81,17 +79,6 @@ __device__ __forceinline__ WarpRow<W> warp_row(const Job<W>& job, int64_t K) {
   const Part<W> part = part_of(job);
   const int64_t n = part.block * int64_t{kVecWarps} + (threadIdx.x >> 5);
   return {part.w + n * K, part.y, n, part.N};
-}
-
-// Row r of all the parts' rows, in part order.
-template <typename W>
-__device__ __forceinline__ WarpRow<W> job_row(const Job<W>& job, int64_t r, int64_t K) {
-  WarpRow<W> row{job.w[0] + r * K, job.y[0], r, job.N[0]};
-#pragma unroll
-  for (int i = 1; i < kGemvMaxParts; ++i)
-    if (i < job.parts && r >= job.first_row[i])
-      row = {job.w[i] + (r - job.first_row[i]) * K, job.y[i], r - job.first_row[i], job.N[i]};
-  return row;
 }
 
 template <typename W>
@@ -171,91 +158,72 @@ __global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int
   }
 }
 
-// One token, a persistent grid: as gemv_vec_kernel, but the launch has only as many blocks as the GPU
-// holds at once and each warp walks rows r, r + (all warps), … of all R rows. A matrix of many rows then
-// costs no block launches and exits per row (with a block per 4 rows the lm head's 62080 blocks streamed
-// at 3.0 TB/s where 8-warp blocks had reached 4.4).
-template <typename W>
-__global__ void __launch_bounds__(kVecWarps * 32, 5)  // ≤ 102 registers: 5 blocks an SM, as gemv_vec_kernel
-    gemv_stream_kernel(const float* x, const Job<W> job, int64_t R, int64_t K) {
-  constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
-  pdl_trigger();
-  const int lane = threadIdx.x & 31;
-  const int64_t stride = int64_t{gridDim.x} * kVecWarps;
-  for (int64_t r = blockIdx.x * int64_t{kVecWarps} + (threadIdx.x >> 5); r < R; r += stride) {
-    const WarpRow<W> row = job_row(job, r, K);
-    const W* __restrict__ wn = row.w;
-    float acc = 0.0f;
-    uint4 raw[kUnroll];
-    for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (k0 + u * kStep < K) raw[u] = __ldg(reinterpret_cast<const uint4*>(wn + k0 + u * kStep));
-      if (k0 < kUnroll * kStep) pdl_wait();  // the first row's first round goes out before it (a no-op later)
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (k0 + u * kStep < K) dot_add<W>(acc, raw[u], x + k0 + u * kStep);
-    }
-    pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
-    const float sum = warp_sum(acc);
-    if (lane == 0) row.y[row.n] = sum;
-  }
-}
-
-// The persistent kernel unless KAPITSA_GEMV_STREAM=0 (read once; for measuring against a block per
-// kVecWarps rows), and its grid: the blocks the GPU holds at once (occupancy × multiprocessors).
-bool gemv_stream_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_GEMV_STREAM");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-template <typename W>
-unsigned gemv_stream_blocks() {
-  static const unsigned blocks = [] {
-    int device = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_stream_kernel<W>, kVecWarps * 32, 0);
-    return static_cast<unsigned>((sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1));
-  }();
-  return blocks;
-}
-
-// matmul_swiglu for one token: warp n computes row n of both weights, kSwigluUnroll 16-byte loads of
-// each in flight a lane (the first round before pdl_wait(), as above), each x float4 serving both, and
-// writes silu(gate) · up as silu_mul does. Per lane the k order and the sums are gemv_vec_kernel's.
+// x · wa and x · wb for one token, by one warp: kSwigluUnroll 16-byte loads of each row in flight a
+// lane (the first round before pdl_wait(), as in gemv_vec_kernel), each x float4 serving both rows.
+// Per lane the k order and the sums are gemv_vec_kernel's. Returns the warp's sums (every lane).
 constexpr int kSwigluUnroll = 12;  // a K = 2560 row of bf16 (10 loads a lane) in one round
 template <typename W>
-__global__ void gemv_swiglu_kernel(const float* x, const W* w_gate, const W* w_up, float* y, int64_t N, int64_t K) {
+__device__ __forceinline__ float2 dot_two_rows(const float* x, const W* __restrict__ wa, const W* __restrict__ wb,
+                                               int64_t K) {
   constexpr int kVec = 16 / sizeof(W), kU = kSwigluUnroll, kStep = 32 * kVec;
-  pdl_trigger();
   const int lane = threadIdx.x & 31;
-  const int64_t n = blockIdx.x * int64_t{kVecWarps} + (threadIdx.x >> 5);
-  if (n >= N) return;  // writes nothing
-  const W* __restrict__ wg = w_gate + n * K;
-  const W* __restrict__ wu = w_up + n * K;
-  float acc_g = 0.0f, acc_u = 0.0f;
-  uint4 rg[kU], ru[kU];
+  float acc_a = 0.0f, acc_b = 0.0f;
+  uint4 ra[kU], rb[kU];
   for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kU * kStep) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (k0 + u * kStep < K) {
-        rg[u] = __ldg(reinterpret_cast<const uint4*>(wg + k0 + u * kStep));
-        ru[u] = __ldg(reinterpret_cast<const uint4*>(wu + k0 + u * kStep));
+        ra[u] = __ldg(reinterpret_cast<const uint4*>(wa + k0 + u * kStep));
+        rb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k0 + u * kStep));
       }
     }
     if (k0 < kU * kStep) pdl_wait();
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t k = k0 + u * kStep;
-      if (k < K) dot_add<W>(acc_g, rg[u], x + k), dot_add<W>(acc_u, ru[u], x + k);
+      if (k < K) dot_add<W>(acc_a, ra[u], x + k), dot_add<W>(acc_b, rb[u], x + k);
     }
   }
   pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
-  const float gate = warp_sum(acc_g), up = warp_sum(acc_u);
-  if (lane == 0) y[n] = gate / (1.0f + expf(-gate)) * up;
+  return make_float2(warp_sum(acc_a), warp_sum(acc_b));
+}
+
+// matmul_swiglu for one token: warp n computes row n of both weights and writes silu(gate) · up as
+// silu_mul does.
+template <typename W>
+__global__ void gemv_swiglu_kernel(const float* x, const W* w_gate, const W* w_up, float* y, int64_t N, int64_t K) {
+  pdl_trigger();
+  const int64_t n = blockIdx.x * int64_t{kVecWarps} + (threadIdx.x >> 5);
+  if (n >= N) return;  // writes nothing
+  const float2 gu = dot_two_rows(x, w_gate + n * K, w_up + n * K, K);
+  if ((threadIdx.x & 31) == 0) y[n] = gu.x / (1.0f + expf(-gu.x)) * gu.y;
+}
+
+// One token, short rows (K within one round of dot_two_rows' loads): warp i of a part computes its rows
+// 2i and 2i + 1 (one row past N reads row 2i twice and writes once), so each warp has twice the bytes of
+// gemv_vec_kernel in flight (a 2560-wide row is only 10 loads a lane: the q/k/v and lm-head projections
+// streamed at 2.5-3.0 TB/s where the two-row SwiGLU kernel reached 3.4).
+template <typename W>
+__global__ void gemv_pair_kernel(const float* x, const Job<W> job, int64_t K) {
+  pdl_trigger();
+  const Part<W> part = part_of(job);
+  const int64_t n = (part.block * int64_t{kVecWarps} + (threadIdx.x >> 5)) * 2, N = part.N;
+  if (n >= N) return;  // writes nothing
+  const bool second = n + 1 < N;
+  const float2 ab = dot_two_rows(x, part.w + n * K, part.w + (second ? n + 1 : n) * K, K);
+  if ((threadIdx.x & 31) == 0) {
+    part.y[n] = ab.x;
+    if (second) part.y[n + 1] = ab.y;
+  }
+}
+
+// Two rows a warp for short rows unless KAPITSA_GEMV_PAIR=0 (read once; for measuring).
+bool gemv_pair_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_GEMV_PAIR");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 // 2 … kGemvMaxTokens tokens: each warp computes kRows consecutive outputs, so every float4 of x it loads
@@ -318,23 +286,23 @@ template <typename W>
 void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, int64_t K, cudaStream_t s) {
   bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int p = 0; p < n_parts; ++p) aligned = aligned && reinterpret_cast<uintptr_t>(parts[p].w) % 16 == 0;
-  const int64_t per_block = !aligned ? kWarps : T > 1 ? int64_t{kWarps} * kRows : kVecWarps;  // outputs of one block
+  // One token and rows of at most one round of loads (K ≤ 12 · 16 bytes a lane: the hidden size of the
+  // 4B shape): two rows a warp (gemv_pair_kernel).
+  const bool pair = aligned && T == 1 && K <= int64_t{kSwigluUnroll} * 32 * (16 / static_cast<int64_t>(sizeof(W))) &&
+                    gemv_pair_enabled();
+  const int64_t per_block = !aligned ? kWarps : T > 1 ? int64_t{kWarps} * kRows : pair ? 2 * kVecWarps : kVecWarps;
   Job<W> job{};
   unsigned blocks = 0;
-  int64_t rows = 0;
   for (int p = 0; p < n_parts; ++p) {
     job.w[p] = static_cast<const W*>(parts[p].w), job.y[p] = parts[p].y, job.N[p] = parts[p].N;
-    job.first_block[p] = blocks, job.first_row[p] = rows;
+    job.first_block[p] = blocks;
     blocks += static_cast<unsigned>((parts[p].N + per_block - 1) / per_block);
-    rows += parts[p].N;
   }
   job.parts = n_parts;
   if (blocks == 0) return;
   if (!aligned) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
-  else if (T == 1 && gemv_stream_enabled()) {
-    const unsigned grid = std::min(gemv_stream_blocks<W>(), static_cast<unsigned>((rows + kVecWarps - 1) / kVecWarps));
-    launch(gemv_stream_kernel<W>, grid, kVecWarps * 32, s, x, job, rows, K);
-  } else if (T == 1) launch(gemv_vec_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else if (pair) launch(gemv_pair_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
+  else if (T == 1) launch(gemv_vec_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
   else launch(gemv_rows_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
 }
 

@@ -46,10 +46,10 @@ if [ "${TESTS:-1}" = 1 ]; then
   step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*'; summ $OUT/models.log 60
   grep -B2 -A10 "Failure" $OUT/models.log | head -60
 fi
-# Variants: NAME=ENV,ENV… (defaults: all on; pdl0 = without programmatic dependent launch; stream0 = the
-# one-token GEMV with a block per 4 rows instead of its persistent grid).
+# Variants: NAME=ENV,ENV… (defaults: all on; pdl0 = without programmatic dependent launch; pair0 = the
+# one-token GEMV with one row a warp for short rows too).
 for c in ${BENCH_CONFIGS:-qwen35-4b qwen35-0.8b}; do
-  for v in ${VARIANTS:-on=X=1 pdl0=KAPITSA_CUDA_PDL=0 stream0=KAPITSA_GEMV_STREAM=0}; do
+  for v in ${VARIANTS:-on=X=1 pdl0=KAPITSA_CUDA_PDL=0 pair0=KAPITSA_GEMV_PAIR=0}; do
     name=${v%%=*}; vars=${v#*=}
     step bench_${c}_$name.log 240 env ${vars//,/ } "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 128
     echo "  $c $name ($vars):"; grep -E "bandwidth|weights|prefill|decode" "$OUT/bench_${c}_$name.log"
