@@ -110,32 +110,17 @@ __global__ void gemv_kernel(const float* x, const Job<W> job, int64_t T, int64_t
 // 16-byte weight loads (predicated on k < K) before using any: a row of K = 2560 bf16 is 10 loads a
 // lane, all in flight at once, so a warp waits on memory latency once per row instead of once per 4
 // loads (with 4 in flight, decode GEMVs of 20-50 MB reached 2.1-2.9 TB/s, the lm head 4.4). Launched with
-// MaxT = 1 (one token, no per-token guards); 2 … kGemvMaxTokens tokens go to gemv_rows_kernel.
-template <typename W, int MaxT>
-__global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+// one token; 2 … kGemvMaxTokens tokens go to gemv_rows_kernel.
+// At most 102 registers (5 blocks an SM): a 2560-row projection's 640 blocks fit in one wave.
+template <typename W>
+__global__ void __launch_bounds__(kVecWarps * 32, 5) gemv_vec_kernel(const float* x, const Job<W> job, int64_t K) {
   constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
   pdl_trigger();
   const WarpRow<W> row = warp_row(job, K);
   if (row.n >= row.N) return;  // writes nothing
   const int lane = threadIdx.x & 31;
   const W* __restrict__ wn = row.w;
-  float acc[MaxT] = {};
-  auto use = [&](const uint4& raw, int64_t k) {
-    const W* v = reinterpret_cast<const W*>(&raw);
-    float wk[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) wk[i] = widen(v[i]);
-#pragma unroll
-    for (int t = 0; t < MaxT; ++t) {
-      if (MaxT == 1 || t < T) {
-#pragma unroll
-        for (int i = 0; i < kVec; i += 4) {
-          const float4 xv = *reinterpret_cast<const float4*>(x + t * K + k + i);
-          acc[t] += xv.x * wk[i] + xv.y * wk[i + 1] + xv.z * wk[i + 2] + xv.w * wk[i + 3];
-        }
-      }
-    }
-  };
+  float acc = 0.0f;
   // The first round of weight loads goes out before pdl_wait(): weights are written by no kernel, so
   // with PDL they stream while the kernel before (a norm, an activation) still runs. x is read after.
   uint4 raw[kUnroll];
@@ -146,16 +131,11 @@ __global__ void gemv_vec_kernel(const float* x, const Job<W> job, int64_t T, int
     if (k0 < kUnroll * kStep) pdl_wait();
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (k0 + u * kStep < K) use(raw[u], k0 + u * kStep);
+      if (k0 + u * kStep < K) dot_add<W>(acc, raw[u], x + k0 + u * kStep);
   }
   pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
-#pragma unroll
-  for (int t = 0; t < MaxT; ++t) {
-    if (MaxT == 1 || t < T) {
-      const float sum = warp_sum(acc[t]);
-      if (lane == 0) row.y[t * row.N + row.n] = sum;
-    }
-  }
+  const float sum = warp_sum(acc);
+  if (lane == 0) row.y[row.n] = sum;
 }
 
 // x · wa and x · wb for one token, by one warp: kSwigluUnroll 16-byte loads of each row in flight a
@@ -302,7 +282,7 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   if (blocks == 0) return;
   if (!aligned) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
   else if (pair) launch(gemv_pair_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
-  else if (T == 1) launch(gemv_vec_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else if (T == 1) launch(gemv_vec_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
   else launch(gemv_rows_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
 }
 
