@@ -142,7 +142,7 @@ std::string conversation_key(const std::string& session, const OJson& messages) 
   return fmt::format("{}#{:016x}", session, h);
 }
 
-std::string strip_volatile_lines(const std::string& text) {
+std::string strip_volatile_lines(std::string text) {
   if (text.find("x-anthropic-billing-header") == std::string::npos) return text;
   std::string out;
   size_t pos = 0;
@@ -185,11 +185,11 @@ std::optional<ApiError> check_text_parts(const OJson& parts, const std::string& 
   return std::nullopt;
 }
 
-ApiResult<OJson> normalize_messages(const OJson& messages) {
+ApiResult<OJson> normalize_messages(OJson messages) {
   if (!messages.is_array()) return invalid_request("messages must be an array", "messages");
   OJson out = OJson::array();
   for (size_t i = 0; i < messages.size(); ++i) {
-    const OJson& m = messages[i];
+    OJson& m = messages[i];
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object()) return invalid_request(where + " must be an object", where);
     std::string role = string_field(m, "role");
@@ -204,10 +204,13 @@ ApiResult<OJson> normalize_messages(const OJson& messages) {
       return invalid_request(where + ".content must be a string or an array of content parts", where + ".content");
     if (content && content->is_array())
       if (auto e = check_text_parts(*content, where + ".content")) return *e;
-    std::string text = content ? content_text(*content) : std::string();
+    // A string content is moved out (the common case); parts are joined.
+    std::string text = content && content->is_string() ? std::move(m["content"].get_ref<std::string&>())
+                       : content                        ? content_text(*content)
+                                                        : std::string();
 
     if (role == "system") {
-      text = strip_volatile_lines(text);
+      text = strip_volatile_lines(std::move(text));
       if (is_blank(text)) continue;
       const bool leading = out.empty() || (out.size() == 1 && out[0]["role"] == "system");
       if (leading) {
@@ -228,12 +231,12 @@ ApiResult<OJson> normalize_messages(const OJson& messages) {
 
     OJson n = OJson::object();
     n["role"] = role;
-    n["content"] = text;
+    n["content"] = std::move(text);
     if (role == "assistant") {
       for (const char* key : {"reasoning_content", "reasoning", "reasoning_text"}) {
         const OJson* r = find(m, key);
-        if (r && r->is_string() && !r->get<std::string>().empty()) {
-          n["reasoning_content"] = *r;
+        if (r && r->is_string() && !r->get_ref<const std::string&>().empty()) {
+          n["reasoning_content"] = std::move(m[key]);
           break;
         }
       }

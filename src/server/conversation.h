@@ -40,8 +40,9 @@ struct NormalizedTools {
 ApiResult<NormalizedTools> normalize_tools(const OJson& tools, const std::string& where);
 
 // Messages: [{role, content, tool_calls?, tool_call_id?, reasoning_content?}] in OpenAI chat shape.
-// Errors name messages[i] for a message that is not an object or has an unknown role.
-ApiResult<OJson> normalize_messages(const OJson& messages);
+// Errors name messages[i] for a message that is not an object or has an unknown role. Takes the
+// messages by value: texts are moved, not copied (an agent's conversation is 100s of KB).
+ApiResult<OJson> normalize_messages(OJson messages);
 
 // The text of a content value: a string, null (""), or a parts array whose text-like parts
 // (text, input_text, output_text, refusal) are concatenated; images and unknown parts are skipped.
@@ -58,6 +59,6 @@ std::string conversation_key(const std::string& session, const OJson& messages);
 
 // Removes lines that change on every request and would defeat the prefix cache
 // (Claude Code's "x-anthropic-billing-header: …; cch=<nonce>;").
-std::string strip_volatile_lines(const std::string& text);
+std::string strip_volatile_lines(std::string text);
 
 }  // namespace kapitsa::server

@@ -77,13 +77,13 @@ ApiError too_long(size_t n, int64_t context) {
 
 }  // namespace
 
-ApiResult<PreparedPrompt> Service::prepare_chat(const ChatInput& input) const { return prepare(input, true); }
+ApiResult<PreparedPrompt> Service::prepare_chat(ChatInput input) const { return prepare(std::move(input), true); }
 
-ApiResult<PreparedPrompt> Service::prepare(const ChatInput& input, bool fit_context) const {
+ApiResult<PreparedPrompt> Service::prepare(ChatInput input, bool fit_context) const {
   if (!template_) return ApiError{ErrorKind::invalid_argument, "this model has no chat template; use /v1/completions"};
   if (input.messages.empty()) return invalid_request("messages must not be empty", "messages");
   text::ChatRequest request;
-  request.messages = input.messages;
+  request.messages = std::move(input.messages);
   const bool with_tools = input.offer_tools && !input.tools.tools.is_null();
   request.tools = with_tools ? input.tools.tools : OJson(nullptr);
   request.kwargs = options_.template_kwargs;
@@ -116,7 +116,7 @@ ApiResult<PreparedPrompt> Service::prepare_text(const std::string& prompt) const
 
 ApiResult<size_t> Service::count_chat_tokens(const ChatInput& input) const {
   // Counting a prompt that does not fit is still an answer (clients use it to decide to compact).
-  auto p = prepare(input, /*fit_context=*/false);
+  auto p = prepare(input, /*fit_context=*/false);  // a copy: counting is rare
   if (auto* e = std::get_if<ApiError>(&p)) return *e;
   return std::get<PreparedPrompt>(p).ids.size();
 }

@@ -85,7 +85,7 @@ class Service {
   // Ready and not shutting down, and `model` (the request's field) names a served model.
   std::optional<ApiError> check_model(const OJson& body) const;
 
-  ApiResult<PreparedPrompt> prepare_chat(const ChatInput& input) const;
+  ApiResult<PreparedPrompt> prepare_chat(ChatInput input) const;  // moved in: a long conversation is not copied
   ApiResult<PreparedPrompt> prepare_text(const std::string& prompt) const;  // raw completions
   // Tokens for count_tokens-style endpoints (rendered prompt, generation prompt included).
   ApiResult<size_t> count_chat_tokens(const ChatInput& input) const;
@@ -121,7 +121,7 @@ class Service {
  private:
   class Tracked;
   // prepare_chat; `fit_context` false: a prompt longer than the context is returned, not refused.
-  ApiResult<PreparedPrompt> prepare(const ChatInput& input, bool fit_context) const;
+  ApiResult<PreparedPrompt> prepare(ChatInput input, bool fit_context) const;
   void untrack(Tracked* g);
 
   ServiceOptions options_;

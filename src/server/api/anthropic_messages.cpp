@@ -103,7 +103,7 @@ ApiResult<ChatInput> chat_input(const OJson& body) {
   ChatInput input;
   auto raw = to_chat_messages(body);
   if (auto* e = failed(raw)) return *e;
-  auto msgs = normalize_messages(value_of(raw));
+  auto msgs = normalize_messages(std::move(value_of(raw)));
   if (auto* e = failed(msgs)) return *e;
   input.messages = std::move(value_of(msgs));
   auto tools = normalize_tools(body.value("tools", OJson(nullptr)), "tools");
@@ -270,7 +270,7 @@ HttpResponse anthropic_messages(Service& service, const HttpRequest& request) {
   if (auto* e = failed(stops)) return anthropic_error(*e);
   auto stream = opt_bool(body, "stream");
   if (auto* e = failed(stream)) return anthropic_error(*e);
-  auto prompt = service.prepare_chat(value_of(input));
+  auto prompt = service.prepare_chat(std::move(value_of(input)));
   if (auto* e = failed(prompt)) return anthropic_error(*e);
 
   auto call = std::make_shared<MessagesCall>();

@@ -69,7 +69,7 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
   if (value_of(n) && *value_of(n) != 1) return invalid_request("n other than 1 is not supported", "n");
 
   ChatInput input;
-  auto msgs = normalize_messages(*messages_it);
+  auto msgs = normalize_messages(std::move(*messages_it));
   if (auto* e = failed(msgs)) return *e;
   input.messages = std::move(value_of(msgs));
   auto tools = normalize_tools(body.value("tools", OJson(nullptr)), "tools");
@@ -107,7 +107,7 @@ ApiResult<std::shared_ptr<ChatCall>> start(Service& service, const HttpRequest& 
     call->include_usage = so->value("include_usage", false);
   call->logprobs = value_of(logprobs).value_or(false);
 
-  auto prompt = service.prepare_chat(input);
+  auto prompt = service.prepare_chat(std::move(input));
   if (auto* e = failed(prompt)) return *e;
   call->prompt = std::move(value_of(prompt));
   call->stops = value_of(stops);

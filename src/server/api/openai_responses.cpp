@@ -302,7 +302,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   ChatInput input;
   auto raw = to_chat_messages(body);
   if (auto* e = failed(raw)) return openai_error(*e);
-  auto msgs = normalize_messages(value_of(raw));
+  auto msgs = normalize_messages(std::move(value_of(raw)));
   if (auto* e = failed(msgs)) return openai_error(*e);
   input.messages = std::move(value_of(msgs));
   auto tools = normalize_tools(body.value("tools", OJson(nullptr)), "tools");
@@ -319,7 +319,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
   if (auto* e = failed(max_out)) return openai_error(*e);
   auto stream = opt_bool(body, "stream");
   if (auto* e = failed(stream)) return openai_error(*e);
-  auto prompt = service.prepare_chat(input);
+  auto prompt = service.prepare_chat(std::move(input));
   if (auto* e = failed(prompt)) return openai_error(*e);
 
   auto call = std::make_shared<ResponsesCall>();
