@@ -9,10 +9,11 @@
 // and the time to first token: warm (this engine, which served the earlier turns and preloaded each
 // reply) vs cold (a second engine without a prefix cache, the same prompt ids, run after the whole
 // warm pass so that nothing runs beside it). Between requests it waits for the engine to finish folding
-// the reply, as an agent running a tool or a user reading would (the counters still for as long as the
-// reply took to decode: folding the reply as a prefill is no slower).
+// the reply, as a user reading would (EngineCounters::end_of_turn_pending at 0); "to fold" shows what
+// was still left to fold when a request came (0 unless --no-fold-wait: its time is then in the TTFT).
 //   build/release/bench/bench_agent_session --session tests/fixtures/agents/pi.jsonl
 //   [--config bench/configs/qwen35-0.8b.json | --model DIR] [--layers N] [--shrink] [--device cpu|cuda|cuda:N]
+//   [--no-fold-wait]
 #include "../tests/server/agent_session.h"
 #include "cli/bench/timeline.h"  // greedy, read_all
 #include "models/model.h"
@@ -43,11 +44,16 @@ T or_exit(Expected<T> e, const char* what) {
   return std::move(e).value();
 }
 
-// Waits until the engine has nothing running or queued and its fold counters have not moved for
-// `still` (the engine publishes them after a fold, not during one; at most 10 minutes in all).
-void wait_idle(const runtime::Engine& engine, std::chrono::milliseconds still) {
+// Waits until the engine has nothing running, queued or left to fold (end_of_turn_pending: set before
+// a fold starts) and its counters have not moved for `still` (the preload a reply's end queues reaches
+// the engine within it); at most 10 minutes in all. Without `folds` it does not look at what is left
+// to fold (as before 2026-12-02: the counters still for as long as the reply took to decode, which a
+// fold on a busy machine can outlast — the next request then waits for the rest of it).
+void wait_idle(const runtime::Engine& engine, std::chrono::milliseconds still, bool folds) {
   using Clock = std::chrono::steady_clock;
-  auto key = [](const runtime::EngineCounters& c) { return std::tuple(c.running, c.queued, c.end_of_turn_tokens, c.snapshots); };
+  auto key = [folds](const runtime::EngineCounters& c) {
+    return std::tuple(c.running, c.queued, c.end_of_turn_tokens, c.snapshots, folds ? c.end_of_turn_pending : 0);
+  };
   auto last = key(engine.counters());
   auto since = Clock::now();
   for (const auto deadline = since + std::chrono::minutes(10); Clock::now() < deadline;) {
@@ -56,7 +62,7 @@ void wait_idle(const runtime::Engine& engine, std::chrono::milliseconds still) {
     if (now != last) {
       last = now;
       since = Clock::now();
-    } else if (std::get<0>(now) == 0 && std::get<1>(now) == 0 && Clock::now() - since >= still) {
+    } else if (std::get<0>(now) == 0 && std::get<1>(now) == 0 && std::get<4>(now) == 0 && Clock::now() - since >= still) {
       return;
     }
   }
@@ -72,6 +78,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int layers = 0;
   bool shrink = false;
+  bool no_fold_wait = false;
   app.add_option("--root", root, "The source tree (the demo tokenizer, the Qwen3.5 template); default: where this was built from");
   app.add_option("--session", session_path, "A recorded session (tests/fixtures/agents/AGENT.jsonl)");
   app.add_option("--config", config, "config.json of a random checkpoint (written once, cached in /tmp)");
@@ -80,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed of the random checkpoint");
   app.add_option("--layers", layers, "Layers of the random checkpoint (its widths kept; a multiple of full_attention_interval); default: the config's");
   app.add_flag("--shrink", shrink, "Replay the session shrunk as the replay test does (only the called tools, long strings cut)");
+  app.add_flag("--no-fold-wait", no_fold_wait,
+               "Between requests, wait only until the counters are still for as long as the reply took to decode (the "
+               "earlier rule), not for the folds to end: a request may then wait for the rest of a fold");
   CLI11_PARSE(app, argc, argv);
   auto spec = or_exit(ops::parse_device(device_name), "--device");
   if (Status s = ops::select_device(spec); !s.ok()) {
@@ -151,13 +161,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double decode_s = std::max(0.0, wall_s - t.prepare_s - t.ttft_s);
-    wait_idle(*warm, std::max(std::chrono::milliseconds(500), std::chrono::milliseconds(static_cast<int64_t>(1e3 * decode_s))));
+    if (no_fold_wait)
+      wait_idle(*warm, std::max(std::chrono::milliseconds(500), std::chrono::milliseconds(static_cast<int64_t>(1e3 * decode_s))), false);
+    else
+      wait_idle(*warm, std::chrono::milliseconds(500), true);
     fmt::print(stderr, "request {}: {} prompt tokens, {:.1f} s\n", i, t.prompt, wall_s);
     turns.push_back(std::move(t));
   }
-  wait_idle(*warm, std::chrono::milliseconds(2000));
-  fmt::print("{:>3} {:>5} {:>7} {:>7} {:>9} {:>11} {:>13} {:>13} {:>6}\n", "#", "kind", "prompt", "cached", "prefilled",
-             "prepare ms", "TTFT warm ms", "TTFT cold ms", "warm%");
+  wait_idle(*warm, std::chrono::milliseconds(2000), true);
+  fmt::print("{:>3} {:>5} {:>7} {:>7} {:>9} {:>8} {:>11} {:>13} {:>13} {:>6}\n", "#", "kind", "prompt", "cached", "prefilled",
+             "to fold", "prepare ms", "TTFT warm ms", "TTFT cold ms", "warm%");
   double worst = 0;  // the largest warm/cold ratio of a main-conversation request from the second on
   int main_turns = 0;
   for (size_t i = 0; i < session.size(); ++i) {
@@ -167,8 +180,8 @@ int main(int argc, char** argv) {
     const double ratio = cold_ttft > 0 ? t.ttft_s / cold_ttft : 0.0;
     const bool main_turn = replay::offers_tools(session[i]);
     if (main_turn && ++main_turns >= 2) worst = std::max(worst, ratio);
-    fmt::print("{:>3} {:>5} {:>7} {:>7} {:>9} {:>11.2f} {:>13.1f} {:>13.1f} {:>5.1f}%\n", i, main_turn ? "main" : "side",
-               t.prompt, t.reused, t.prefilled, 1e3 * t.prepare_s, 1e3 * t.ttft_s, 1e3 * cold_ttft, 100 * ratio);
+    fmt::print("{:>3} {:>5} {:>7} {:>7} {:>9} {:>8} {:>11.2f} {:>13.1f} {:>13.1f} {:>5.1f}%\n", i, main_turn ? "main" : "side",
+               t.prompt, t.reused, t.prefilled, t.pending_fold, 1e3 * t.prepare_s, 1e3 * t.ttft_s, 1e3 * cold_ttft, 100 * ratio);
     std::fflush(stdout);
   }
   fmt::print("aim (from turn 2 on, warm time to first token <= 10% of a cold prefill): worst {:.1f}% — {}\n", 100 * worst,

@@ -44,6 +44,12 @@ bool EndOfTurnQueue::queued(std::span<const int32_t> tokens) const {
                      [&](const Job& job) { return std::equal(job.tokens.begin(), job.tokens.end(), tokens.begin(), tokens.end()); });
 }
 
+int64_t EndOfTurnQueue::pending_tokens() const {
+  int64_t n = 0;
+  for (const Job& job : jobs_) n += static_cast<int64_t>(job.tokens.size()) - job.state->n_past();
+  return n;
+}
+
 int64_t EndOfTurnQueue::flush(const models::Model& model, const models::KvPagePool& pool, PrefixCache& cache,
                               int64_t chunk_tokens, const std::function<bool()>& interrupted) {
   std::deque<Job> jobs;

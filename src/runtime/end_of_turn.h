@@ -41,6 +41,7 @@ class EndOfTurnQueue {
   int64_t flush(const models::Model& model, const models::KvPagePool& pool, PrefixCache& cache, int64_t chunk_tokens,
                 const std::function<bool()>& interrupted = {});
   bool empty() const { return jobs_.empty(); }
+  int64_t pending_tokens() const;  // tokens the queued jobs have left to fold
   void clear() { jobs_.clear(); }
 
  private:

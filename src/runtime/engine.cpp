@@ -140,6 +140,10 @@ class EngineImpl final : public Engine {
     {
       std::lock_guard lock(inbox_->mu);
       inbox_->preloads.emplace_back(std::move(ids), std::move(cache_key));
+      // Counted as pending at once (at most n: the loop's next publish, after it takes this from the
+      // inbox, gives what is really left), so a client waiting for the folds to end cannot miss it.
+      std::lock_guard counters_lock(counters_mu_);
+      counters_.end_of_turn_pending += n;
     }
     inbox_->cv.notify_all();
     return ok_status();
@@ -219,11 +223,16 @@ class EngineImpl final : public Engine {
       for (auto& [ids, key] : preloads) memory_->preload(std::move(ids), key);
       // Idle: fold before anything new is admitted; a request arriving meanwhile stops the fold
       // between chunks (it resumes at the next idle moment).
-      if (seqs_.empty() && fresh.empty())
+      if (seqs_.empty() && fresh.empty() && memory_->has_end_of_turn_jobs()) {
+        {  // seen before the fold starts: a client waiting for the engine to be idle knows it is not
+          std::lock_guard lock(counters_mu_);
+          counters_.end_of_turn_pending = memory_->end_of_turn_pending();
+        }
         memory_->flush_end_of_turns([this] {
           std::lock_guard lock(inbox_->mu);
           return !inbox_->submitted.empty() || inbox_->stop;
         });
+      }
       for (auto& [request, channel] : fresh) add(std::move(request), std::move(channel));
       if (check_cancels || !fresh.empty())
         for (auto it = seqs_.begin(); it != seqs_.end();) {
@@ -368,6 +377,7 @@ class EngineImpl final : public Engine {
     counters_.kv_page_bytes = static_cast<int64_t>(memory_->pool().page_bytes());
     counters_.prompt_tokens_reused = memory_->prompt_tokens_reused();
     counters_.end_of_turn_tokens = memory_->end_of_turn_tokens();
+    counters_.end_of_turn_pending = memory_->end_of_turn_pending();
   }
 
   std::unique_ptr<models::Model> model_;

@@ -81,6 +81,7 @@ struct EngineCounters {
   int64_t sequence_bytes = 0;   // states of running sequences (reserved: own bytes + KV of their capacity)
   int64_t kv_pages_used = 0;    // pages in use in the KV pool (each once, however many share it)
   int64_t end_of_turn_tokens = 0;  // folded in the background (end_of_turn_ids, preload)
+  int64_t end_of_turn_pending = 0;  // queued to fold or being folded (counted from preload() on; 0: all folded)
   int64_t kv_page_bytes = 0;
   int64_t disk_cache_bytes = 0;         // the cache directory's entries (0: none)
   int64_t prompt_tokens_from_disk = 0;  // tokens of snapshots restored from it

@@ -46,6 +46,7 @@ class EngineMemory {
   // deepest snapshot on their path and filed in the cache under them; nothing when one is there already.
   void preload(std::vector<int32_t> ids, const std::string& group);
   bool has_end_of_turn_jobs() const { return !end_of_turn_.empty(); }
+  int64_t end_of_turn_pending() const { return end_of_turn_.pending_tokens(); }
   // Folds queued end-of-turns and preloads; `interrupted` (may be empty) stops between chunks.
   void flush_end_of_turns(const std::function<bool()>& interrupted = {});
 

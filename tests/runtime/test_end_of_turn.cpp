@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 namespace kapitsa::runtime {
 namespace {
@@ -134,14 +136,20 @@ void expect_preload_reused(const std::string& fixture) {
   std::vector<int32_t> next = history;
   const std::vector<int32_t> rendered_reply = random_ids(20);
   next.insert(next.end(), rendered_reply.begin(), rendered_reply.end());
+  const int64_t folded_before = warm->counters().end_of_turn_tokens;
   ASSERT_TRUE(warm->preload(next, "conversation").ok());
+  // end_of_turn_pending counts the preload from the call on and is 0 only once it is folded.
+  for (int i = 0; i < 1000 && warm->counters().end_of_turn_pending > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(warm->counters().end_of_turn_pending, 0);
+  EXPECT_EQ(warm->counters().end_of_turn_tokens - folded_before, static_cast<int64_t>(rendered_reply.size()));
   std::vector<int32_t> turn2 = next;
   const std::vector<int32_t> user = random_ids(5);
   turn2.insert(turn2.end(), user.begin(), user.end());
   const EngineCounters before = warm->counters();
   const Reply second = drain(**warm->submit(greedy(turn2, 5)));
   const EngineCounters after = warm->counters();
-  EXPECT_EQ(after.end_of_turn_tokens - before.end_of_turn_tokens, static_cast<int64_t>(rendered_reply.size()));
+  EXPECT_EQ(after.end_of_turn_tokens - before.end_of_turn_tokens, 0);  // folded before the request came
   EXPECT_EQ(second.finish.stats.prompt_tokens, static_cast<int>(turn2.size()));
   EXPECT_EQ(second.finish.stats.cached_prompt_tokens, static_cast<int>(next.size()));
   EXPECT_EQ(after.prompt_tokens_prefilled - before.prompt_tokens_prefilled, static_cast<int64_t>(user.size()));

@@ -88,6 +88,10 @@ class Replayer : public testing::LoggingEngine {
       request.grammar = next_;
     }
     request.max_tokens = std::min(request.max_tokens, 256);
+    {
+      std::lock_guard lock(mu_);
+      pending_at_submit_ = counters().end_of_turn_pending;
+    }
     auto g = LoggingEngine::submit(std::move(request));
     if (!g.ok()) return g;
     return std::unique_ptr<runtime::Generation>(std::make_unique<Watched>(std::move(*g), this));
@@ -95,6 +99,12 @@ class Replayer : public testing::LoggingEngine {
   void expect(std::shared_ptr<const text::Grammar> g) {
     std::lock_guard lock(mu_);
     next_ = std::move(g);
+  }
+  // Tokens of earlier replies still to fold (or being folded) when the last request was submitted:
+  // the request waits for them (end_of_turn.h), and its time to first token includes them.
+  int64_t pending_at_submit() const {
+    std::lock_guard lock(mu_);
+    return pending_at_submit_;
   }
   // The last finished generation's statistics (time to first token: from its submission).
   runtime::GenerationStats last_stats() const {
@@ -127,6 +137,7 @@ class Replayer : public testing::LoggingEngine {
 
   std::shared_ptr<const text::Grammar> next_;
   runtime::GenerationStats stats_;
+  int64_t pending_at_submit_ = 0;
 };
 
 // A smaller copy of a session for a test that must take seconds on the demo model (the agents' first
@@ -176,6 +187,7 @@ struct Turn {
   int64_t prompt = 0, reused = 0, prefilled = 0;  // the engine's counters over the request
   double prepare_s = 0;  // from the request reaching the server to its submission to the engine
   double ttft_s = 0;     // the engine's time to first token (from submission)
+  int64_t pending_fold = 0;  // tokens of earlier replies still to fold at submission (Replayer::pending_at_submit)
   std::vector<int32_t> ids;  // the prompt
 };
 
@@ -199,6 +211,7 @@ inline Turn replay_request(HttpServer& transport, Replayer& engine, const Record
   t.prefilled = after.prompt_tokens_prefilled - before.prompt_tokens_prefilled;
   t.prepare_s = std::chrono::duration<double>(engine.last_submit() - start).count();
   t.ttft_s = engine.last_stats().time_to_first_token_s;
+  t.pending_fold = engine.pending_at_submit();
   t.ids = engine.last_prompt();
   return t;
 }
