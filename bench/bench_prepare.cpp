@@ -8,7 +8,6 @@
 //           the ids of the previous request reused by a PromptEncoder (only the tail encoded).
 // Each part is also timed alone. Template: Qwen3.5 (tests/text/data/templates); tokenizer: the demo
 // model's. Run: build/release/bench/bench_prepare
-#include "base/json_fast.h"
 #include "server/conversation.h"
 #include "text/chat/chat_prompt.h"
 #include "text/tokenizer/prompt_encoder.h"
@@ -83,7 +82,7 @@ const Session& session() {
 }
 
 text::ChatRequest parse(const std::string& body) {
-  OrderedJson j = parse_json_body(body);  // as the server's parse_body
+  OrderedJson j = OrderedJson::parse(body);  // as the server's parse_body
   auto messages = server::normalize_messages(std::move(j["messages"]));
   text::ChatRequest r;
   r.messages = std::move(std::get<OrderedJson>(messages));
