@@ -1,8 +1,6 @@
 #!/bin/bash
 # The engine-on-GPU run for the GPU machine (docs/cuda.md, "Running on the GPU machine"): copied into
-# /work/main/.device with the carried binaries (built here, portable flags). The test binaries have the
-# worktree they were built in compiled in (KAPITSA_TEST_DATA, KAPITSA_BIN): that path is recreated as
-# links to this checkout. Then: fixtures unpacked, CUDA op tests, the engine on cuda vs cpu (models and
+# /work/main/.device with device_setup.sh and the carried binaries (built here, portable flags). Then: fixtures unpacked, CUDA op tests, the engine on cuda vs cpu (models and
 # runtime tests), the CLI, whole-model tokens/s on cuda and cpu (bench_model: demo, Qwen3.5-0.8B, -4B and
 # Nemotron shapes, decode with CUDA graphs and without) and the engine's aggregate decode at 1 and 16
 # sequences (bench_runtime, 4B shape).
@@ -12,27 +10,7 @@
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="${REPO:-$(dirname "$DEV")}"  # the checkout; set it when DEV is not its .device folder
-export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-for b in "$DEV"/test_* "$DEV"/kapitsa "$DEV"/bench_model "$DEV"/bench_runtime; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
-mkdir -p "$BUILT_IN/build/release"
-ln -sfn "$REPO/tests" "$BUILT_IN/tests"
-ln -sfn "$REPO/models" "$BUILT_IN/models"
-cp "$DEV/kapitsa" "$BUILT_IN/build/release/kapitsa"
-python3 - "$REPO" <<'PY'
-import lzma, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-for xz in list(root.glob("tests/fixtures/*/*.xz")) + list(root.glob("models/demo/*/*.xz")):
-    out = xz.with_suffix("")
-    if not out.exists():
-        out.write_bytes(lzma.decompress(xz.read_bytes()))
-PY
-step() {  # step LOG TIMEOUT CMD...: output into $OUT/LOG; rc and time on stdout
-  local log=$1 limit=$2 t=$(date +%s%N); shift 2
-  timeout "$limit" "$@" > "$OUT/$log" 2>&1
-  echo "  -> $log: rc=$? in $(( ($(date +%s%N) - t) / 1000000 )) ms"
-}
-summ() { grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\]" "$1" | head -${2:-40}; }
+source "$DEV/device_setup.sh"  # links, fixtures, step/summ
 cd "$BUILT_IN"
 echo "== test_ops_cuda + every op on cuda"
 step ops_cuda.log 60 "$DEV/test_ops_cuda"; summ $OUT/ops_cuda.log
@@ -53,7 +31,7 @@ echo "== engine on cuda vs cpu"
 step runtime.log 300 "$DEV/test_runtime" --gtest_filter='*EngineOnCuda*:EngineCuda*'; summ $OUT/runtime.log 40
 grep -B2 -A10 "Failure" $OUT/runtime.log | head -60
 echo "== kapitsa run --device cuda (demo)"
-step run.log 60 "$BUILT_IN/build/release/kapitsa" run --device cuda --temperature 0 --max-tokens 24 "The capital of France is"
+step run.log 60 "$BUILT_IN/$BUILD_SUBDIR/kapitsa" run --device cuda --temperature 0 --max-tokens 24 "The capital of France is"
 tail -5 $OUT/run.log
 echo "== bench_model"
 for d in cuda cpu; do

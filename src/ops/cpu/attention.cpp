@@ -8,7 +8,7 @@
 // registers as they are loaded (the kernel is templated on the loader). write_paged_rows stores new
 // K/V rows into pages, narrowing to the pages' dtype.
 #include "base/thread_pool.h"
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/dot_tile.h"
 
@@ -371,7 +371,7 @@ void run_attention_as(DType kv, std::span<const AttnShape> seqs) {
 
 }  // namespace
 
-// The op's composition (ops/composed.h) over this backend's ops: no fused kernel pays on a CPU.
+// The op's composition (ops/composed/composed.h) over this backend's ops: no fused kernel pays on a CPU.
 void attention_prep_varlen(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                            const Tensor& k_norm, float eps, float weight_offset, std::span<const int32_t> positions,
                            std::span<const float> inv_freq, const Tensor& k_pages, const Tensor& v_pages,

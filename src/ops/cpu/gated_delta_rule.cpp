@@ -3,7 +3,7 @@
 // recurrence (see gated_delta_rule_chunked for why). Key fact: every column j of a head's state S[:, j]
 // evolves independently (u_j = Σ_i k_i S_ij, δ_j = (v_j − u_j) β), so work splits over (head, block of
 // 32 columns) with no communication, and a block (Dk × 32 floats) stays in L1 for the whole token loop.
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/cpu/level.h"
 
 #include "base/thread_pool.h"
@@ -229,7 +229,7 @@ void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, 
   run_column_blocks(seqs);
 }
 
-// The op's composition (ops/composed.h) over this backend's ops: no fused kernel pays on a CPU.
+// The op's composition (ops/composed/composed.h) over this backend's ops: no fused kernel pays on a CPU.
 void gdn_core_varlen(const Tensor& qkv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                      const Tensor& z, const Tensor& norm_w, float norm_eps, const Tensor& states, const SeqBatch& batch,
                      const Tensor& o) {

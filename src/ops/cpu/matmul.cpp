@@ -6,7 +6,7 @@
 // dot-product register tiles, larger T (prefill) with the classic packed outer-product kernel
 // (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast).
 #include "base/thread_pool.h"
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/ggml.h"
 #include "ops/cpu/level.h"
@@ -283,7 +283,7 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
   for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
 }
 
-// The op's composition (ops/composed.h) over this backend's ops.
+// The op's composition (ops/composed/composed.h) over this backend's ops.
 void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
   composed::matmul_swiglu(*backend_for(Level::KAPITSA_CPU_LEVEL), x, w_gate, w_up, up, y);
 }

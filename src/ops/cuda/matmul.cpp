@@ -5,7 +5,7 @@
 // cores (f32 accumulation) gives the three partial products, summed smallest first: 3× the tensor-core
 // work of a plain bf16 GEMM, none of its rounding of x. f16 weights (rare in checkpoints): f16 cannot
 // split x exactly (its range), so the weight is widened to f32 in scratch and SGEMM runs: exact, slow.
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"

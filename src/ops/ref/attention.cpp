@@ -2,7 +2,7 @@
 // RoPE reproduces transformers' float32 arithmetic (angle = float32(pos · inv_freq), cos/sin rounded
 // to float32) because logits at long positions are sensitive to the angle's rounding; the caller
 // supplies inv_freq. Attention is the naive two-pass softmax in double.
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 

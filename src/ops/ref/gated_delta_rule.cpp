@@ -3,7 +3,7 @@
 // Invariants: state is f32 [Hv, Dk, Dv] in/out (held in f64 during a call); value head h reads key head
 // h / (Hv / Hk); the chunked form follows transformers' torch_chunk_gated_delta_rule (chunk 64) except
 // that q arrives already scaled and a last partial chunk is processed at its own length (no padding).
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 

@@ -1,7 +1,7 @@
 // Reference matmul: y = x · wᵀ with weights of any format (each row dequantized to f32 first),
 // accumulated in double (the oracle; the cpu backend accumulates in f32 and so differs only by
 // rounding/summation order).
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 

@@ -3,36 +3,16 @@
 # tests, the engine-on-cuda model tests (graph decode = eager included), memcheck of the fused kernels,
 # then bench_model decode on the 4B and 0.8B shapes, everything on and with one change turned off at a
 # time (environment switches: VARIANTS below), optionally Nsight Compute over one decode step
-# (PROFILE=1). Carried with its binaries (stripped), lib/ and configs/ as .device/gpu/bin.tar.xz;
-# the test binaries' build tree
-# (KAPITSA_TEST_DATA) is recreated as links to the checkout, as in tests/models/cuda_device_run.sh.
+# (PROFILE=1). Carried with tests/models/device_setup.sh, its binaries (stripped), lib/ and configs/ as
+# .device/gpu/bin.tar.xz.
 # Usage (device run, carry [".device/gpu"]):
 #   python3 -c "import tarfile; tarfile.open('.device/gpu/bin.tar.xz').extractall('.device/gpu')" &&
 #   REPO=$PWD [TESTS=0] [PROFILE=1] bash .device/gpu/decode_speed_run.sh /work/wt/cuda
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="${REPO:-$PWD}"
-export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-for b in "$DEV"/test_* "$DEV"/bench_*; do [ -x "$b" ] && ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
-mkdir -p "$BUILT_IN/build/device"
-[ -x "$DEV/kapitsa" ] && cp "$DEV/kapitsa" "$BUILT_IN/build/device/kapitsa"  # KAPITSA_BIN of test_models
-ln -sfn "$REPO/tests" "$BUILT_IN/tests"
-ln -sfn "$REPO/models" "$BUILT_IN/models"
-python3 - "$REPO" <<'PY'
-import lzma, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-for xz in list(root.glob("tests/fixtures/*/*.xz")) + list(root.glob("models/demo/*/*.xz")):
-    out = xz.with_suffix("")
-    if not out.exists():
-        out.write_bytes(lzma.decompress(xz.read_bytes()))
-PY
-step() {  # step LOG TIMEOUT CMD...: output into $OUT/LOG; rc and time on stdout
-  local log=$1 limit=$2 t=$(date +%s%N); shift 2
-  timeout "$limit" "$@" > "$OUT/$log" 2>&1
-  echo "  -> $log: rc=$? in $(( ($(date +%s%N) - t) / 1000000 )) ms"
-}
-summ() { grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|^\[==========\]" "$1" | head -${2:-40}; }
+: "${BUILD_SUBDIR:=build/device}"  # where the test binaries look for kapitsa (KAPITSA_BIN)
+source "$DEV/device_setup.sh"  # links, fixtures, step/summ
 cd "$BUILT_IN"
 if [ "${TESTS:-1}" = 1 ]; then
   echo "== test_ops_cuda + every op on cuda"

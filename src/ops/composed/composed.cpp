@@ -1,6 +1,6 @@
 // The fused ops' compositions over a backend's table (composed.h): each step is the backend's own op,
 // called through its table entry (arguments already checked by the fused op's front, ops.cpp).
-#include "ops/composed.h"
+#include "ops/composed/composed.h"
 
 #include <cmath>
 #include <vector>
