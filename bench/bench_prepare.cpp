@@ -9,6 +9,7 @@
 // Each part is also timed alone. Template: Qwen3.5 (tests/text/data/templates); tokenizer: the demo
 // model's. Run: build/release/bench/bench_prepare
 #include "server/conversation.h"
+#include "server/json_body.h"
 #include "text/chat/chat_prompt.h"
 #include "text/tokenizer/prompt_encoder.h"
 
@@ -82,7 +83,7 @@ const Session& session() {
 }
 
 text::ChatRequest parse(const std::string& body) {
-  OrderedJson j = OrderedJson::parse(body);  // as the server's parse_body
+  OrderedJson j = *server::parse_json(body);  // as the server's parse_body
   auto messages = server::normalize_messages(std::move(j["messages"]));
   text::ChatRequest r;
   r.messages = std::move(std::get<OrderedJson>(messages));
@@ -142,6 +143,17 @@ void BM_ParseAndNormalize(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(parse(s.body));
 }
 
+// The body parse alone: simdjson converted into ordered_json (the server's), and nlohmann's own parse.
+void BM_ParseJson(benchmark::State& state) {
+  const Session& s = session();
+  for (auto _ : state) benchmark::DoNotOptimize(server::parse_json(s.body));
+}
+
+void BM_ParseJsonNlohmann(benchmark::State& state) {
+  const Session& s = session();
+  for (auto _ : state) benchmark::DoNotOptimize(OrderedJson::parse(s.body));
+}
+
 void BM_RenderOnce(benchmark::State& state) {
   const Session& s = session();
   const text::ChatRequest r = parse(s.body);
@@ -170,6 +182,8 @@ void BM_EncodeTail(benchmark::State& state) {
 BENCHMARK(BM_PrepareBefore)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PrepareAfter)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ParseAndNormalize)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ParseJson)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ParseJsonNlohmann)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RenderOnce)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeWhole)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeTail)->Unit(benchmark::kMillisecond);

@@ -1,6 +1,7 @@
 // Shared endpoint helpers (see common.h).
 #include "server/api/common.h"
 
+#include "server/json_body.h"
 #include "text/tokenizer/tokenizer.h"
 
 #include <fmt/format.h>
@@ -10,15 +11,16 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 
 namespace kapitsa::server::api {
 
 ApiResult<OJson> parse_body(const HttpRequest& request) {
   if (request.body.empty()) return invalid_request("the request body is empty; expected a JSON object");
-  OJson body = OJson::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return invalid_request("the request body is not valid JSON");
-  if (!body.is_object()) return invalid_request("the request body must be a JSON object");
-  return body;
+  std::optional<OJson> body = parse_json(request.body);
+  if (!body) return invalid_request("the request body is not valid JSON");
+  if (!body->is_object()) return invalid_request("the request body must be a JSON object");
+  return std::move(*body);
 }
 
 ApiResult<std::optional<int64_t>> opt_int(const OJson& body, const char* key) {

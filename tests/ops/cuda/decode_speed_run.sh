@@ -7,7 +7,7 @@
 # .device/gpu/bin.tar.xz.
 # Usage (device run, carry [".device/gpu"]):
 #   python3 -c "import tarfile; tarfile.open('.device/gpu/bin.tar.xz').extractall('.device/gpu')" &&
-#   REPO=$PWD [TESTS=0] [PROFILE=1] bash .device/gpu/decode_speed_run.sh /work/wt/cuda
+#   REPO=$PWD [TESTS=0] [MEMCHECK=0] [PROFILE=1] [BUILD_SUBDIR=build/release] bash .device/gpu/decode_speed_run.sh /work/wt/cuda
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="${REPO:-$PWD}"
@@ -19,9 +19,11 @@ if [ "${TESTS:-1}" = 1 ]; then
   step ops_cuda.log 60 "$DEV/test_ops_cuda"; summ $OUT/ops_cuda.log
   step ops.log 180 "$DEV/test_ops" --gtest_filter='*/cuda:Backends.*'; summ $OUT/ops.log
   grep -B3 -A12 "Failure" $OUT/ops.log | head -60
-  echo "== memcheck of the fused GDN op and the GEMV/norm kernels under PDL"
-  step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*GdnCore*/cuda:*AttentionPrep*/cuda:*Matmul*/cuda:*Norm*/cuda'
-  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
+  if [ "${MEMCHECK:-1}" = 1 ]; then
+    echo "== memcheck of the fused GDN op and the GEMV/norm kernels under PDL"
+    step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*GdnCore*/cuda:*AttentionPrep*/cuda:*Matmul*/cuda:*Norm*/cuda'
+    grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
+  fi
   echo "== models on cuda vs cpu (graph decode = eager included)"
   step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*'; summ $OUT/models.log 60
   grep -B2 -A10 "Failure" $OUT/models.log | head -60
