@@ -31,7 +31,8 @@ static Value from_json_at(const nlohmann::ordered_json& j, int depth) {
     case nlohmann::ordered_json::value_t::object: {
       auto d = make_dict();
       d->items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json_at(it.value(), depth + 1));
+      // A JSON object's keys are unique already: appended, not looked up first as set() does.
+      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), from_json_at(it.value(), depth + 1));
       return Value(d);
     }
     default: fail("unsupported JSON value");

@@ -5,11 +5,16 @@
 #include "text/jinja/pystr.h"
 
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace kapitsa::text::jinja {
 namespace {
 
 using Method = Value (*)(Interpreter&, const Value& self, CallArgs& args);
+// Hashed: a template reads `message.role` and the like thousands of times a render, and each read of a
+// dict's attribute asks for a method of that name first (Jinja's order).
+using MethodTable = std::unordered_map<std::string_view, Method>;
 
 std::optional<std::string> opt_str(const Value& v, const char* what) {
   if (v.is_none() || v.is_undefined()) return std::nullopt;
@@ -195,8 +200,8 @@ Value pad(Interpreter& in, const Value& self, CallArgs& args, const char* name, 
   return Value(std::move(out));
 }
 
-const std::map<std::string, Method, std::less<>>& string_methods() {
-  static const std::map<std::string, Method, std::less<>> m = {
+const MethodTable& string_methods() {
+  static const MethodTable m = {
       {"startswith", [](Interpreter& in, const Value& s, CallArgs& a) { return affix(in, s, a, true); }},
       {"endswith", [](Interpreter& in, const Value& s, CallArgs& a) { return affix(in, s, a, false); }},
       {"strip", [](Interpreter&, const Value& s, CallArgs& a) { return strip_like(s, a, "strip", true, true); }},
@@ -307,8 +312,8 @@ List dict_items(const Value& d) {
   return out;
 }
 
-const std::map<std::string, Method, std::less<>>& dict_methods() {
-  static const std::map<std::string, Method, std::less<>> m = {
+const MethodTable& dict_methods() {
+  static const MethodTable m = {
       {"items", [](Interpreter&, const Value& d, CallArgs& a) { ArgReader(a, "items").finish(0); return Value(dict_items(d)); }},
       {"keys", [](Interpreter&, const Value& d, CallArgs& a) {
          ArgReader(a, "keys").finish(0);
@@ -340,8 +345,8 @@ const std::map<std::string, Method, std::less<>>& dict_methods() {
   return m;
 }
 
-const std::map<std::string, Method, std::less<>>& list_methods() {
-  static const std::map<std::string, Method, std::less<>> m = {
+const MethodTable& list_methods() {
+  static const MethodTable m = {
       {"index", [](Interpreter&, const Value& l, CallArgs& a) {
          ArgReader r(a, "index");
          Value x = r.required(0, "value");
@@ -365,18 +370,18 @@ const std::map<std::string, Method, std::less<>>& list_methods() {
 }  // namespace
 
 Value find_method(const Value& obj, const std::string& name) {
-  const std::map<std::string, Method, std::less<>>* table = nullptr;
+  const MethodTable* table = nullptr;
   if (obj.is_string()) table = &string_methods();
   else if (obj.is_dict()) table = &dict_methods();
   else if (obj.is_list()) table = &list_methods();
   if (!table) return Value();
   auto it = table->find(name);
   if (it == table->end()) {
-    static const char* unsafe_dict[] = {"pop", "popitem", "setdefault", "update", "clear"};
-    static const char* unsafe_list[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
-    bool unsafe = false;
-    if (obj.is_dict()) for (const char* u : unsafe_dict) unsafe |= name == u;
-    if (obj.is_list()) for (const char* u : unsafe_list) unsafe |= name == u;
+    // The sandbox's refusals: methods that would change a value the template was given.
+    static const std::unordered_set<std::string_view> unsafe_dict = {"pop", "popitem", "setdefault", "update", "clear"};
+    static const std::unordered_set<std::string_view> unsafe_list = {"append", "extend", "insert", "pop",
+                                                                     "remove", "reverse", "sort", "clear"};
+    const bool unsafe = obj.is_dict() ? unsafe_dict.contains(name) : obj.is_list() && unsafe_list.contains(name);
     if (unsafe)
       return Value::function(name, [name, type = obj.type_name()](Interpreter&, CallArgs&) -> Value {
         fail("SecurityError: access to attribute '{}' of '{}' object is unsafe", name, type);
