@@ -54,7 +54,7 @@ void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor&
   if (linear.format() == WeightFormat::affine) return embedding_affine(linear, ids, out);
   if (linear.format() == WeightFormat::ggml) return embedding_ggml(linear, ids, out);
   const Tensor& table = linear.dense("embedding");
-  const int64_t V = table.dim(0), H = table.dim(1), T = static_cast<int64_t>(ids.size());
+  const int64_t H = table.dim(1), T = static_cast<int64_t>(ids.size());
   const size_t es = dtype_size(table.dtype());
   float* o = out.f32();
   parallel_for(static_cast<size_t>(T), row_grain(H * 4), [&](size_t begin, size_t end) {

@@ -127,7 +127,7 @@ void dequantize_row(const AffineView& a, int64_t n, float* out) {
       const int64_t blk = g * blocks_per_group + j;
       vf q[kChunks];
       decode<BITS>(row + blk * BITS, q);
-      for (int c = 0; c < kChunks; ++c) simd::store(out + blk * kBlock + c * kW, simd::fma(q[c], s, b));
+      for (int c = 0; c < kChunks; ++c) simd::store(out + blk * kBlock + c * kW, simd::fma_exact(q[c], s, b));
     }
   }
 }

@@ -47,7 +47,7 @@ void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tens
 
 // x: [T, H];  out: [R, H];  rows: [R].
 void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {
-  const int64_t H = x.dim(-1), T = H == 0 ? 0 : x.numel() / H, R = static_cast<int64_t>(rows.size());
+  const int64_t H = x.dim(-1), R = static_cast<int64_t>(rows.size());
   const float* px = x.f32();
   float* po = out.f32();
   parallel_for(static_cast<size_t>(R), static_cast<size_t>(std::max<int64_t>(1, 16384 / std::max<int64_t>(H, 1))),
@@ -62,7 +62,7 @@ void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& o
 // src: [R, H];  dst: [T, H];  rows, weights: [R].
 void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<const float> weights,
                     const Tensor& dst) {
-  const int64_t H = dst.dim(-1), T = H == 0 ? 0 : dst.numel() / H, R = static_cast<int64_t>(rows.size());
+  const int64_t H = dst.dim(-1), R = static_cast<int64_t>(rows.size());
   const float* ps = src.f32();
   float* pd = dst.f32();
   // Column blocks of whole vectors: rows are applied in order inside each block, as ops/ref does.

@@ -1,5 +1,5 @@
 // A thin SIMD layer for the cpu ops (internal to ops/cpu): one float vector type `vf` of width kW
-// — AVX-512 (16 lanes), AVX2+FMA (8 lanes) or a portable 8-lane array the compiler may vectorise —
+// — AVX-512 (16 lanes), AVX2+FMA (8 lanes), SSE2 (4 lanes: every x86-64) or a portable 4-lane array —
 // with loads that widen bf16 (shift into the high half) and f16 (F16C), FMA, horizontal sum and a
 // vector exp (Cephes-style polynomial, ≈2 ulp on [-87, 88], 0 below).
 #pragma once
@@ -13,6 +13,8 @@
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::simd {
@@ -30,6 +32,7 @@ inline vf load_bf16(const uint16_t* p) {
 }
 inline vf load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf fma_exact(vf a, vf b, vf c) { return fma(a, b, c); }
 inline vf add(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline vf sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
@@ -59,6 +62,7 @@ inline vf load_bf16(const uint16_t* p) {
 }
 inline vf load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline vf fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf fma_exact(vf a, vf b, vf c) { return fma(a, b, c); }
 inline vf add(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline vf sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
@@ -84,9 +88,58 @@ inline vf pow2i(vf n) {
 inline vf select_lt(vf a, vf b, vf if_true, vf if_false) {
   return _mm256_blendv_ps(if_false, if_true, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
 }
+#elif defined(__SSE2__)
+// The baseline x86-64 level: SSE2 only (no FMA, no F16C, no SSE4.1 rounding). The portable array below
+// was 25-110x slower here: at 8 lanes it lived in memory (docs/performance.md).
+constexpr int kW = 4;
+using vf = __m128;
+inline vf zero() { return _mm_setzero_ps(); }
+inline vf set1(float v) { return _mm_set1_ps(v); }
+inline vf load(const float* p) { return _mm_loadu_ps(p); }
+inline void store(float* p, vf v) { _mm_storeu_ps(p, v); }
+inline vf load_bf16(const uint16_t* p) {
+  const __m128i w = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), w));  // each bf16 into a float's high half
+}
+inline vf load_f16(const uint16_t* p) {
+  return _mm_setr_ps(kapitsa::f16_to_f32(p[0]), kapitsa::f16_to_f32(p[1]), kapitsa::f16_to_f32(p[2]),
+                     kapitsa::f16_to_f32(p[3]));
+}
+inline vf fma(vf a, vf b, vf c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }  // two roundings: no FMA here
+// a·b + c rounded once, as the other levels' fma and the ref ops (dequantized weights must match ref
+// bit for bit); std::fma per lane (the hardware's where it has FMA, else glibc's exact emulation).
+inline vf fma_exact(vf a, vf b, vf c) {
+  alignas(16) float x[4], y[4], z[4];
+  _mm_store_ps(x, a), _mm_store_ps(y, b), _mm_store_ps(z, c);
+  return _mm_setr_ps(std::fma(x[0], y[0], z[0]), std::fma(x[1], y[1], z[1]), std::fma(x[2], y[2], z[2]),
+                     std::fma(x[3], y[3], z[3]));
+}
+inline vf add(vf a, vf b) { return _mm_add_ps(a, b); }
+inline vf sub(vf a, vf b) { return _mm_sub_ps(a, b); }
+inline vf mul(vf a, vf b) { return _mm_mul_ps(a, b); }
+inline vf div(vf a, vf b) { return _mm_div_ps(a, b); }
+inline vf max(vf a, vf b) { return _mm_max_ps(a, b); }
+inline vf min(vf a, vf b) { return _mm_min_ps(a, b); }
+inline float reduce_add(vf v) {
+  const vf s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+inline float reduce_max(vf v) {
+  const vf s = _mm_max_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+// Through int32 (the default rounding: nearest even); |v| < 2^31 (exp's n is within ±128).
+inline vf round_nearest(vf v) { return _mm_cvtepi32_ps(_mm_cvtps_epi32(v)); }
+inline vf pow2i(vf n) {
+  return _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127)), 23));
+}
+inline vf select_lt(vf a, vf b, vf if_true, vf if_false) {
+  const vf m = _mm_cmplt_ps(a, b);
+  return _mm_or_ps(_mm_and_ps(m, if_true), _mm_andnot_ps(m, if_false));
+}
 #else
-// Portable fallback: plain arrays; correct everywhere, fast where the compiler vectorises the loops.
-constexpr int kW = 8;
+// Portable fallback (a non-x86 build without its own level yet): plain arrays.
+constexpr int kW = 4;
 struct vf {
   float v[kW];
 };
@@ -108,6 +161,7 @@ inline vf load_bf16(const uint16_t* p) {
 }
 inline vf load_f16(const uint16_t* p) { KAPITSA_SIMD_MAP(kapitsa::f16_to_f32(p[i])); }
 inline vf fma(vf a, vf b, vf c) { KAPITSA_SIMD_MAP(std::fma(a.v[i], b.v[i], c.v[i])); }
+inline vf fma_exact(vf a, vf b, vf c) { return fma(a, b, c); }
 inline vf add(vf a, vf b) { KAPITSA_SIMD_MAP(a.v[i] + b.v[i]); }
 inline vf sub(vf a, vf b) { KAPITSA_SIMD_MAP(a.v[i] - b.v[i]); }
 inline vf mul(vf a, vf b) { KAPITSA_SIMD_MAP(a.v[i] * b.v[i]); }

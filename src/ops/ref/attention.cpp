@@ -36,7 +36,7 @@ void rope_neox(const Tensor& x, std::span<const int32_t> positions, std::span<co
 
 // q: [T, Hq, D];  k, v: [S, Hkv, D];  o: [T, Hq, D].
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_pos0, float scale, const Tensor& o) {
-  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1);
+  const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), Hkv = k.dim(1);
   const int64_t group = Hq / Hkv;
   const float *pq = q.f32(), *pk = k.f32(), *pv = v.f32();
   float* po = o.f32();

@@ -44,7 +44,7 @@ void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tens
 
 // x: [T, H];  out: [R, H];  rows: [R].
 void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {
-  const int64_t H = x.dim(-1), T = detail::rows_of(x), R = static_cast<int64_t>(rows.size());
+  const int64_t H = x.dim(-1), R = static_cast<int64_t>(rows.size());
   for (int64_t r = 0; r < R; ++r) {
     const int64_t src = rows[static_cast<size_t>(r)];
     for (int64_t h = 0; h < H; ++h) out.f32()[r * H + h] = x.f32()[src * H + h];
@@ -54,7 +54,7 @@ void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& o
 // src: [R, H];  dst: [T, H];  rows, weights: [R].
 void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<const float> weights,
                     const Tensor& dst) {
-  const int64_t H = dst.dim(-1), T = detail::rows_of(dst), R = static_cast<int64_t>(rows.size());
+  const int64_t H = dst.dim(-1), R = static_cast<int64_t>(rows.size());
   for (int64_t r = 0; r < R; ++r) {
     const int64_t d = rows[static_cast<size_t>(r)];
     const float wr = weights[static_cast<size_t>(r)];
