@@ -29,7 +29,7 @@ for round in $(seq 1 "$ROUNDS"); do
     name=$(basename "$file" .gguf)
     # llama-bench's CSV: the pp and tg rows carry avg_ts (tokens/s, mean of its own -r 2 repetitions).
     csv=$("$LLAMA_BENCH" -m "$file" -p "$PROMPT" -n "$DECODE" -t "$THREADS" -r 2 -o csv 2>/dev/null)
-    col=$(echo "$csv" | head -1 | tr ',' '\n' | grep -nx '"avg_ts"' | cut -d: -f1)
+    col=$(echo "$csv" | head -1 | tr ',' '\n' | grep -nxE '"?avg_ts"?' | cut -d: -f1)
     l_pp=$(echo "$csv" | sed -n 2p | cut -d, -f"$col" | tr -d '"')
     l_tg=$(echo "$csv" | sed -n 3p | cut -d, -f"$col" | tr -d '"')
     out=$(KAPITSA_THREADS=$THREADS "$BENCH_MODEL" --model "$file" --prompt "$PROMPT" --decode "$DECODE" 2>/dev/null)
