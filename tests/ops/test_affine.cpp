@@ -190,7 +190,10 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
           // The cpu backend's int16-activation GEMV also rounds x to sx·round(x/sx) per 64 inputs
           // (sx = max|x|/32767), which moves an output by at most Σ_k |s·q_k| · sx/2.
           const std::optional<cpu::Level> level = cpu::level_of(backend());
-          const bool int16 = level && KAPITSA_CPU_AT(*level, affine_int16_activations)(bits, gs, T);
+          // The cuda backend rounds x the same way for 4 bits, groups of a multiple of 64, T ≤ 8
+          // (affine_int16_supported in ops/cuda/affine_gemv.cu).
+          const bool cuda_int16 = backend().name == "cuda" && bits == 4 && gs % 64 == 0 && T <= 8;
+          const bool int16 = (level && KAPITSA_CPU_AT(*level, affine_int16_activations)(bits, gs, T)) || cuda_int16;
           std::vector<float> row(static_cast<size_t>(K));
           for (int64_t n = 0; n < N; ++n) {
             ref::dequantize_row(a.w, n, row.data());
@@ -215,6 +218,78 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
         test::run(test::ref(), embedding, a.w, ids, er);
         test::run(backend(), embedding, a.w, ids, ec);
         EXPECT_TRUE(test::bit_equal(er, ec)) << "embedding, bits " << bits;  // both scale·q + bias in one fma
+      }
+}
+
+// |y − ref| allowed for output n of a matmul over `a` with x_t: [K]: f32 accumulation (relative to
+// Σ|x·w|), plus, for a backend rounding x to int16 per 64 inputs (sx = max|x|/32767), Σ_k |s·q_k|·sx/2.
+double affine_bound(const RandomAffine& a, const float* x_t, int64_t n, int64_t K, int gs) {
+  std::vector<float> row(static_cast<size_t>(K));
+  ref::dequantize_row(a.w, n, row.data());
+  double mag = 0, rounding = 0;
+  for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x_t[k]) * row[static_cast<size_t>(k)]);
+  for (int64_t p = 0; p < K / cpu::kActBlock; ++p) {
+    float amax = 0;
+    for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k) amax = std::max(amax, std::abs(x_t[k]));
+    for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k)
+      rounding += std::abs(row[static_cast<size_t>(k)] - a.bias(n, k / gs)) * amax / cpu::kActMax / 2;
+  }
+  return 1.0001 * rounding + 2e-6 * mag + 1e-7;
+}
+
+// matmul_many and matmul_swiglu over 4-bit affine weights (the GPU runs several weights sharing x in one
+// launch, and SwiGLU's gate and up in one with the activation in its epilogue): every backend against
+// ref's matmul (and silu_mul), parts of odd row counts, more parts than one launch takes, 1–12 tokens.
+TEST_P(OnBackend, AffineManyAndSwigluMatchRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (int gs : {64, 128})
+    for (DType dt : {DType::bf16, DType::f16, DType::f32})
+      for (int64_t T : {1, 3, 8, 12}) {
+        const int64_t K = 384;
+        SCOPED_TRACE(fmt::format("group {} {} T={}", gs, dtype_name(dt), T));
+        const Buffer x = test::random_f32(r, {T, K});
+        std::vector<RandomAffine> parts;
+        parts.reserve(5);  // a Linear points into its RandomAffine's storage: no reallocation
+        for (int64_t N : {70, 1, 33, 130, 9}) parts.emplace_back(r, N, K, 4, gs, dt);
+        std::vector<Linear> w;
+        std::vector<Buffer> yr, yc;
+        std::vector<Tensor> yc_t;
+        for (const RandomAffine& a : parts) {
+          w.push_back(a.w);
+          yr.push_back(Buffer::zeros(DType::f32, {T, a.w.rows()}));
+          yc.push_back(Buffer::allocate(DType::f32, {T, a.w.rows()}));
+          for (int64_t i = 0; i < yc.back().tensor().numel(); ++i) yc.back().f32()[i] = std::nanf("");
+          test::run(test::ref(), matmul, x, a.w, yr.back());
+        }
+        for (const Buffer& b : yc) yc_t.push_back(b.tensor());
+        test::run(backend(), matmul_many, x, w, yc_t);
+        for (size_t i = 0; i < parts.size(); ++i)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < parts[i].w.rows(); ++n) {
+              const int64_t at = t * parts[i].w.rows() + n;
+              ASSERT_NEAR(yc[i].f32()[at], yr[i].f32()[at], affine_bound(parts[i], x.f32() + t * K, n, K, gs))
+                  << "part " << i << " t=" << t << " n=" << n;
+            }
+        // SwiGLU over parts 0 and 3 cut to 70 rows: silu(g)·u, |silu'| ≤ 1.1.
+        const RandomAffine& gate = parts[0];
+        RandomAffine up(r, 70, K, 4, gs, dt);
+        Buffer g = Buffer::zeros(DType::f32, {T, 70}), u = Buffer::zeros(DType::f32, {T, 70}),
+               ref_y = Buffer::zeros(DType::f32, {T, 70});
+        test::run(test::ref(), matmul, x, gate.w, g);
+        test::run(test::ref(), matmul, x, up.w, u);
+        test::run(test::ref(), silu_mul, g, u, ref_y);
+        Buffer y = Buffer::allocate(DType::f32, {T, 70}), scratch = Buffer::zeros(DType::f32, {T, 70});
+        for (int64_t i = 0; i < T * 70; ++i) y.f32()[i] = std::nanf("");
+        test::run(backend(), matmul_swiglu, x, gate.w, up.w, scratch, y);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < 70; ++n) {
+            const int64_t at = t * 70 + n;
+            const double eg = affine_bound(gate, x.f32() + t * K, n, K, gs), eu = affine_bound(up, x.f32() + t * K, n, K, gs);
+            const double gv = g.f32()[at], uv = u.f32()[at], silu = gv / (1 + std::exp(-gv));
+            ASSERT_NEAR(y.f32()[at], ref_y.f32()[at], 1.1 * std::abs(uv) * eg + (std::abs(silu) + 1.1 * eg) * eu + 1e-6 * std::abs(ref_y.f32()[at]) + 1e-7)
+                << "swiglu t=" << t << " n=" << n;
+          }
       }
 }
 

@@ -12,7 +12,16 @@
 // - word kernel, 2/4/8 bits (codes never straddle a word) at 2–8 tokens: lane l of a warp takes words
 //   l, l+32, … of 2 rows, so the weight loads and the x loads are contiguous across the warp; 4 words
 //   × 2 rows are loaded before any is used; the decode of a word serves every token.
+// - int16 kernel, 4 bits with groups of a multiple of 64 (the MLX default), 1–8 tokens: x is first
+//   rounded to int16 per 64 inputs (quantize_x_int16: one scale max|x|/32767, as the cpu backend's
+//   VNNI GEMV), and each u32 word of 8 codes costs two masks and four __dp2a (int16 pairs × code bytes,
+//   int32 sums) instead of eight float decodes and FMAs: per 32 codes
+//   acc += (s·sx)·float(Σ q·x̂) + b·Σx (Σx exact f32 per 32 inputs). An output moves by at most
+//   Σ_k |s·q_k|·sx/2 (the op test's bound). KAPITSA_CUDA_AFFINE_INT16=0 turns it off (for measuring).
 #include "ops/cuda/kernel_util.cuh"
+
+#include <cstdlib>
+#include <cstring>
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
@@ -169,6 +178,130 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const fl
   }
 }
 
+
+// ---- int16 kernel (4 bits, groups of a multiple of 64) -------------------------------------------
+
+constexpr int kActBlock = 64;         // inputs per x scale
+constexpr float kActMax = 32767.0f;   // |x̂| ≤ kActMax
+
+// Where input j (0…7) of a word sits among the word's 8 int16 slots: [0, 2, 4, 6, 1, 3, 5, 7], so the
+// low nibbles of a word (codes 0, 2, 4, 6 as bytes) meet slots 0–3 and the high nibbles slots 4–7.
+__device__ __forceinline__ int slot_of(int j) { return (j & 1) * 4 + (j >> 1); }
+
+// x: [T, K] f32 (n64 = T·K/64 blocks of 64) → xq: [T, K] int16 in slot order, sx: [n64], xsum: [2·n64]
+// (exact f32 sums of each 32 inputs). One warp per 64 inputs, lane l holding inputs 2l and 2l+1.
+__global__ void quantize_x_int16_kernel(const float* __restrict__ x, int16_t* __restrict__ xq, float* __restrict__ sx,
+                                        float* __restrict__ xsum, int64_t n64) {
+  const int64_t blk = int64_t{blockIdx.x} * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  pdl_trigger();
+  pdl_wait();
+  if (blk >= n64) return;
+  const float2 v = reinterpret_cast<const float2*>(x + blk * kActBlock)[lane];
+  float amax = fmaxf(fabsf(v.x), fabsf(v.y)), sum = v.x + v.y;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // within each half-warp
+  const float inv = amax > 0.0f ? kActMax / amax : 0.0f;
+  if (lane == 0) sx[blk] = amax / kActMax;
+  if ((lane & 15) == 0) xsum[2 * blk + (lane >> 4)] = sum;
+  const int i = 2 * lane, word = i & ~7;
+  int16_t* out = xq + blk * kActBlock;
+  out[word + slot_of(i & 7)] = static_cast<int16_t>(fminf(fmaxf(rintf(v.x * inv), -kActMax), kActMax));
+  out[word + slot_of((i & 7) + 1)] = static_cast<int16_t>(fminf(fmaxf(rintf(v.y * inv), -kActMax), kActMax));
+}
+
+// Σ q·x̂ over one u32 word of 8 codes, x̂ its uint4 of int16 slots.
+__device__ __forceinline__ int word_dot(uint32_t w, const uint4& xv, int acc) {
+  const int lo = static_cast<int>(w & 0x0F0F0F0Fu), hi = static_cast<int>((w >> 4) & 0x0F0F0F0Fu);
+  acc = __dp2a_lo(static_cast<int>(xv.x), lo, acc);
+  acc = __dp2a_hi(static_cast<int>(xv.y), lo, acc);
+  acc = __dp2a_lo(static_cast<int>(xv.z), hi, acc);
+  return __dp2a_hi(static_cast<int>(xv.w), hi, acc);
+}
+
+// As the chunk kernel (a block computes kChunkRows outputs, its threads split the rows' 32-code chunks),
+// on x̂ from quantize_x_int16_kernel. The block's rows (Int16Rows) are: kChunkRows consecutive rows of one
+// of up to kInt16MaxParts weights sharing x (block ranges per part in `first_block`), or, for SwiGLU,
+// rows n and n+1 of the gate and of the up weight, written as silu(gate)·up (as silu_mul does).
+// Queued with programmatic dependent launch: the first weights are prefetched into L2 before pdl_wait().
+template <typename SB, int MaxT, bool SwiGlu>
+__global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const int16_t* __restrict__ xq,
+                                                                        const float* __restrict__ sx,
+                                                                        const float* __restrict__ xsum,
+                                                                        const Int16Parts p, int64_t T) {
+  pdl_trigger();
+  __shared__ float partial[kWarps][kChunkRows * MaxT];
+  int part = 0;
+  while (!SwiGlu && part + 1 < p.n && blockIdx.x >= p.first_block[part + 1]) ++part;
+  const int64_t K = p.a[0].K, chunks = K / 32, groups = K / p.a[0].group_size;
+  const int64_t n0 = SwiGlu ? int64_t{blockIdx.x} * 2 : (int64_t{blockIdx.x} - p.first_block[part]) * kChunkRows;
+  const int group_shift = __ffs(p.a[0].group_size / 32) - 1;
+  // Row slot r: its weight's codes, scales and biases (rows past N repeat a valid row, never stored).
+  const uint4* wrow[kChunkRows];
+  const SB *srow[kChunkRows], *brow[kChunkRows];
+#pragma unroll
+  for (int r = 0; r < kChunkRows; ++r) {
+    const int q = SwiGlu ? r / 2 : part;
+    const int64_t want = SwiGlu ? n0 + r % 2 : n0 + r, n = want < p.N[q] ? want : n0;
+    wrow[r] = reinterpret_cast<const uint4*>(p.a[q].words + n * p.a[q].words_per_row);
+    srow[r] = static_cast<const SB*>(p.a[q].scales) + n * groups;
+    brow[r] = static_cast<const SB*>(p.a[q].biases) + n * groups;
+    if (threadIdx.x < chunks) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[r] + threadIdx.x));
+  }
+  pdl_wait();
+  float acc[kChunkRows][MaxT] = {};
+  for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
+    uint4 w[kChunkRows];
+    float s[kChunkRows], b[kChunkRows];
+    const int64_t g = c >> group_shift;
+#pragma unroll
+    for (int r = 0; r < kChunkRows; ++r) {
+      w[r] = __ldg(wrow[r] + c);
+      s[r] = to_float(srow[r][g]);
+      b[r] = to_float(brow[r][g]);
+    }
+#pragma unroll
+    for (int t = 0; t < MaxT; ++t) {
+      if (MaxT > 1 && t >= T) break;
+      const uint4* xc = reinterpret_cast<const uint4*>(xq + t * K + c * 32);
+      const uint4 x0 = xc[0], x1 = xc[1], x2 = xc[2], x3 = xc[3];
+      const float scale_x = sx[t * (K / kActBlock) + (c >> 1)], sum_x = xsum[t * chunks + c];
+#pragma unroll
+      for (int r = 0; r < kChunkRows; ++r) {
+        const int dot = word_dot(w[r].w, x3, word_dot(w[r].z, x2, word_dot(w[r].y, x1, word_dot(w[r].x, x0, 0))));
+        acc[r][t] = fmaf(s[r] * scale_x, static_cast<float>(dot), fmaf(b[r], sum_x, acc[r][t]));
+      }
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < kChunkRows; ++r)
+#pragma unroll
+    for (int t = 0; t < MaxT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0) partial[warp][r * MaxT + t] = v;
+    }
+  __syncthreads();
+  const auto total = [&](int slot) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][slot];
+    return sum;
+  };
+  if constexpr (SwiGlu) {
+    const int r = threadIdx.x / MaxT, t = threadIdx.x % MaxT;  // r: 0 or 1, the output row n0 + r
+    if (threadIdx.x < 2 * MaxT && n0 + r < p.N[0] && t < T) {
+      const float gate = total(r * MaxT + t), up = total((r + 2) * MaxT + t);
+      p.y[0][t * p.N[0] + n0 + r] = gate / (1.0f + expf(-gate)) * up;
+    }
+  } else {
+    const int r = threadIdx.x / MaxT, t = threadIdx.x % MaxT;
+    if (threadIdx.x < kChunkRows * MaxT && n0 + r < p.N[part] && t < T) p.y[part][t * p.N[part] + n0 + r] = total(threadIdx.x);
+  }
+}
+
 // ---- launch --------------------------------------------------------------------------------------
 // Measured on the H200 (bench_ops_cuda, docs/cuda.md): for one token the chunk kernel is the faster
 // (12288 × 4096 at 4 bits: 24–27 µs against 36 for the word kernel), for 2–8 tokens the word kernel
@@ -230,6 +363,77 @@ void affine_gemv(const float* x, const AffineArgs& a, float* y, int64_t T, int64
     case ElemType::bf16: launch_scales<__nv_bfloat16>(x, a, y, T, N, s); break;
     default: launch_scales<float>(x, a, y, T, N, s); break;
   }
+}
+
+
+bool affine_int16_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_AFFINE_INT16");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+bool affine_int16_supported(const AffineArgs& a, int64_t T) {
+  return affine_int16_enabled() && a.bits == 4 && a.group_size % kActBlock == 0 && a.K % a.group_size == 0 &&
+         (a.group_size & (a.group_size - 1)) == 0 && T >= 1 && T <= kGemvMaxTokens && a.words_per_row == a.K / 8 &&
+         reinterpret_cast<uintptr_t>(a.words) % 16 == 0;
+}
+
+size_t affine_int16_scratch_bytes(int64_t T, int64_t K) {
+  return static_cast<size_t>(T * K) * sizeof(int16_t) + static_cast<size_t>(T * K / kActBlock * 3) * sizeof(float);
+}
+
+void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaStream_t s) {
+  const int64_t n64 = T * K / kActBlock;
+  auto* xq = static_cast<int16_t*>(scratch);
+  float* sx = reinterpret_cast<float*>(xq + T * K);
+  constexpr int kWarpsPerBlock = 8;
+  const unsigned blocks = static_cast<unsigned>((n64 + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  launch(quantize_x_int16_kernel, blocks, kWarpsPerBlock * 32, s, x, xq, sx, sx + n64, n64);
+}
+
+namespace {
+template <bool SwiGlu>
+void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, unsigned blocks, cudaStream_t s) {
+  const int64_t K = p.a[0].K;
+  const auto* xq = static_cast<const int16_t*>(scratch);
+  const float* sx = reinterpret_cast<const float*>(xq + T * K);
+  const float* xsum = sx + T * K / kActBlock;
+  auto go = [&](auto sb) {
+    using SB = decltype(sb);
+    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, SwiGlu>, blocks, kWarps * 32, s, xq, sx, xsum, p, T);
+    else launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, SwiGlu>, blocks, kWarps * 32, s, xq, sx, xsum, p, T);
+  };
+  switch (p.a[0].sb_type) {
+    case ElemType::f16: go(__half{}); break;
+    case ElemType::bf16: go(__nv_bfloat16{}); break;
+    default: go(float{}); break;
+  }
+}
+}  // namespace
+
+void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
+                       cudaStream_t s) {
+  for (int i0 = 0; i0 < n; i0 += kInt16MaxParts) {
+    Int16Parts p{};
+    p.n = n - i0 < kInt16MaxParts ? n - i0 : kInt16MaxParts;
+    int64_t blocks = 0;
+    for (int i = 0; i < p.n; ++i) {
+      p.a[i] = a[i0 + i], p.y[i] = y[i0 + i], p.N[i] = N[i0 + i];
+      p.first_block[i] = blocks;
+      blocks += (N[i0 + i] + kChunkRows - 1) / kChunkRows;
+    }
+    if (T > 0 && blocks > 0) launch_int16<false>(scratch, p, T, static_cast<unsigned>(blocks), s);
+  }
+}
+
+void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
+                              int64_t T, cudaStream_t s) {
+  if (T == 0 || N == 0) return;
+  Int16Parts p{};
+  p.n = 2, p.a[0] = gate, p.a[1] = up, p.y[0] = y, p.N[0] = p.N[1] = N;
+  launch_int16<true>(scratch, p, T, static_cast<unsigned>((N + 1) / 2), s);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace kapitsa::ops::cuda::kernels {
@@ -69,6 +70,27 @@ void dequantize_affine(const AffineArgs& a, const int32_t* rows, float* out, int
 // dense matmul.
 bool affine_gemv_supported(const AffineArgs& a, const float* x, int64_t T);
 void affine_gemv(const float* x, const AffineArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
+// The int16-activation path of affine_gemv.cu (4 bits, groups of a multiple of 64, T ≤ kGemvMaxTokens,
+// 16-byte aligned codes; off with KAPITSA_CUDA_AFFINE_INT16=0): quantize_x_int16 rounds x: [T, K] into
+// `scratch` (affine_int16_scratch_bytes), which then serves every GEMV on that x:
+// affine_gemv_int16: y[i]: [T, N[i]] = x · dequant(a[i])ᵀ for n weights (kInt16MaxParts to a launch;
+// every a[i] of the same K, group size and scale type); affine_gemv_int16_swiglu: y: [T, N] =
+// silu(x · gateᵀ) ⊙ (x · upᵀ) in one launch.
+bool affine_int16_supported(const AffineArgs& a, int64_t T);
+size_t affine_int16_scratch_bytes(int64_t T, int64_t K);
+void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaStream_t s);
+constexpr int kInt16MaxParts = 4;
+struct Int16Parts {
+  AffineArgs a[kInt16MaxParts];
+  float* y[kInt16MaxParts];
+  int64_t N[kInt16MaxParts];
+  int64_t first_block[kInt16MaxParts];
+  int n;
+};
+void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
+                       cudaStream_t s);
+void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
+                              int64_t T, cudaStream_t s);
 
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,

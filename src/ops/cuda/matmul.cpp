@@ -24,7 +24,8 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
 }
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16, or MLX affine (up to kGemvMaxTokens rows: the fused
-// dequantize-GEMV; more: dequantized to f32 in scratch, then the f32 path);  y: [T, N] f32.
+// dequantize-GEMV, for 4 bits on x rounded to int16; more: dequantized to f32 in scratch, then the f32
+// path);  y: [T, N] f32.
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
   const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
@@ -33,6 +34,14 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   const int64_t T = detail::rows_of(x);
   KAPITSA_CHECK(x.dim(-1) == K && y.dim(-1) == N && detail::rows_of(y) == T && (x.data() != y.data() || x.numel() == 0),
                 "matmul: x {}, affine w [{}, {}], y {} (y must not alias x)", x.shape().str(), N, K, y.shape().str());
+  if (kernels::affine_int16_supported(a, T) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0) {
+    void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
+    kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
+    float* out = y.f32();
+    kernels::affine_gemv_int16(xq, &a, &out, &N, 1, T, stream());
+    check_launch("matmul (affine int16 gemv)");
+    return;
+  }
   if (kernels::affine_gemv_supported(a, x.f32(), T)) {
     kernels::affine_gemv(x.f32(), a, y.f32(), T, N, stream());
     check_launch("matmul (affine gemv)");
@@ -43,6 +52,36 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   check_launch("matmul (dequantize affine)");
   dense_matmul(x, Tensor(DType::f32, {N, K}, w32, Device::cuda), y);
 }
+
+namespace {
+// matmul_many over 4-bit affine weights that all take the int16 GEMV (one group size and scale type): x
+// rounded once, one launch for up to four weights.
+// False (nothing done) otherwise.
+bool affine_int16_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
+  const int64_t T = detail::rows_of(x), K = x.dim(-1);
+  if (w.size() < 2 || reinterpret_cast<uintptr_t>(x.data()) % 16 != 0) return false;
+  std::vector<kernels::AffineArgs> args;
+  std::vector<float*> out;
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i].format() != WeightFormat::affine) return false;
+    args.push_back(detail::affine_args(w[i], "matmul_many"));
+    if (!kernels::affine_int16_supported(args.back(), T) || w[i].cols() != K ||
+        args.back().group_size != args[0].group_size || args.back().sb_type != args[0].sb_type)
+      return false;
+    check_f32(y[i], "matmul_many", "y[i]");
+    KAPITSA_CHECK(y[i].dim(-1) == w[i].rows() && detail::rows_of(y[i]) == T && y[i].data() != x.data(),
+                  "matmul_many: x {}, affine w[{}] [{}, {}], y[{}] {}", x.shape().str(), i, w[i].rows(), K, i,
+                  y[i].shape().str());
+    out.push_back(y[i].f32()), rows.push_back(w[i].rows());
+  }
+  void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
+  kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
+  kernels::affine_gemv_int16(xq, args.data(), out.data(), rows.data(), static_cast<int>(args.size()), T, stream());
+  check_launch("matmul_many (affine int16 gemv)");
+  return true;
+}
+}  // namespace
 
 // x: [T, K] f32;  w[i]: [N_i, K];  y[i]: [T, N_i] f32. Dense weights of one dtype for a few tokens: one
 // GEMV launch over all of them (a decode step's q/k/v or gate/up: fewer launches, and a small weight
@@ -55,6 +94,7 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
   for (const Linear& l : w)
     one_launch = one_launch && l.format() == WeightFormat::dense && l.weight().dtype() == w[0].weight().dtype();
   if (!one_launch) {
+    if (affine_int16_many(x, w, y)) return;
     for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
     return;
   }
@@ -80,6 +120,20 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
   check_f32(x, "matmul_swiglu", "x"), check_f32(up, "matmul_swiglu", "up"), check_f32(y, "matmul_swiglu", "y");
   const int64_t T = detail::rows_of(x), K = x.dim(-1);
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (w_gate.format() == WeightFormat::affine && w_up.format() == WeightFormat::affine && aligned(x.data())) {
+    const kernels::AffineArgs g = detail::affine_args(w_gate, "matmul_swiglu"), u = detail::affine_args(w_up, "matmul_swiglu");
+    const int64_t N = w_gate.rows();
+    if (kernels::affine_int16_supported(g, T) && kernels::affine_int16_supported(u, T) && w_up.rows() == N &&
+        w_gate.cols() == K && w_up.cols() == K && g.group_size == u.group_size && g.sb_type == u.sb_type) {
+      KAPITSA_CHECK(y.dim(-1) == N && detail::rows_of(y) == T && y.data() != x.data(),
+                    "matmul_swiglu: x {}, affine w_gate/w_up [{}, {}], y {}", x.shape().str(), N, K, y.shape().str());
+      void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
+      kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
+      kernels::affine_gemv_int16_swiglu(xq, g, u, y.f32(), N, T, stream());
+      check_launch("matmul_swiglu (affine int16 gemv)");
+      return;
+    }
+  }
   const bool dense = w_gate.format() == WeightFormat::dense && w_up.format() == WeightFormat::dense &&
                      w_gate.weight().dtype() == w_up.weight().dtype() && detail::is_weight_dtype(w_gate.weight().dtype());
   if (T != 1 || !dense || K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned(x.data()) ||

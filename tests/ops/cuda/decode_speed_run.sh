@@ -5,6 +5,8 @@
 # time (environment switches: VARIANTS below), optionally Nsight Compute over one decode step
 # (PROFILE=1). Carried with tests/models/device_setup.sh, its binaries (stripped), lib/ and configs/ as
 # .device/gpu/bin.tar.xz.
+# QUANT_BITS="4 8": each bench config is also quantized (kapitsa quantize, MLX affine) and benched per
+# variant; MODELS=0: no model tests; BENCH_OPS=1: bench_ops_cuda per variant; MEMCHECK_FILTER: the memcheck's gtest filter.
 # Usage (device run, carry [".device/gpu"]):
 #   python3 -c "import tarfile; tarfile.open('.device/gpu/bin.tar.xz').extractall('.device/gpu')" &&
 #   REPO=$PWD [TESTS=0] [MEMCHECK=0] [PROFILE=1] [BUILD_SUBDIR=build/release] bash .device/gpu/decode_speed_run.sh /work/wt/cuda
@@ -21,20 +23,39 @@ if [ "${TESTS:-1}" = 1 ]; then
   grep -B3 -A12 "Failure" $OUT/ops.log | head -60
   if [ "${MEMCHECK:-1}" = 1 ]; then
     echo "== memcheck of the fused GDN op and the GEMV/norm kernels under PDL"
-    step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*GdnCore*/cuda:*AttentionPrep*/cuda:*Matmul*/cuda:*Norm*/cuda'
+    step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter="${MEMCHECK_FILTER:-*GdnCore*/cuda:*AttentionPrep*/cuda:*Matmul*/cuda:*Norm*/cuda}"
     grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
   fi
-  echo "== models on cuda vs cpu (graph decode = eager included)"
-  step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*'; summ $OUT/models.log 60
-  grep -B2 -A10 "Failure" $OUT/models.log | head -60
+  if [ "${MODELS:-1}" = 1 ]; then
+    echo "== models on cuda vs cpu (graph decode = eager included)"
+    step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*'; summ $OUT/models.log 60
+    grep -B2 -A10 "Failure" $OUT/models.log | head -60
+  fi
 fi
 # Variants: NAME=ENV,ENV… (defaults: all on; pdl0 = without programmatic dependent launch; pair0 = the
 # one-token GEMV with one row a warp for short rows too).
+VARIANTS=${VARIANTS:-on=X=1 pdl0=KAPITSA_CUDA_PDL=0 pair0=KAPITSA_GEMV_PAIR=0}
+if [ "${BENCH_OPS:-0}" = 1 ]; then
+  for v in $VARIANTS; do
+    name=${v%%=*}; vars=${v#*=}
+    step bench_ops_$name.log 240 env ${vars//,/ } "$DEV/bench_ops_cuda"
+    echo "  bench_ops_cuda $name ($vars):"; grep -E "affine|bf16 T=1 " "$OUT/bench_ops_$name.log"
+  done
+fi
 for c in ${BENCH_CONFIGS:-qwen35-4b qwen35-0.8b}; do
-  for v in ${VARIANTS:-on=X=1 pdl0=KAPITSA_CUDA_PDL=0 pair0=KAPITSA_GEMV_PAIR=0}; do
+  for v in $VARIANTS; do
     name=${v%%=*}; vars=${v#*=}
     step bench_${c}_$name.log 240 env ${vars//,/ } "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 128
     echo "  $c $name ($vars):"; grep -E "bandwidth|weights|prefill|decode" "$OUT/bench_${c}_$name.log"
+  done
+  for bits in ${QUANT_BITS:-}; do
+    q=/tmp/kapitsa-bench/$c-q$bits
+    [ -d "$q" ] || step quantize_${c}_$bits.log 300 "$DEV/kapitsa" quantize "/tmp/kapitsa-bench/$c" "$q" --bits "$bits"
+    for v in $VARIANTS; do
+      name=${v%%=*}; vars=${v#*=}
+      step bench_${c}_q${bits}_$name.log 240 env ${vars//,/ } "$DEV/bench_model" --model "$q" --device cuda --prompt 512 --decode 128
+      echo "  $c $bits-bit $name ($vars):"; grep -E "weights|prefill|decode" "$OUT/bench_${c}_q${bits}_$name.log"
+    done
   done
 done
 if [ "${PROFILE:-0}" = 1 ]; then
