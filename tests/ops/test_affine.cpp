@@ -246,7 +246,8 @@ TEST_P(OnBackend, AffineManyAndSwigluMatchRef) {
   for (int gs : {64, 128})
     for (DType dt : {DType::bf16, DType::f16, DType::f32})
       for (int64_t T : {1, 3, 8, 12}) {
-        const int64_t K = 384;
+        // 40 groups of 64: two full blocks of 16 groups and a tail (the cpu plane kernel's s·sx blocks).
+        const int64_t K = 2560;
         SCOPED_TRACE(fmt::format("group {} {} T={}", gs, dtype_name(dt), T));
         const Buffer x = test::random_f32(r, {T, K});
         std::vector<RandomAffine> parts;

@@ -9,11 +9,18 @@
 // 4-bit rows are read 32 bytes (64 codes) at a time and split into low and high nibbles — codes in the
 // order [even codes of block 0, of block 1, odd codes of block 0, of block 1] — so x is stored in that
 // order once per call instead of permuting codes per row.
+// One token, 4 bits, groups of 64, K a multiple of 128 (the MLX default, batch-1 decode): the "plane"
+// kernel reads 128 codes (64 bytes) as 32 16-bit words and takes nibble p of every word (a shift and a
+// mask, no widening shuffle), so 4 VPDPWSSD cover 128 codes; int32 lanes 0–7 then hold the first group's
+// sums and 8–15 the second's, and one multiply-add applies both groups' s·sx (built for 16 groups at a
+// time and picked per pair by a permute) — about half the instructions a code of the 64-code path.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -41,11 +48,15 @@ constexpr int position(int c) {
   const int block = c / 32, k = c % 32;
   return (k % 2) * 32 + block * 16 + k / 2;
 }
+// The plane kernel's order within 128 inputs: plane p = c % 4 (nibble p of 16-bit word c / 4), word pair
+// j = c / 8, and within the pair the word (c / 4) % 2.
+constexpr int plane_position(int c) { return (c % 4) * 32 + 2 * (c / 8) + (c / 4) % 2; }
 
 // x: [T, K] f32 → q: [T, K] int16 in kernel order, sx: [T, K/64], xsum: [T, G] exact group sums.
+// planes: the plane kernel's order (per 128 inputs), else BITS's.
 template <int BITS>
 void quantize_activations(const float* x, int64_t T, int64_t K, int64_t group_size, int16_t* q, float* sx,
-                          float* xsum) {
+                          float* xsum, bool planes = false) {
   const int64_t P = K / kActBlock, G = K / group_size;
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * K;
@@ -55,9 +66,11 @@ void quantize_activations(const float* x, int64_t T, int64_t K, int64_t group_si
       for (int i = 0; i < kActBlock; ++i) amax = std::max(amax, std::abs(v[i]));
       const float inv = amax > 0 ? kActMax / amax : 0.0f;
       sx[t * P + p] = amax / kActMax;
-      int16_t* out = q + t * K + p * kActBlock;
-      for (int i = 0; i < kActBlock; ++i)
-        out[position<BITS>(i)] = static_cast<int16_t>(std::clamp(std::nearbyint(v[i] * inv), -kActMax, kActMax));
+      for (int i = 0; i < kActBlock; ++i) {
+        const int64_t at = planes ? (p / 2) * 128 + plane_position(static_cast<int>(p % 2) * kActBlock + i)
+                                  : p * kActBlock + position<BITS>(i);
+        q[t * K + at] = static_cast<int16_t>(std::clamp(std::nearbyint(v[i] * inv), -kActMax, kActMax));
+      }
     }
     for (int64_t g = 0; g < G; ++g) {
       float s = 0;
@@ -79,6 +92,8 @@ inline void load_codes(const uint8_t* p, __m512i w[2]) {
     w[1] = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m));
   }
 }
+
+constexpr int kRowsPlanes = 4;  // rows per pass of the plane kernel
 
 struct Operands {
   const uint8_t* codes;  // [N, K·BITS/8]
@@ -154,6 +169,61 @@ void rows_dot(const Operands& o, int64_t n0, float* y, int64_t N) {
       y[t * N + n0 + r] = _mm512_reduce_add_ps(acc[t][r]) + bias_dot<Param>(o.biases, (n0 + r) * o.G, o.xsum + t * o.G, o.G);
 }
 
+// The plane kernel (header comment): y[n] for one token and the RB rows from n0; groups of 64, so sx has
+// one scale per group. kPairLanes[q]: lanes 0–7 pick group 2q of a 16-group block, lanes 8–15 group 2q + 1.
+struct PairLanes {
+  alignas(64) int32_t idx[8][16];
+  constexpr PairLanes() : idx() {
+    for (int q = 0; q < 8; ++q)
+      for (int l = 0; l < 16; ++l) idx[q][l] = 2 * q + l / 8;
+  }
+};
+inline constexpr PairLanes kPairLanes{};
+
+template <class Param, int RB>
+void rows_dot_planes(const Operands& o, int64_t n0, float* y) {
+  const int64_t G = o.G, row_bytes = o.K / 2;
+  const __m512i nibble = _mm512_set1_epi16(0x000f);
+  __m512 acc[RB];
+  for (int r = 0; r < RB; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t gb = 0; gb < G; gb += 16) {
+    const int64_t ng = std::min<int64_t>(16, G - gb);
+    const __mmask16 mask = ng == 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << ng) - 1);
+    const __m512 sx = _mm512_maskz_loadu_ps(mask, o.sx + gb);
+    __m512 scale[RB];  // s·sx of 16 groups
+    for (int r = 0; r < RB; ++r) scale[r] = _mm512_mul_ps(Param::load16(o.scales, (n0 + r) * G + gb, mask), sx);
+    for (int64_t q = 0; q < ng / 2; ++q) {
+      const int64_t chunk = gb / 2 + q;  // 128 codes
+      const int16_t* xq = o.q + chunk * 128;
+      const __m512i x0 = _mm512_loadu_si512(xq), x1 = _mm512_loadu_si512(xq + 32), x2 = _mm512_loadu_si512(xq + 64),
+                    x3 = _mm512_loadu_si512(xq + 96);
+      const __m512i lanes = _mm512_load_si512(kPairLanes.idx[q]);
+      for (int r = 0; r < RB; ++r) {
+        const __m512i w = _mm512_loadu_si512(o.codes + (n0 + r) * row_bytes + chunk * 64);
+        __m512i d = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, nibble), x0);
+        d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble), x1);
+        d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(w, 8), nibble), x2);
+        d = _mm512_dpwssd_epi32(d, _mm512_srli_epi16(w, 12), x3);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(lanes, scale[r]), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    y[n0 + r] = _mm512_reduce_add_ps(acc[r]) + bias_dot<Param>(o.biases, (n0 + r) * G, o.xsum, G);
+}
+
+template <class Param>
+void rows_planes(const Operands& o, float* y, int64_t N) {
+  const int64_t tasks = (N + kRowsPlanes - 1) / kRowsPlanes;
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, kRowsPlanes * o.K / 2)));
+  parallel_for(static_cast<size_t>(tasks), grain, [&](size_t begin, size_t end) {
+    const int64_t n1 = std::min<int64_t>(N, static_cast<int64_t>(end) * kRowsPlanes);
+    int64_t n = static_cast<int64_t>(begin) * kRowsPlanes;
+    for (; n + kRowsPlanes <= n1; n += kRowsPlanes) rows_dot_planes<Param, kRowsPlanes>(o, n, y);
+    for (; n < n1; ++n) rows_dot_planes<Param, 1>(o, n, y);
+  });
+}
+
 // Every row, split across threads: kRows at a time for one or two tokens, one at a time beyond.
 constexpr int kRows = 4;
 template <int BITS, class Param, int TB>
@@ -184,6 +254,15 @@ void rows_for_tokens(const Operands& o, float* y, int64_t N, int64_t T) {
   }
 }
 
+// The plane kernel unless KAPITSA_AFFINE_PLANES=0 (read once; for measuring).
+bool planes_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_AFFINE_PLANES");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 template <int BITS>
 void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
   const int64_t N = w.rows(), K = w.cols(), G = w.scales().dim(-1), gs = w.group_size();
@@ -192,9 +271,17 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
   q.resize(static_cast<size_t>(T * K));
   sx.resize(static_cast<size_t>(T * K / kActBlock));
   xsum.resize(static_cast<size_t>(T * G));
-  quantize_activations<BITS>(x.f32(), T, K, gs, q.data(), sx.data(), xsum.data());
+  const bool planes = BITS == 4 && T == 1 && gs == kActBlock && K % 128 == 0 && planes_enabled();
+  quantize_activations<BITS>(x.f32(), T, K, gs, q.data(), sx.data(), xsum.data(), planes);
   const Operands o{w.weight().data_as<const uint8_t>(), w.scales().data(), w.biases().data(), q.data(), sx.data(),
                    xsum.data(), K, G, gs};
+  if (planes) {
+    switch (w.scales().dtype()) {
+      case DType::bf16: return rows_planes<Bf16Param>(o, y.f32(), N);
+      case DType::f16: return rows_planes<F16Param>(o, y.f32(), N);
+      default: return rows_planes<F32Param>(o, y.f32(), N);
+    }
+  }
   switch (w.scales().dtype()) {
     case DType::bf16: return rows_for_tokens<BITS, Bf16Param>(o, y.f32(), N, T);
     case DType::f16: return rows_for_tokens<BITS, F16Param>(o, y.f32(), N, T);

@@ -6,7 +6,7 @@
 # (PROFILE=1). Carried with tests/models/device_setup.sh, its binaries (stripped), lib/ and configs/ as
 # .device/gpu/bin.tar.xz.
 # QUANT_BITS="4 8": each bench config is also quantized (kapitsa quantize, MLX affine) and benched per
-# variant; MODELS=0: no model tests; BENCH_OPS=1: bench_ops_cuda per variant; MEMCHECK_FILTER: the memcheck's gtest filter.
+# variant; PROFILE_MODEL=DIR: the profiled model (with STEP_MARKER=dequantize_affine when quantized); MODELS=0: no model tests; BENCH_OPS=1: bench_ops_cuda per variant; MEMCHECK_FILTER: the memcheck's gtest filter.
 # Usage (device run, carry [".device/gpu"]):
 #   python3 -c "import tarfile; tarfile.open('.device/gpu/bin.tar.xz').extractall('.device/gpu')" &&
 #   REPO=$PWD [TESTS=0] [MEMCHECK=0] [PROFILE=1] [BUILD_SUBDIR=build/release] bash .device/gpu/decode_speed_run.sh /work/wt/cuda
@@ -59,10 +59,12 @@ for c in ${BENCH_CONFIGS:-qwen35-4b qwen35-0.8b}; do
   done
 done
 if [ "${PROFILE:-0}" = 1 ]; then
+  profiled=(--config "$DEV/configs/qwen35-4b.json")
+  [ -n "${PROFILE_MODEL:-}" ] && profiled=(--model "$PROFILE_MODEL")
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   step ncu_4b.log 300 env KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none --cache-control none --csv --page raw \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 1 --decode 2
+    "$DEV/bench_model" "${profiled[@]}" --device cuda --prompt 1 --decode 2
   python3 "$DEV/profile_step.py" "$OUT/ncu_4b.log" > "$OUT/profile_4b.txt" 2>&1
   head -45 "$OUT/profile_4b.txt"
 fi

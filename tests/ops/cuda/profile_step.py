@@ -2,11 +2,12 @@
 # Summarises an Nsight Compute CSV (`ncu --csv --page raw --metrics gpu__time_duration.sum,
 # dram__bytes_read.sum,dram__bytes_write.sum`) of a model's eager steps (KAPITSA_CUDA_GRAPHS=0) into
 # one decode step's kernel list: the kernels between the last two launches of the embedding kernel
-# (each step starts with one). Prints the kernel count, the summed kernel time, and the kernels grouped
+# (each step starts with one; STEP_MARKER names another kernel, e.g. dequantize_affine for a quantized table). Prints the kernel count, the summed kernel time, and the kernels grouped
 # by (name, grid) with their time and DRAM bandwidth, largest first. Used by profile_run.sh
 # (docs/cuda.md, "Profile of one decode step").
 # Usage: profile_step.py ncu.csv
 import csv
+import os
 import sys
 from collections import defaultdict
 
@@ -54,9 +55,10 @@ def main(path):
     write_key = "dram__bytes_write.sum" if "dram__bytes_write.sum" in units else None
     scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[units[time_key]]  # → µs
     byte_scale = {"byte": 1, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9}
-    starts = [i for i, r in enumerate(rows) if "embedding" in r["Kernel Name"]]
+    marker = os.environ.get("STEP_MARKER", "embedding")  # a quantized table's rows: dequantize_affine
+    starts = [i for i, r in enumerate(rows) if marker in r["Kernel Name"]]
     if len(starts) < 2:
-        sys.exit(f"{path}: fewer than two steps (embedding kernels at {starts})")
+        sys.exit(f"{path}: fewer than two steps ({marker} kernels at {starts})")
     step = rows[starts[-2]:starts[-1]]
     total = sum(number(r[time_key]) * scale for r in step)
     groups = defaultdict(lambda: [0, 0.0, 0.0])
