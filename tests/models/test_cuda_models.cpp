@@ -6,8 +6,11 @@
 // CUDA graphs equal the same steps run op by op, bit for bit. The
 // tolerances are the CPU fixture tests': the CUDA ops match ref to 1e-5 per op (shared op tests), so a
 // model's logits move by rounding only. Skipped visibly without a GPU.
+#include "affine_checkpoint.h"
+#include "cli_runner.h"  // ScratchDir
 #include "cuda_test.h"
 #include "fixture_reference.h"
+#include "model_logits.h"
 #include "models/model.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
@@ -230,6 +233,39 @@ TEST_P(CudaFixture, GraphDecodeEqualsEager) {
   ASSERT_EQ(graph.logits.size(), eager.logits.size());
   for (size_t i = 0; i < eager.logits.size(); ++i)
     ASSERT_EQ(max_abs_diff(graph.logits[i], eager.logits[i]), 0.0) << "logits row " << i;
+}
+
+// The demo model quantized to MLX 4 bits (group 64: the GPU's int16-activation GEMV, several weights in one
+// launch, SwiGLU in the GEMV's epilogue), decoded token by token on the GPU and on the CPU (whose VNNI
+// GEMV rounds x to int16 the same way): logits within 1e-3 relative error, the same top-1 token nearly
+// everywhere (the two accumulate in different orders).
+TEST(CudaAffine, FourBitDemoDecodesAsOnTheCpu) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  const std::string src = test_data_path("../models/demo/target");
+  FixtureReference ref = load_fixture_reference(src);
+  ScratchDir q;
+  ASSERT_TRUE(write_affine_checkpoint(src, q.path(), {4, 64, {}}).ok());
+  auto decode_logits = [&](Device device) {
+    models::LoadOptions o;
+    o.device = device;
+    auto model = models::load_model(q.path(), o);
+    EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
+    const int64_t T = std::min<int64_t>(32, static_cast<int64_t>(ref.prompt_ids.size())), V = (*model)->info().vocab_size;
+    auto state = (*model)->new_state(T);
+    Buffer logits = Buffer::allocate(DType::f32, {T, V});
+    for (int64_t t = 0; t < T; ++t) {
+      Buffer step = Buffer::allocate(DType::f32, {1, V});
+      const Status s = (*model)->forward(std::span<const int32_t>(&ref.prompt_ids[t], 1), *state, step);
+      EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+      std::copy(step.f32(), step.f32() + V, logits.f32() + t * V);
+    }
+    return logits;
+  };
+  const Buffer gpu = decode_logits(Device::cuda), cpu = decode_logits(Device::cpu);
+  const double e = relative_error(gpu, cpu), top1 = top1_agreement(gpu, cpu);
+  std::printf("demo model 4-bit, decode cuda vs cpu: relative error %.2e, top-1 %.3f\n", e, top1);
+  EXPECT_LE(e, 1e-3);
+  EXPECT_GE(top1, 0.97);
 }
 
 INSTANTIATE_TEST_SUITE_P(Demo, CudaFixture,
