@@ -221,7 +221,9 @@ __device__ __forceinline__ int word_dot(uint32_t w, const uint4& xv, int acc) {
   return __dp2a_hi(static_cast<int>(xv.w), hi, acc);
 }
 
-// As the chunk kernel (a block computes kChunkRows outputs, its threads split the rows' 32-code chunks),
+// As the chunk kernel (a block computes kChunkRows outputs, its threads split the rows' 32-code chunks;
+// a block has as many warps as a row has 32 chunks, at most kWarps: at K = 2560, 3 warps, not 4 with
+// 48 threads idle),
 // on x̂ from quantize_x_int16_kernel. The block's rows (Int16Rows) are: kChunkRows consecutive rows of one
 // of up to kInt16MaxParts weights sharing x (block ranges per part in `first_block`), or, for SwiGLU,
 // rows n and n+1 of the gate and of the up weight, written as silu(gate)·up (as silu_mul does).
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const in
   }
   pdl_wait();
   float acc[kChunkRows][MaxT] = {};
-  for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
     uint4 w[kChunkRows];
     float s[kChunkRows], b[kChunkRows];
     const int64_t g = c >> group_shift;
@@ -286,8 +288,7 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const in
   __syncthreads();
   const auto total = [&](int slot) {
     float sum = 0.0f;
-#pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) sum += partial[wi][slot];
+    for (int wi = 0; wi < static_cast<int>(blockDim.x >> 5); ++wi) sum += partial[wi][slot];
     return sum;
   };
   if constexpr (SwiGlu) {
@@ -394,16 +395,27 @@ void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaS
 }
 
 namespace {
+// Blocks of as many warps as a row has 32 chunks (at most kWarps) unless KAPITSA_CUDA_AFFINE_FIT=0.
+bool affine_fit_warps() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_AFFINE_FIT");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 template <bool SwiGlu>
 void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, unsigned blocks, cudaStream_t s) {
   const int64_t K = p.a[0].K;
   const auto* xq = static_cast<const int16_t*>(scratch);
   const float* sx = reinterpret_cast<const float*>(xq + T * K);
   const float* xsum = sx + T * K / kActBlock;
+  const int64_t warps_for_row = (K / 32 + 31) / 32;
+  const unsigned threads = 32u * static_cast<unsigned>(affine_fit_warps() && warps_for_row < kWarps ? warps_for_row : kWarps);
   auto go = [&](auto sb) {
     using SB = decltype(sb);
-    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, SwiGlu>, blocks, kWarps * 32, s, xq, sx, xsum, p, T);
-    else launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, SwiGlu>, blocks, kWarps * 32, s, xq, sx, xsum, p, T);
+    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, SwiGlu>, blocks, threads, s, xq, sx, xsum, p, T);
+    else launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, SwiGlu>, blocks, threads, s, xq, sx, xsum, p, T);
   };
   switch (p.a[0].sb_type) {
     case ElemType::f16: go(__half{}); break;
