@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs what a GPU-machine call needs into .device/gpu/ (git-excluded; carry [".device"]): the stripped
+# test and bench binaries of a CUDA build, the shared libraries the GPU machine lacks, the bench configs,
+# and the driver scripts (decode_speed_run.sh, device_setup.sh, profile_step.py). docs/cuda.md shows the
+# call. Usage: bash tests/ops/cuda/pack_device_bundle.sh [BUILD_DIR]   (default build/release)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+B=${1:-build/release}
+cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models kapitsa bench_model
+stage=$(mktemp -d)
+mkdir -p "$stage/lib" "$stage/configs"
+for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models kapitsa \
+         bench/bench_model; do
+  strip -o "$stage/$(basename "$b")" "$B/$b"
+done
+cp bench/configs/*.json "$stage/configs/"
+for l in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libsimdjson.so.14 libssl.so.3 \
+         libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+  cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
+done
+mkdir -p .device/gpu
+grep -qx ".device/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info && echo ".device/" >> .git/info/exclude; }
+rm -f .device/gpu/bin.tar.xz
+(cd "$stage" && tar -cJf "$OLDPWD/.device/gpu/bin.tar.xz" .)
+cp tests/ops/cuda/decode_speed_run.sh tests/models/device_setup.sh tests/ops/cuda/profile_step.py .device/gpu/
+rm -rf "$stage"
+du -sh .device/gpu
