@@ -3,12 +3,41 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 namespace kapitsa {
 namespace {
 thread_local bool t_inside_pool_task = false;
+
+// How long a thread spins before it sleeps (KAPITSA_SPIN_US, read once).
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds us = [] {
+    const char* env = std::getenv("KAPITSA_SPIN_US");
+    return std::chrono::microseconds(env != nullptr ? std::max(0, std::atoi(env)) : 200);
+  }();
+  return us;
 }
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or spin_time() has passed; whether done() became true.
+template <class Done>
+bool spin_until(Done done) {
+  const auto limit = spin_time();
+  if (limit.count() == 0) return done();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > limit) return done();
+  }
+}
+}  // namespace
 
 ThreadPool::ThreadPool(size_t n_threads) {
   n_threads = std::max<size_t>(1, n_threads);
@@ -37,9 +66,9 @@ void ThreadPool::run_chunks() {
     t_inside_pool_task = true;
     (*job_)(begin, end);
     t_inside_pool_task = false;
-    {
-      std::lock_guard lock(mutex_);
-      if (++chunks_done_ == n_chunks_) work_done_.notify_all();
+    if (chunks_done_.fetch_add(1) + 1 == n_chunks_) {
+      { std::lock_guard lock(mutex_); }  // a caller between its check and its wait sees the notify
+      work_done_.notify_all();
     }
   }
 }
@@ -47,6 +76,7 @@ void ThreadPool::run_chunks() {
 void ThreadPool::worker_loop() {
   size_t seen_generation = 0;
   for (;;) {
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen_generation; });
     {
       std::unique_lock lock(mutex_);
       work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
@@ -75,12 +105,16 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     next_chunk_ = 0;
     n_chunks_ = (n + chunk - 1) / chunk;
     chunks_done_ = 0;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_all();
   run_chunks();
-  std::unique_lock lock(mutex_);
-  work_done_.wait(lock, [&] { return chunks_done_ == n_chunks_; });
+  const size_t n_chunks = n_chunks_;  // written above by this thread only
+  if (!spin_until([&] { return chunks_done_.load(std::memory_order_acquire) == n_chunks; })) {
+    std::unique_lock lock(mutex_);
+    work_done_.wait(lock, [&] { return chunks_done_ == n_chunks; });
+  }
+  std::lock_guard lock(mutex_);
   job_ = nullptr;
 }
 
