@@ -190,8 +190,13 @@ void rows_dot_planes(const Operands& o, int64_t n0, float* y) {
     const int64_t ng = std::min<int64_t>(16, G - gb);
     const __mmask16 mask = ng == 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << ng) - 1);
     const __m512 sx = _mm512_maskz_loadu_ps(mask, o.sx + gb);
+    const __m512 xsum = _mm512_maskz_loadu_ps(mask, o.xsum + gb);
     __m512 scale[RB];  // s·sx of 16 groups
-    for (int r = 0; r < RB; ++r) scale[r] = _mm512_mul_ps(Param::load16(o.scales, (n0 + r) * G + gb, mask), sx);
+    for (int r = 0; r < RB; ++r) {
+      scale[r] = _mm512_mul_ps(Param::load16(o.scales, (n0 + r) * G + gb, mask), sx);
+      // The bias term b·Σx of the same 16 groups, read beside the scales (the lanes are summed at the end).
+      acc[r] = _mm512_fmadd_ps(Param::load16(o.biases, (n0 + r) * G + gb, mask), xsum, acc[r]);
+    }
     for (int64_t q = 0; q < ng / 2; ++q) {
       const int64_t chunk = gb / 2 + q;  // 128 codes
       const int16_t* xq = o.q + chunk * 128;
@@ -208,8 +213,7 @@ void rows_dot_planes(const Operands& o, int64_t n0, float* y) {
       }
     }
   }
-  for (int r = 0; r < RB; ++r)
-    y[n0 + r] = _mm512_reduce_add_ps(acc[r]) + bias_dot<Param>(o.biases, (n0 + r) * G, o.xsum, G);
+  for (int r = 0; r < RB; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
 }
 
 template <class Param>
