@@ -101,6 +101,22 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_word_kernel(const flo
 
 constexpr int kChunkRows = 4;  // outputs of a block
 
+// Each warp's sums of acc into partial[warp] (slot r·MaxT + t), then a barrier: the block's threads
+// then add the warps' partials.
+template <int MaxT>
+__device__ __forceinline__ void write_partials(const float (&acc)[kChunkRows][MaxT],
+                                               float (*partial)[kChunkRows * MaxT]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int r = 0; r < kChunkRows; ++r)
+#pragma unroll
+    for (int t = 0; t < MaxT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0) partial[warp][r * MaxT + t] = v;
+    }
+  __syncthreads();
+}
+
 // Code i (0…31) of a chunk held in words w[0 … BITS-1] (one little-endian bit stream).
 template <int BITS>
 __device__ __forceinline__ uint32_t code_at(const uint32_t (&w)[BITS], int i) {
@@ -160,15 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const fl
       }
     }
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < kChunkRows; ++r)
-#pragma unroll
-    for (int t = 0; t < MaxT; ++t) {
-      const float v = warp_sum(acc[r][t]);
-      if (lane == 0) partial[warp][r * MaxT + t] = v;
-    }
-  __syncthreads();
+  write_partials(acc, partial);
   const int r = threadIdx.x / MaxT, t = threadIdx.x % MaxT;
   if (threadIdx.x < kChunkRows * MaxT && r < rows && t < T) {
     float sum = 0.0f;
@@ -177,7 +185,6 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const fl
     y[t * N + n0 + r] = sum;
   }
 }
-
 
 // ---- int16 kernel (4 bits, groups of a multiple of 64) -------------------------------------------
 
@@ -223,8 +230,7 @@ __device__ __forceinline__ int word_dot(uint32_t w, const uint4& xv, int acc) {
 
 // As the chunk kernel (a block computes kChunkRows outputs, its threads split the rows' 32-code chunks;
 // a block has as many warps as a row has 32 chunks, at most kWarps: at K = 2560, 3 warps, not 4 with
-// 48 threads idle),
-// on x̂ from quantize_x_int16_kernel. The block's rows (Int16Rows) are: kChunkRows consecutive rows of one
+// 48 threads idle), on x̂ from quantize_x_int16_kernel. The block's rows (Int16Parts) are: kChunkRows consecutive rows of one
 // of up to kInt16MaxParts weights sharing x (block ranges per part in `first_block`), or, for SwiGLU,
 // rows n and n+1 of the gate and of the up weight, written as silu(gate)·up (as silu_mul does).
 // Queued with programmatic dependent launch: the first weights are prefetched into L2 before pdl_wait().
@@ -277,15 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const in
       }
     }
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < kChunkRows; ++r)
-#pragma unroll
-    for (int t = 0; t < MaxT; ++t) {
-      const float v = warp_sum(acc[r][t]);
-      if (lane == 0) partial[warp][r * MaxT + t] = v;
-    }
-  __syncthreads();
+  write_partials(acc, partial);
   const auto total = [&](int slot) {
     float sum = 0.0f;
     for (int wi = 0; wi < static_cast<int>(blockDim.x >> 5); ++wi) sum += partial[wi][slot];
@@ -366,7 +364,6 @@ void affine_gemv(const float* x, const AffineArgs& a, float* y, int64_t T, int64
   }
 }
 
-
 bool affine_int16_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("KAPITSA_CUDA_AFFINE_INT16");
@@ -395,15 +392,6 @@ void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaS
 }
 
 namespace {
-// Blocks of as many warps as a row has 32 chunks (at most kWarps) unless KAPITSA_CUDA_AFFINE_FIT=0.
-bool affine_fit_warps() {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_CUDA_AFFINE_FIT");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 template <bool SwiGlu>
 void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, unsigned blocks, cudaStream_t s) {
   const int64_t K = p.a[0].K;
@@ -411,7 +399,7 @@ void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, unsigned 
   const float* sx = reinterpret_cast<const float*>(xq + T * K);
   const float* xsum = sx + T * K / kActBlock;
   const int64_t warps_for_row = (K / 32 + 31) / 32;
-  const unsigned threads = 32u * static_cast<unsigned>(affine_fit_warps() && warps_for_row < kWarps ? warps_for_row : kWarps);
+  const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
   auto go = [&](auto sb) {
     using SB = decltype(sb);
     if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, SwiGlu>, blocks, threads, s, xq, sx, xsum, p, T);

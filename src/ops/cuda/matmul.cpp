@@ -21,7 +21,16 @@ using detail::stream;
 
 namespace {
 void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
+const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
+  void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
+  kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
+  return xq;
 }
+}  // namespace
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16, or MLX affine (up to kGemvMaxTokens rows: the fused
 // dequantize-GEMV, for 4 bits on x rounded to int16; more: dequantized to f32 in scratch, then the f32
@@ -34,11 +43,9 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   const int64_t T = detail::rows_of(x);
   KAPITSA_CHECK(x.dim(-1) == K && y.dim(-1) == N && detail::rows_of(y) == T && (x.data() != y.data() || x.numel() == 0),
                 "matmul: x {}, affine w [{}, {}], y {} (y must not alias x)", x.shape().str(), N, K, y.shape().str());
-  if (kernels::affine_int16_supported(a, T) && reinterpret_cast<uintptr_t>(x.data()) % 16 == 0) {
-    void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
-    kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
+  if (kernels::affine_int16_supported(a, T) && aligned16(x.data())) {
     float* out = y.f32();
-    kernels::affine_gemv_int16(xq, &a, &out, &N, 1, T, stream());
+    kernels::affine_gemv_int16(rounded_x(x, T, K), &a, &out, &N, 1, T, stream());
     check_launch("matmul (affine int16 gemv)");
     return;
   }
@@ -59,7 +66,7 @@ namespace {
 // False (nothing done) otherwise.
 bool affine_int16_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
   const int64_t T = detail::rows_of(x), K = x.dim(-1);
-  if (w.size() < 2 || reinterpret_cast<uintptr_t>(x.data()) % 16 != 0) return false;
+  if (w.size() < 2 || !aligned16(x.data())) return false;
   std::vector<kernels::AffineArgs> args;
   std::vector<float*> out;
   std::vector<int64_t> rows;
@@ -75,9 +82,7 @@ bool affine_int16_many(const Tensor& x, std::span<const Linear> w, std::span<con
                   y[i].shape().str());
     out.push_back(y[i].f32()), rows.push_back(w[i].rows());
   }
-  void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
-  kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
-  kernels::affine_gemv_int16(xq, args.data(), out.data(), rows.data(), static_cast<int>(args.size()), T, stream());
+  kernels::affine_gemv_int16(rounded_x(x, T, K), args.data(), out.data(), rows.data(), static_cast<int>(args.size()), T, stream());
   check_launch("matmul_many (affine int16 gemv)");
   return true;
 }
@@ -119,25 +124,22 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
 void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
   check_f32(x, "matmul_swiglu", "x"), check_f32(up, "matmul_swiglu", "up"), check_f32(y, "matmul_swiglu", "y");
   const int64_t T = detail::rows_of(x), K = x.dim(-1);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (w_gate.format() == WeightFormat::affine && w_up.format() == WeightFormat::affine && aligned(x.data())) {
+  if (w_gate.format() == WeightFormat::affine && w_up.format() == WeightFormat::affine && aligned16(x.data())) {
     const kernels::AffineArgs g = detail::affine_args(w_gate, "matmul_swiglu"), u = detail::affine_args(w_up, "matmul_swiglu");
     const int64_t N = w_gate.rows();
     if (kernels::affine_int16_supported(g, T) && kernels::affine_int16_supported(u, T) && w_up.rows() == N &&
         w_gate.cols() == K && w_up.cols() == K && g.group_size == u.group_size && g.sb_type == u.sb_type) {
       KAPITSA_CHECK(y.dim(-1) == N && detail::rows_of(y) == T && y.data() != x.data(),
                     "matmul_swiglu: x {}, affine w_gate/w_up [{}, {}], y {}", x.shape().str(), N, K, y.shape().str());
-      void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
-      kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
-      kernels::affine_gemv_int16_swiglu(xq, g, u, y.f32(), N, T, stream());
+      kernels::affine_gemv_int16_swiglu(rounded_x(x, T, K), g, u, y.f32(), N, T, stream());
       check_launch("matmul_swiglu (affine int16 gemv)");
       return;
     }
   }
   const bool dense = w_gate.format() == WeightFormat::dense && w_up.format() == WeightFormat::dense &&
                      w_gate.weight().dtype() == w_up.weight().dtype() && detail::is_weight_dtype(w_gate.weight().dtype());
-  if (T != 1 || !dense || K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned(x.data()) ||
-      !aligned(w_gate.weight().data()) || !aligned(w_up.weight().data())) {
+  if (T != 1 || !dense || K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned16(x.data()) ||
+      !aligned16(w_gate.weight().data()) || !aligned16(w_up.weight().data())) {
     return composed::matmul_swiglu(*backend(), x, w_gate, w_up, up, y);
   }
   const Tensor& g = w_gate.dense("matmul_swiglu");
