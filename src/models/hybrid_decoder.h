@@ -31,8 +31,17 @@ class HybridDecoder : public Model {
   void set_device(Device device) { device_ = device; }
   using Model::forward;
   Status forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const override;
+  // The multi-token-prediction head's plumbing, shared by the families: checks, KV pages for rows past
+  // n_past, the step metadata, the rows' embeddings and hidden rows, the outputs; mtp_head computes it.
+  Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const override;
 
  protected:
+  // The family's head (called only when info_.mtp_layers > 0): e: [T, H] the rows' token embeddings,
+  // h: [T, H] the target's hidden rows (workspace copies it may overwrite);  out: [T, H] its final-normed
+  // output. Its attention layers' KV are the layers past the trunk's in kv_layout().
+  virtual void mtp_head(const StepBatch& step, const Tensor& e, const Tensor& h, const Tensor& out,
+                        ForwardContext& ctx) const;
+
   // Layer `layer`'s block `block` (Qwen: 0 the mixer, 1 the MLP; Nemotron: one block per layer).
   // normed: [n_tokens, H] (the block's input norm applied);  out: [n_tokens, H].
   virtual void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed,

@@ -6,10 +6,10 @@
 // (Model::forward_mtp): the demo's trained head against the PyTorch forward the training script wrote,
 // in one call and split over two (its KV carried between), and from Kapitsa's own hidden rows; mtp.*
 // sets with a missing or misshaped tensor are refused naming it; a complete random set loads
-// (dense and MoE MLP) and runs.
+// (dense and MoE MLP) and runs. The Nemotron 3 head (attention + MoE layers) against its float64 reference.
 #include "models/model.h"
-#include "ops/ops.h"
 #include "models/mtp_fixture.h"
+#include "ops/ops.h"
 #include "test_util.h"
 #include "weights/safetensors.h"
 
@@ -17,6 +17,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <numeric>
 #include <unistd.h>
 
@@ -189,6 +192,91 @@ TEST(MtpHead, DemoHeadMatchesThePyTorchReference) {
     return std::max_element(t.f32(), t.f32() + t.numel()) - t.f32();
   };
   EXPECT_EQ(argmax(last), argmax(logits->rows(n - 1, n)));
+}
+
+void replace_once(std::string& text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+}
+
+// A copy of nemotron-h-tiny with the random Nemotron 3 MTP head of tests/fixtures/nemotron-h-tiny-mtp
+// (config.json with mtp_hybrid_override_pattern "*E", model-mtp.safetensors), `edit` applied to the
+// config's text before writing. tools/fixtures/nemotron_mtp_reference.py wrote the head and its reference.
+std::string nemotron_with_mtp(const std::filesystem::path& dir, const std::function<void(std::string&)>& edit = {}) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const fs::path trunk = test_data_path("fixtures/nemotron-h-tiny"), head = test_data_path("fixtures/nemotron-h-tiny-mtp");
+  fs::copy_file(trunk / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+  fs::copy_file(head / "model-mtp.safetensors", dir / "model-mtp.safetensors", fs::copy_options::overwrite_existing);
+  std::ifstream in(head / "config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (edit) edit(config);  // as text: the config keeps NVIDIA's bare Infinity
+  std::ofstream(dir / "config.json") << config;
+  return dir.string();
+}
+
+// The Nemotron 3 head (attention then MoE layer, vLLM's layout) against the float64 forward of its
+// definition (tools/fixtures/nemotron_mtp_reference.py) over the fixture's prompt and reference hidden
+// rows: in one call, then in two (the second attends over the first's KV). Configs the head cannot run
+// and a missing tensor are refused, naming what is wrong.
+TEST(MtpHead, NemotronHeadMatchesItsReference) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("kapitsa_nemotron_mtp_" + std::to_string(::getpid()));
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() { fs::remove_all(p); }
+  } cleanup{root};
+  auto loaded = models::load_model(nemotron_with_mtp(root / "ok"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  ASSERT_EQ(model.info().mtp_layers, 1);
+  EXPECT_EQ(model.kv_layout().n_layers, 3);  // the trunk's two attention layers and the head's
+  auto ref = weights::Checkpoint::open(test_data_path("fixtures/nemotron-h-tiny-mtp/mtp_reference.safetensors"));
+  auto trunk = weights::Checkpoint::open(test_data_path("fixtures/nemotron-h-tiny/reference.safetensors"));
+  ASSERT_TRUE(ref.ok() && trunk.ok());
+  auto ids_t = ref->get_any_shape("ids", {DType::i32});
+  auto mtp_hidden = ref->get_any_shape("mtp_hidden", {DType::f32});
+  auto last_logits = ref->get_any_shape("last_logits", {DType::f32});
+  auto hidden_states = trunk->get_any_shape("hidden_states", {DType::f32});
+  ASSERT_TRUE(ids_t.ok() && mtp_hidden.ok() && last_logits.ok() && hidden_states.ok());
+  const int64_t n = ids_t->numel(), V = model.info().vocab_size, H = model.info().hidden_size;
+  const Tensor hidden = hidden_states->index(hidden_states->dim(0) - 1).rows(0, n);  // final-normed rows 0…n-1
+  const std::span<const int32_t> ids(ids_t->data_as<int32_t>(), static_cast<size_t>(n));
+  const int64_t tail = last_logits->dim(0);
+  {
+    auto state = model.new_state(n + 1);
+    Buffer logits = Buffer::allocate(DType::f32, {n, V}), y = Buffer::allocate(DType::f32, {n, H});
+    const models::Model::MtpRows rows[] = {{state.get(), 0, ids, hidden, logits, y}};
+    ASSERT_TRUE(model.run_mtp(rows).ok());
+    EXPECT_LE(relative_error(y, *mtp_hidden), 1e-4);
+    EXPECT_LE(relative_error(logits.tensor().rows(n - tail, n), *last_logits), 1e-4);
+    EXPECT_EQ(state->n_past(), 0);
+  }
+  auto state = model.new_state(n + 1);
+  const int64_t split = n / 2;
+  Buffer first = Buffer::allocate(DType::f32, {1, H}), last = Buffer::allocate(DType::f32, {1, H});
+  const models::Model::MtpRows a[] = {{state.get(), 0, ids.first(static_cast<size_t>(split)), hidden.rows(0, split), {}, first}};
+  ASSERT_TRUE(model.run_mtp(a).ok());
+  const models::Model::MtpRows b[] = {{state.get(), split, ids.subspan(static_cast<size_t>(split)), hidden.rows(split, n), {}, last}};
+  ASSERT_TRUE(model.run_mtp(b).ok());
+  EXPECT_LE(relative_error(first, mtp_hidden->rows(split - 1, split)), 1e-4);
+  EXPECT_LE(relative_error(last, mtp_hidden->rows(n - 1, n)), 1e-4);
+
+  auto mamba_head = models::load_model(nemotron_with_mtp(root / "mamba", [](std::string& c) { replace_once(c, R"("mtp_hybrid_override_pattern": "*E")", R"("mtp_hybrid_override_pattern": "M")"); }));
+  ASSERT_FALSE(mamba_head.ok());
+  EXPECT_NE(mamba_head.error().message.find("mtp_hybrid_override_pattern"), std::string::npos) << mamba_head.error().message;
+  auto no_pattern = models::load_model(nemotron_with_mtp(root / "no_pattern", [](std::string& c) { replace_once(c, R"("mtp_hybrid_override_pattern": "*E")", R"("mtp_unrelated": "*E")"); }));
+  ASSERT_FALSE(no_pattern.ok());
+  EXPECT_NE(no_pattern.error().message.find("num_nextn_predict_layers"), std::string::npos) << no_pattern.error().message;
+  // A pattern longer than the checkpoint's layers: layer 2's tensors are missing.
+  auto longer = models::load_model(nemotron_with_mtp(root / "longer", [](std::string& c) { replace_once(c, R"("mtp_hybrid_override_pattern": "*E")", R"("mtp_hybrid_override_pattern": "*E*")"); }));
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(longer.error().message.find("mtp.layers.2."), std::string::npos) << longer.error().message;
+  // Without the declaration the head is not loaded.
+  auto undeclared = models::load_model(nemotron_with_mtp(root / "undeclared", [](std::string& c) { replace_once(c, R"("num_nextn_predict_layers": 1)", R"("num_nextn_predict_layers": 0)"); }));
+  ASSERT_TRUE(undeclared.ok()) << undeclared.error().message;
+  EXPECT_EQ((*undeclared)->info().mtp_layers, 0);
 }
 
 TEST(MtpHead, RandomHeadsLoadAndRunBadOnesAreRefused) {

@@ -53,6 +53,29 @@ Status parse_pattern(const weights::HfConfig& c, NemotronHConfig& out) {
   return ok_status();
 }
 
+// The multi-token-prediction head's layers (Nemotron 3): num_nextn_predict_layers (at most one head;
+// vLLM's limit too) of mtp_hybrid_override_pattern's letters, attention (*), MoE (E) or MLP (-).
+Status parse_mtp_pattern(const weights::HfConfig& c, NemotronHConfig& out) {
+  KAPITSA_TRY(int64_t heads, c.get_int("num_nextn_predict_layers", 0));
+  if (heads <= 0) return ok_status();
+  if (!c.has("mtp_hybrid_override_pattern"))
+    return error("{} is {} but mtp_hybrid_override_pattern (the head's layers) is missing",
+                 c.where("num_nextn_predict_layers"), heads);
+  KAPITSA_TRY(std::string pattern, c.get_string("mtp_hybrid_override_pattern"));
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    switch (pattern[i]) {
+      case '*': out.mtp_kinds.push_back(LayerKind::attention); break;
+      case '-': out.mtp_kinds.push_back(LayerKind::mlp); break;
+      case 'E': out.mtp_kinds.push_back(LayerKind::moe); break;
+      default:
+        return error("{} has layer letter '{}' at position {} (an MTP head runs *, - or E layers)",
+                     c.where("mtp_hybrid_override_pattern"), pattern[i], i);
+    }
+  }
+  if (out.mtp_kinds.empty()) return error("{} is empty", c.where("mtp_hybrid_override_pattern"));
+  return ok_status();
+}
+
 }  // namespace
 
 char pattern_letter(LayerKind kind) {
@@ -69,6 +92,10 @@ int64_t NemotronHConfig::count(LayerKind kind) const {
   return std::count(layer_kinds.begin(), layer_kinds.end(), kind);
 }
 
+bool NemotronHConfig::uses(LayerKind kind) const {
+  return count(kind) > 0 || std::find(mtp_kinds.begin(), mtp_kinds.end(), kind) != mtp_kinds.end();
+}
+
 std::string NemotronHConfig::pattern() const {
   std::string s;
   for (LayerKind k : layer_kinds) s += pattern_letter(k);
@@ -83,6 +110,7 @@ Expected<NemotronHConfig> parse_config(const weights::HfConfig& cfg) {
   if (c.vocab_size <= 0 || c.hidden_size <= 0)
     return error("{}: vocab_size and hidden_size must be positive", cfg.path());
   KAPITSA_RETURN_IF_ERROR(parse_pattern(cfg, c));
+  KAPITSA_RETURN_IF_ERROR(parse_mtp_pattern(cfg, c));
   c.n_layers = static_cast<int64_t>(c.layer_kinds.size());
   if (cfg.has("num_hidden_layers")) {
     KAPITSA_TRY(int64_t declared, cfg.get_int("num_hidden_layers"));
@@ -96,7 +124,7 @@ Expected<NemotronHConfig> parse_config(const weights::HfConfig& cfg) {
   KAPITSA_TRY(c.max_position_embeddings, cfg.get_int("max_position_embeddings", 4096));
   KAPITSA_TRY(c.tie_word_embeddings, cfg.get_bool("tie_word_embeddings", false));
 
-  if (c.count(LayerKind::attention) > 0) {
+  if (c.uses(LayerKind::attention)) {
     KAPITSA_TRY(c.n_heads, cfg.get_int("num_attention_heads"));
     KAPITSA_TRY(c.n_kv_heads, cfg.get_int("num_key_value_heads", c.n_heads));
     if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
@@ -107,7 +135,7 @@ Expected<NemotronHConfig> parse_config(const weights::HfConfig& cfg) {
     if (attention_bias) return error("{} is true: attention biases are not supported", cfg.where("attention_bias"));
   }
 
-  if (c.count(LayerKind::mamba) > 0) {
+  if (c.uses(LayerKind::mamba)) {
     KAPITSA_TRY(c.mamba_heads, cfg.get_int("mamba_num_heads"));
     KAPITSA_TRY(c.mamba_head_dim, cfg.get_int("mamba_head_dim"));
     KAPITSA_TRY(c.d_state, cfg.get_int("ssm_state_size"));
@@ -143,7 +171,7 @@ Expected<NemotronHConfig> parse_config(const weights::HfConfig& cfg) {
     KAPITSA_TRY(c.time_step_min, cfg.get_float(min_field, 0.001));
   }
 
-  const bool has_ffn = c.count(LayerKind::mlp) > 0 || c.count(LayerKind::moe) > 0;
+  const bool has_ffn = c.uses(LayerKind::mlp) || c.uses(LayerKind::moe);
   if (has_ffn && cfg.has("mlp_hidden_act")) {
     KAPITSA_TRY(std::string act, cfg.get_string("mlp_hidden_act"));
     if (act != "relu2") return error("{} is '{}': only relu2 is supported", cfg.where("mlp_hidden_act"), act);
@@ -152,11 +180,11 @@ Expected<NemotronHConfig> parse_config(const weights::HfConfig& cfg) {
     KAPITSA_TRY(bool mlp_bias, cfg.get_bool("mlp_bias", false));
     if (mlp_bias) return error("{} is true: MLP biases are not supported", cfg.where("mlp_bias"));
   }
-  if (c.count(LayerKind::mlp) > 0) {
+  if (c.uses(LayerKind::mlp)) {
     KAPITSA_TRY(c.intermediate_size, cfg.get_int("intermediate_size"));
     if (c.intermediate_size <= 0) return error("{} must be positive", cfg.where("intermediate_size"));
   }
-  if (c.count(LayerKind::moe) > 0) {
+  if (c.uses(LayerKind::moe)) {
     KAPITSA_TRY(c.n_experts, cfg.get_int("n_routed_experts"));
     KAPITSA_TRY(c.top_k, cfg.get_int("num_experts_per_tok"));
     KAPITSA_TRY(c.moe_intermediate_size, cfg.get_int("moe_intermediate_size"));

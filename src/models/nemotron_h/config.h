@@ -1,7 +1,7 @@
 // NemotronHConfig: the hyper-parameters of the Nemotron-H / Nemotron 3 family (model_type nemotron_h),
 // read from config.json: the layer pattern from hybrid_override_pattern ("M*-E" letters, released
 // configs) or layers_block_type (new or legacy names), legacy mamba_* field names, time_step_limit
-// with Infinity. Errors name the field; nothing is guessed where a wrong guess would run silently.
+// with Infinity, the MTP head's pattern (mtp_hybrid_override_pattern). Errors name the field; nothing is guessed where a wrong guess would run silently.
 #pragma once
 
 #include "base/status.h"
@@ -23,6 +23,9 @@ struct NemotronHConfig {
   std::string model_type;
   int64_t vocab_size = 0, hidden_size = 0, n_layers = 0;
   std::vector<LayerKind> layer_kinds;
+  // The multi-token-prediction head's layers (mtp_hybrid_override_pattern when num_nextn_predict_layers
+  // is positive; empty otherwise).
+  std::vector<LayerKind> mtp_kinds;
   // attention (`*`)
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   // Mamba-2 (`M`)
@@ -45,7 +48,8 @@ struct NemotronHConfig {
   std::vector<int32_t> eos_token_ids;
   Quantization quantization;  // config.json "quantization" (MLX affine checkpoints)
 
-  int64_t count(LayerKind kind) const;
+  int64_t count(LayerKind kind) const;  // in the trunk
+  bool uses(LayerKind kind) const;       // in the trunk or the MTP head (its hyper-parameters are needed)
   std::string pattern() const;  // e.g. "M-M*EMEM*E"
 };
 

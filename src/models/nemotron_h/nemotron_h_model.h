@@ -2,7 +2,8 @@
 // h = x + Mixer(RMSNorm(x)) whose mixer is Mamba-2 (M), NoPE GQA attention (*), a relu² MLP (-) or a
 // sigmoid-routed MoE (E, optionally LatentMoE); final norm_f and an untied lm_head. Tensor names under
 // backbone.* (released checkpoints) or model.* (transformers' own), optionally behind language_model.;
-// mtp.* is recognised and left unused.
+// the Nemotron 3 multi-token-prediction head (mtp.layers.*, Model::forward_mtp) when the checkpoint has
+// it and config.json gives its layers (mtp_hybrid_override_pattern).
 #pragma once
 
 #include "models/model.h"

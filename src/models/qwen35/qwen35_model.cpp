@@ -45,10 +45,11 @@ class Qwen35Model final : public HybridDecoder {
       : config_(std::move(config)), checkpoint_(std::move(checkpoint)) {}
 
   Status load_weights();
-  Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const override;
 
  private:
   Status load_mtp(WeightLoader& loader, int64_t kv_layer);
+  void mtp_head(const StepBatch& step, const Tensor& e, const Tensor& h, const Tensor& out,
+                ForwardContext& ctx) const override;
   void block_forward(size_t layer, size_t block, const StepBatch& step, const Tensor& normed, const Tensor& out,
                      ForwardContext& ctx) const override;
 
@@ -87,74 +88,13 @@ Status Qwen35Model::load_mtp(WeightLoader& loader, int64_t kv_layer) {
   return ok_status();
 }
 
-Status Qwen35Model::forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const {
-  if (!mtp_) return error("{} has no multi-token-prediction head (no mtp.* tensors loaded)", config_.model_type);
-  const int64_t H = info_.hidden_size, V = info_.vocab_size;
-  if (sequences.empty()) return error("forward_mtp: no sequences");
-  std::vector<ForwardBatch::Sequence> batch_seqs;
-  std::vector<int64_t> positions0;
-  for (const MtpRows& s : sequences) {
-    const int64_t n = static_cast<int64_t>(s.ids.size());
-    if (s.state == nullptr || n == 0) return error("forward_mtp: a sequence has no state or no tokens");
-    for (size_t i = 0; i < s.ids.size(); ++i)
-      if (s.ids[i] < 0 || s.ids[i] >= V) return error("forward_mtp: token id {} at index {} is outside [0, {})", s.ids[i], i, V);
-    if (s.position0 < 0 || s.position0 + n > s.state->capacity())
-      return error("forward_mtp: rows at positions [{}, {}) for a state of {} tokens (capacity {})", s.position0,
-                   s.position0 + n, s.state->n_past(), s.state->capacity());
-    KAPITSA_CHECK(s.hidden.shape() == Shape({n, H}) && s.hidden.dtype() == DType::f32, "forward_mtp hidden {}",
-                  s.hidden.shape().str());
-    for (const Tensor* t : {&s.logits, &s.out_hidden})
-      KAPITSA_CHECK(t->empty() || (t->rank() == 2 && (t->dim(0) == n || t->dim(0) == 1) && t->dtype() == DType::f32 &&
-                                   t->dim(1) == (t == &s.logits ? V : H)),
-                    "forward_mtp output {}", t->shape().str());
-    if (s.state->kv_pool() != sequences.front().state->kv_pool())
-      return error("forward_mtp: the sequences must share their KV page pool");
-    batch_seqs.push_back({s.ids, s.state});
-    positions0.push_back(s.position0);
-  }
-  // KV pages for the rows past n_past (recursive drafting), as the next forward would take them.
-  std::vector<ForwardBatch::Sequence> ahead;
-  std::vector<std::vector<int32_t>> ahead_ids;
-  for (const MtpRows& s : sequences) {
-    const int64_t past = s.position0 + static_cast<int64_t>(s.ids.size()) - s.state->n_past();
-    if (past <= 0) continue;
-    ahead_ids.emplace_back(static_cast<size_t>(past), 0);
-  }
-  for (size_t j = 0, a = 0; j < sequences.size(); ++j)
-    if (sequences[j].position0 + static_cast<int64_t>(sequences[j].ids.size()) > sequences[j].state->n_past())
-      ahead.push_back({ahead_ids[a++], sequences[j].state});
-  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(ahead));
-
-  Workspace& ws = ctx.workspace;
-  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
-  std::optional<ops::ScopedBackend> on_device;
-  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
-  ws.begin_step();
-  size_t n_ids = 0;
-  for (const MtpRows& s : sequences) n_ids += s.ids.size();
-  std::span<int32_t> ids = ws.take_span<int32_t>(n_ids);
-  n_ids = 0;
-  for (const MtpRows& s : sequences) {
-    std::copy(s.ids.begin(), s.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(n_ids));
-    n_ids += s.ids.size();
-  }
-  const ForwardBatch batch{batch_seqs};
-  KAPITSA_TRY(const StepBatch step, build_step(batch, ForwardOutputs{}, ws, positions0));
-  const int64_t T = step.n_tokens;
-  const Tensor e = ws.take(DType::f32, {T, H}), h = ws.take(DType::f32, {T, H});   // embedding, hidden
-  const Tensor both = ws.take(DType::f32, {T, 2 * H});                             // [norm(e) | norm(h)]
-  const Tensor x = ws.take(DType::f32, {T, H}), normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
-  const MirroredMetadata mirrored(device_, ws);
-
-  int64_t row = 0;
-  for (const MtpRows& s : sequences) {
-    const Tensor dst = h.rows(row, row + s.hidden.dim(0));
-    if (s.hidden.device() == device_) ops::copy(s.hidden, dst);
-    else ops::copy_bytes(dst, s.hidden, /*wait=*/false);
-    row += s.hidden.dim(0);
-  }
+void Qwen35Model::mtp_head(const StepBatch& step, const Tensor& e, const Tensor& h, const Tensor& out,
+                           ForwardContext& ctx) const {
   const MtpHead& m = *mtp_;
-  ops::embedding(embedding_, ids, e);
+  Workspace& ws = ctx.workspace;
+  const int64_t T = step.n_tokens, H = info_.hidden_size;
+  const Tensor both = ws.take(DType::f32, {T, 2 * H});  // [norm(e) | norm(h)]
+  const Tensor x = ws.take(DType::f32, {T, H}), normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
   ops::rms_norm(e, m.norm_embedding, norm_eps_, norm_weight_offset_, e);
   ops::rms_norm(h, m.norm_hidden, norm_eps_, norm_weight_offset_, h);
   const Tensor halves[] = {e, h};
@@ -165,23 +105,7 @@ Status Qwen35Model::forward_mtp(std::span<const MtpRows> sequences, ForwardConte
   ops::add_rms_norm(x, mixed, m.post_attention_norm, norm_eps_, norm_weight_offset_, normed);
   if (m.layer.moe) softmax_moe_forward(moe_config_, *m.layer.moe, normed, mixed, ctx);
   else swiglu_forward(*m.layer.mlp, normed, mixed, ctx);
-  ops::add_rms_norm(x, mixed, m.norm, norm_eps_, norm_weight_offset_, normed);  // normed: the head's output
-  row = 0;
-  for (const MtpRows& s : sequences) {
-    const int64_t n = static_cast<int64_t>(s.ids.size());
-    auto rows_for = [&](const Tensor& out) {
-      return out.dim(0) == n ? normed.rows(row, row + n) : normed.rows(row + n - 1, row + n);
-    };
-    if (!s.out_hidden.empty()) store(rows_for(s.out_hidden), s.out_hidden);
-    if (!s.logits.empty()) {
-      const Tensor out = s.logits.device() == device_ ? s.logits : ws.take(DType::f32, s.logits.shape());
-      ops::matmul(rows_for(s.logits), head_, out);
-      if (out.data() != s.logits.data()) store(out, s.logits);
-    }
-    row += n;
-  }
-  ops::synchronize(device_);
-  return ok_status();
+  ops::add_rms_norm(x, mixed, m.norm, norm_eps_, norm_weight_offset_, out);
 }
 
 Status Qwen35Model::load_weights() {
