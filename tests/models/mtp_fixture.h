@@ -1,5 +1,6 @@
-// A tiny fixture with a random MTP head, for tests: a copy of tests/fixtures/NAME in a scratch folder
-// with mtp.* tensors in model-mtp.safetensors (the loader reads every model*.safetensors of a folder).
+// Tiny fixtures with a random MTP head, for tests: a copy of tests/fixtures/NAME in a scratch folder
+// with mtp.* tensors in model-mtp.safetensors (the loader reads every model*.safetensors of a folder);
+// for Nemotron, nemotron-h-tiny with the head of tests/fixtures/nemotron-h-tiny-mtp.
 #pragma once
 
 #include "test_util.h"
@@ -9,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,6 +56,28 @@ inline std::string fixture_with_mtp(const std::string& fixture, const std::files
     add(n, {H}, true);
   if (change) change(tensors);
   EXPECT_TRUE(weights::write_safetensors((dir / "model-mtp.safetensors").string(), tensors).ok());
+  return dir.string();
+}
+
+inline void replace_once(std::string& text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+}
+
+// A copy of nemotron-h-tiny with the random Nemotron 3 MTP head of tests/fixtures/nemotron-h-tiny-mtp
+// (config.json with mtp_hybrid_override_pattern "*E", model-mtp.safetensors), `edit` applied to the
+// config's text before writing. tools/fixtures/nemotron_mtp_reference.py wrote the head and its reference.
+inline std::string nemotron_with_mtp(const std::filesystem::path& dir, const std::function<void(std::string&)>& edit = {}) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const fs::path trunk = test_data_path("fixtures/nemotron-h-tiny"), head = test_data_path("fixtures/nemotron-h-tiny-mtp");
+  fs::copy_file(trunk / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+  fs::copy_file(head / "model-mtp.safetensors", dir / "model-mtp.safetensors", fs::copy_options::overwrite_existing);
+  std::ifstream in(head / "config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (edit) edit(config);  // as text: the config keeps NVIDIA's bare Infinity
+  std::ofstream(dir / "config.json") << config;
   return dir.string();
 }
 

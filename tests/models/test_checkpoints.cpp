@@ -194,28 +194,6 @@ TEST(MtpHead, DemoHeadMatchesThePyTorchReference) {
   EXPECT_EQ(argmax(last), argmax(logits->rows(n - 1, n)));
 }
 
-void replace_once(std::string& text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  ASSERT_NE(at, std::string::npos) << from;
-  text.replace(at, from.size(), to);
-}
-
-// A copy of nemotron-h-tiny with the random Nemotron 3 MTP head of tests/fixtures/nemotron-h-tiny-mtp
-// (config.json with mtp_hybrid_override_pattern "*E", model-mtp.safetensors), `edit` applied to the
-// config's text before writing. tools/fixtures/nemotron_mtp_reference.py wrote the head and its reference.
-std::string nemotron_with_mtp(const std::filesystem::path& dir, const std::function<void(std::string&)>& edit = {}) {
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
-  const fs::path trunk = test_data_path("fixtures/nemotron-h-tiny"), head = test_data_path("fixtures/nemotron-h-tiny-mtp");
-  fs::copy_file(trunk / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
-  fs::copy_file(head / "model-mtp.safetensors", dir / "model-mtp.safetensors", fs::copy_options::overwrite_existing);
-  std::ifstream in(head / "config.json");
-  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (edit) edit(config);  // as text: the config keeps NVIDIA's bare Infinity
-  std::ofstream(dir / "config.json") << config;
-  return dir.string();
-}
-
 // The Nemotron 3 head (attention then MoE layer, vLLM's layout) against the float64 forward of its
 // definition (tools/fixtures/nemotron_mtp_reference.py) over the fixture's prompt and reference hidden
 // rows: in one call, then in two (the second attends over the first's KV). Configs the head cannot run

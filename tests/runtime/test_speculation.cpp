@@ -597,8 +597,8 @@ class MtpThenScripted final : public Proposer {
 
 // Greedy decoding with the demo's MTP head gives the plain ids, five sequences batched, k = 1 and 3;
 // the head is right often but not always. On a tiny fixture with a random head, guesses forced all
-// right or all wrong (after the head ran) and the random head's own give the plain ids too; without a
-// head, --spec mtp is refused and auto falls back to n-gram.
+// right or all wrong (after the head ran) and the random head's own give the plain ids too, for a
+// Qwen3.5 and a Nemotron 3 head; without a head, --spec mtp is refused and auto falls back to n-gram.
 TEST(Speculation, GreedyIdenticalWithTheMtpHead) {
   const Demo d = demo();
   const std::vector<GenerateRequest> requests = five_code_requests(*d.tokenizer);
@@ -620,28 +620,32 @@ TEST(Speculation, GreedyIdenticalWithTheMtpHead) {
     fs::path p;
     ~Cleanup() { fs::remove_all(p); }
   } cleanup{root};
-  const std::string dir = testing::fixture_with_mtp("qwen35-dense-tiny", root / "dense");
-  auto load = [&] {
-    auto m = models::load_model(dir);
-    EXPECT_TRUE(m.ok());
-    return m.ok() ? std::move(m).value() : nullptr;
-  };
-  const uint64_t seed = testing::fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
-  const int64_t V = load()->info().vocab_size;
-  const std::vector<GenerateRequest> random = greedy_requests(rng, V, 4);
-  const Outputs base = run_all(load(), nullptr, nullptr, random);
-  using Mode = ScriptedProposer::Mode;
-  for (Mode mode : {Mode::right, Mode::wrong}) {
-    auto p = std::make_shared<MtpThenScripted>(std::make_shared<ScriptedProposer>(prompts_of(random), base.ids, mode, V));
-    const Outputs spec = run_all(load(), nullptr, p, random, 3);
-    EXPECT_EQ(spec.ids, base.ids);
-    EXPECT_GT(p->mtp_guesses_, 0);
-    EXPECT_GT(spec.counters.draft_tokens, 0);
-    EXPECT_EQ(spec.counters.draft_tokens_accepted, mode == Mode::right ? spec.counters.draft_tokens : 0);
+  // Both families: Qwen3.5's head (one attention layer + MLP) and Nemotron 3's (attention and MoE layers).
+  for (const std::string& dir : {testing::fixture_with_mtp("qwen35-dense-tiny", root / "dense"),
+                                 testing::nemotron_with_mtp(root / "nemotron")}) {
+    SCOPED_TRACE(dir);
+    auto load = [&] {
+      auto m = models::load_model(dir);
+      EXPECT_TRUE(m.ok());
+      return m.ok() ? std::move(m).value() : nullptr;
+    };
+    const uint64_t seed = testing::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    const int64_t V = load()->info().vocab_size;
+    const std::vector<GenerateRequest> random = greedy_requests(rng, V, 4);
+    const Outputs base = run_all(load(), nullptr, nullptr, random);
+    using Mode = ScriptedProposer::Mode;
+    for (Mode mode : {Mode::right, Mode::wrong}) {
+      auto p = std::make_shared<MtpThenScripted>(std::make_shared<ScriptedProposer>(prompts_of(random), base.ids, mode, V));
+      const Outputs spec = run_all(load(), nullptr, p, random, 3);
+      EXPECT_EQ(spec.ids, base.ids);
+      EXPECT_GT(p->mtp_guesses_, 0);
+      EXPECT_GT(spec.counters.draft_tokens, 0);
+      EXPECT_EQ(spec.counters.draft_tokens_accepted, mode == Mode::right ? spec.counters.draft_tokens : 0);
+    }
+    EXPECT_EQ(run_all(load(), nullptr, mtp_proposer(), random, 2).ids, base.ids);
   }
-  EXPECT_EQ(run_all(load(), nullptr, mtp_proposer(), random, 2).ids, base.ids);
 
   auto plain_fixture = load_fixture("qwen35-dense-tiny");
   EngineOptions options;
