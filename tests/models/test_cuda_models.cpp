@@ -19,6 +19,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <filesystem>
+
 namespace kapitsa::testing {
 namespace {
 
@@ -235,13 +238,16 @@ TEST_P(CudaFixture, GraphDecodeEqualsEager) {
     ASSERT_EQ(max_abs_diff(graph.logits[i], eager.logits[i]), 0.0) << "logits row " << i;
 }
 
-// The demo model quantized to MLX 4 bits (group 64: the GPU's int16-activation GEMV, several weights in one
-// launch, SwiGLU in the GEMV's epilogue), decoded token by token on the GPU and on the CPU (whose VNNI
-// GEMV rounds x to int16 the same way): logits within 1e-3 relative error, the same top-1 token nearly
-// everywhere (the two accumulate in different orders).
-TEST(CudaAffine, FourBitDemoDecodesAsOnTheCpu) {
+// A model quantized to MLX 4 bits (group 64: the GPU's int16-activation GEMV, several weights in one
+// launch, SwiGLU in the GEMV's epilogue, routed experts through matmul_experts with the router's ids on
+// the device), decoded token by token on the GPU and on the CPU (whose VNNI GEMV rounds x to int16 the
+// same way): logits within 1e-3 relative error, the same top-1 token nearly everywhere (the two
+// accumulate in different orders).
+class CudaAffine : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaAffine, FourBitDecodesAsOnTheCpu) {
   KAPITSA_SKIP_WITHOUT_GPU();
-  const std::string src = test_data_path("../models/demo/target");
+  const std::string src = test_data_path(GetParam());
   FixtureReference ref = load_fixture_reference(src);
   ScratchDir q;
   ASSERT_TRUE(write_affine_checkpoint(src, q.path(), {4, 64, {}}).ok());
@@ -263,10 +269,19 @@ TEST(CudaAffine, FourBitDemoDecodesAsOnTheCpu) {
   };
   const Buffer gpu = decode_logits(Device::cuda), cpu = decode_logits(Device::cpu);
   const double e = relative_error(gpu, cpu), top1 = top1_agreement(gpu, cpu);
-  std::printf("demo model 4-bit, decode cuda vs cpu: relative error %.2e, top-1 %.3f\n", e, top1);
+  std::printf("%s 4-bit, decode cuda vs cpu: relative error %.2e, top-1 %.3f\n", GetParam(), e, top1);
   EXPECT_LE(e, 1e-3);
   EXPECT_GE(top1, 0.97);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaAffine,
+                         ::testing::Values("../models/demo/target", "fixtures/qwen35-moe-tiny", "fixtures/qwen3-next-tiny",
+                                           "fixtures/nemotron-h-tiny", "fixtures/nemotron-h-latent-tiny"),
+                         [](const auto& info) {
+                           std::string name = std::filesystem::path(info.param).filename().string();
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Demo, CudaFixture,
                          ::testing::Values(FixtureCase{"../models/demo/target", false}, FixtureCase{"../models/demo/draft", false}));

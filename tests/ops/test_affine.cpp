@@ -294,6 +294,45 @@ TEST_P(OnBackend, AffineManyAndSwigluMatchRef) {
       }
 }
 
+// matmul_experts over affine expert stacks (the GPU routes quantized experts on the device: x rounded once
+// for 4 bits, groups of 64/128; other bits the chunk kernel): every backend against ref, random ids with
+// repeats, every bits value, rows not a multiple of a block.
+TEST_P(OnBackend, AffineMatmulExpertsMatchRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  struct Case {
+    int64_t T, k, E, N;
+    int gs;
+  };
+  for (int bits : kBits)
+    for (const Case& c : std::vector<Case>{{1, 6, 8, 40, 64}, {3, 2, 5, 17, 32}, {4, 4, 16, 130, 128}})
+      for (DType dt : {DType::bf16, DType::f32}) {
+        const int64_t K = c.gs * 5;
+        SCOPED_TRACE(fmt::format("bits {} group {} {} T={} k={} E={} N={} K={}", bits, c.gs, dtype_name(dt), c.T, c.k,
+                                 c.E, c.N, K));
+        // The stack's storage as one [E·N, K] matrix: expert e's row n is its row e·N + n.
+        RandomAffine all(r, c.E * c.N, K, bits, c.gs, dt);
+        const Linear stack = Linear::affine(Tensor(DType::u32, {c.E, c.N, K * bits / 32}, all.words.data()),
+                                            all.scales.tensor().reshape({c.E, c.N, K / c.gs}),
+                                            all.biases.tensor().reshape({c.E, c.N, K / c.gs}), bits, c.gs);
+        std::vector<Linear> experts;
+        for (int64_t e = 0; e < c.E; ++e) experts.push_back(stack.expert(e));
+        const Buffer x = test::random_f32(r, {c.T, K});
+        Buffer ids = Buffer::zeros(DType::i32, {c.T, c.k});
+        int32_t* id = ids.tensor().data_as<int32_t>();
+        for (int64_t i = 0; i < c.T * c.k; ++i) id[i] = static_cast<int32_t>(r.gen() % c.E);
+        Buffer yr = Buffer::zeros(DType::f32, {c.T * c.k, c.N}), yc = Buffer::allocate(DType::f32, {c.T * c.k, c.N});
+        for (int64_t i = 0; i < c.T * c.k * c.N; ++i) yc.f32()[i] = std::nanf("");  // every row is written
+        test::run(test::ref(), matmul_experts, x, experts, ids, yr);
+        test::run(backend(), matmul_experts, x, experts, ids, yc);
+        for (int64_t p = 0; p < c.T * c.k; ++p)
+          for (int64_t n = 0; n < c.N; ++n)
+            ASSERT_NEAR(yc.f32()[p * c.N + n], yr.f32()[p * c.N + n],
+                        affine_bound(all, x.f32() + p / c.k * K, id[p] * c.N + n, K, c.gs))
+                << "p=" << p << " n=" << n << " expert " << id[p];
+      }
+}
+
 // A stack of experts: expert(e) of an affine stack reads its own codes, scales and biases.
 TEST(Affine, ExpertViewsKeepTheirScales) {
   Rng r;

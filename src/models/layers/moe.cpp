@@ -9,7 +9,7 @@ bool route_on_device(const Tensor& expert_ids, std::initializer_list<std::span<c
   if (expert_ids.device() == Device::cpu || expert_ids.dim(0) > kDeviceRoutedMaxTokens) return false;
   for (std::span<const Linear> list : experts)
     for (const Linear& l : list)
-      if (!l.is_dense()) return false;
+      if (!l.is_dense() && l.format() != WeightFormat::affine) return false;
   return true;
 }
 

@@ -51,8 +51,8 @@ void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, 
 // expert's weights; host grouping reads each chosen expert once but waits for the router).
 constexpr int64_t kDeviceRoutedMaxTokens = 16;
 // Whether the routed experts of T = expert_ids.dim(0) tokens run through ops::matmul_experts: the ids
-// are on a device, T ≤ kDeviceRoutedMaxTokens, and every list holds dense weights (quantized experts
-// take the host-grouped path).
+// are on a device, T ≤ kDeviceRoutedMaxTokens, and every list holds dense or MLX affine weights (other
+// quantized experts take the host-grouped path).
 bool route_on_device(const Tensor& expert_ids, std::initializer_list<std::span<const Linear>> experts);
 
 // Shared by every routed-MoE flavour: runs each token's chosen experts and sums their outputs,

@@ -126,13 +126,41 @@ __device__ __forceinline__ uint32_t code_at(const uint32_t (&w)[BITS], int i) {
   return q & ((1u << BITS) - 1u);
 }
 
-// Block b computes rows [b·kChunkRows, b·kChunkRows + kChunkRows); its threads split the chunks.
-template <typename SB, int BITS, int MaxT, bool VEC>
-__global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const float* __restrict__ x, const AffineArgs a,
-                                                                        float* __restrict__ y, int64_t T, int64_t N) {
+// A scale or bias: SB the stored type, or void for the type named at run time.
+template <typename SB>
+__device__ __forceinline__ float scale_at(const void* p, ElemType type, int64_t i) {
+  if constexpr (std::is_void_v<SB>) return load_as_float(p, type, i);
+  else return to_float(static_cast<const SB*>(p)[i]);
+}
+
+// Routed experts (matmul_experts): grid row p = blockIdx.y is (token p / k, choice p % k); it computes
+// expert ids[p] on x row p / k into y row p (the caller's offsets). An id outside [0, E) writes NaN into
+// y_p, the block's y row (the ids live on the device). Returns false for such a block, else points the
+// weights at its expert's.
+__device__ __forceinline__ bool route_block(const ExpertRoute& route, AffineArgs& a, float* y_p, int64_t n0, int rows) {
+  const int32_t e = route.ids[blockIdx.y];
+  if (e < 0 || e >= route.E) {
+    if (threadIdx.x < rows) y_p[n0 + threadIdx.x] = __int_as_float(0x7fc00000);
+    return false;
+  }
+  a.words = route.table[e].words, a.scales = route.table[e].scales, a.biases = route.table[e].biases;
+  return true;
+}
+
+// Block b computes rows [b·kChunkRows, b·kChunkRows + kChunkRows); its threads split the chunks. With
+// Experts, one token per grid row (route_block).
+template <typename SB, int BITS, int MaxT, bool VEC, bool Experts = false>
+__global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const float* __restrict__ x, AffineArgs a,
+                                                                        float* __restrict__ y, int64_t T, int64_t N,
+                                                                        const ExpertRoute route) {
   __shared__ float partial[kWarps][kChunkRows * MaxT];
   const int64_t n0 = int64_t{blockIdx.x} * kChunkRows, chunks = a.K / 32, groups = a.K / a.group_size;
   const int rows = N - n0 < kChunkRows ? static_cast<int>(N - n0) : kChunkRows;
+  if constexpr (Experts) {
+    y += blockIdx.y * N;
+    if (!route_block(route, a, y, n0, rows)) return;
+    x += blockIdx.y / route.k * a.K;
+  }
   const int group_shift = __ffs(a.group_size / 32) - 1;  // log2 of chunks per group (a power of two)
   float acc[kChunkRows][MaxT] = {};
   for (int64_t c = threadIdx.x; c < chunks; c += kWarps * 32) {
@@ -153,8 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const fl
 #pragma unroll
         for (int i = 0; i < BITS; ++i) w[r][i] = __ldg(chunk + i);
       }
-      s[r] = to_float(static_cast<const SB*>(a.scales)[n * groups + g]);
-      b[r] = to_float(static_cast<const SB*>(a.biases)[n * groups + g]);
+      s[r] = scale_at<SB>(a.scales, a.sb_type, n * groups + g);
+      b[r] = scale_at<SB>(a.biases, a.sb_type, n * groups + g);
     }
 #pragma unroll
     for (int t = 0; t < MaxT; ++t) {
@@ -228,39 +256,64 @@ __device__ __forceinline__ int word_dot(uint32_t w, const uint4& xv, int acc) {
   return __dp2a_hi(static_cast<int>(xv.w), hi, acc);
 }
 
+// What the blocks of an int16 launch compute (Int16Parts): kChunkRows consecutive rows of one of up
+// to kInt16MaxParts weights sharing x (block ranges per part in `first_block`); for SwiGLU, rows n and
+// n+1 of the gate and of the up weight, written as silu(gate)·up (as silu_mul does); for Experts, rows
+// of the expert a grid row routes to (route_block: x row p / k, y row p, one token).
+enum class Int16Mode { parts, swiglu, experts };
+
 // As the chunk kernel (a block computes kChunkRows outputs, its threads split the rows' 32-code chunks;
 // a block has as many warps as a row has 32 chunks, at most kWarps: at K = 2560, 3 warps, not 4 with
-// 48 threads idle), on x̂ from quantize_x_int16_kernel. The block's rows (Int16Parts) are: kChunkRows consecutive rows of one
-// of up to kInt16MaxParts weights sharing x (block ranges per part in `first_block`), or, for SwiGLU,
-// rows n and n+1 of the gate and of the up weight, written as silu(gate)·up (as silu_mul does).
-// Queued with programmatic dependent launch: the first weights are prefetched into L2 before pdl_wait().
-template <typename SB, int MaxT, bool SwiGlu>
-__global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const int16_t* __restrict__ xq,
+// 48 threads idle), on x̂ from quantize_x_int16_kernel.
+// Queued with programmatic dependent launch: the first weights are prefetched into L2 before pdl_wait()
+// (not for Experts: which expert is known only from the router's output).
+template <typename SB, int MaxT, Int16Mode M, bool FusedX = false>
+__global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const float* __restrict__ x,
+                                                                        const int16_t* __restrict__ xq,
                                                                         const float* __restrict__ sx,
                                                                         const float* __restrict__ xsum,
-                                                                        const Int16Parts p, int64_t T) {
+                                                                        const Int16Parts p, int64_t T,
+                                                                        const ExpertRoute route) {
+  constexpr bool kSwiGlu = M == Int16Mode::swiglu, kExperts = M == Int16Mode::experts;
+  static_assert(!FusedX || (MaxT == 1 && !kExperts), "x rounded in the GEMV: one token, weights sharing x");
   pdl_trigger();
   __shared__ float partial[kWarps][kChunkRows * MaxT];
   int part = 0;
-  while (!SwiGlu && part + 1 < p.n && blockIdx.x >= p.first_block[part + 1]) ++part;
-  const int64_t K = p.a[0].K, chunks = K / 32, groups = K / p.a[0].group_size;
-  const int64_t n0 = SwiGlu ? int64_t{blockIdx.x} * 2 : (int64_t{blockIdx.x} - p.first_block[part]) * kChunkRows;
-  const int group_shift = __ffs(p.a[0].group_size / 32) - 1;
+  while (M == Int16Mode::parts && part + 1 < p.n && blockIdx.x >= p.first_block[part + 1]) ++part;
+  AffineArgs a = p.a[0];
+  const int64_t K = a.K, chunks = K / 32, groups = K / a.group_size;
+  const int64_t n0 = kSwiGlu ? int64_t{blockIdx.x} * 2 : (int64_t{blockIdx.x} - p.first_block[part]) * kChunkRows;
+  const int group_shift = __ffs(a.group_size / 32) - 1;
+  float* y_out = p.y[part];
+  if constexpr (kExperts) {
+    pdl_wait();  // the router's ids
+    const int rows = p.N[0] - n0 < kChunkRows ? static_cast<int>(p.N[0] - n0) : kChunkRows;
+    y_out += blockIdx.y * p.N[0];
+    if (!route_block(route, a, y_out, n0, rows)) return;
+    const int64_t token = blockIdx.y / route.k;
+    xq += token * K, sx += token * (K / kActBlock), xsum += token * chunks;
+  }
   // Row slot r: its weight's codes, scales and biases (rows past N repeat a valid row, never stored).
   const uint4* wrow[kChunkRows];
   const SB *srow[kChunkRows], *brow[kChunkRows];
 #pragma unroll
   for (int r = 0; r < kChunkRows; ++r) {
-    const int q = SwiGlu ? r / 2 : part;
-    const int64_t want = SwiGlu ? n0 + r % 2 : n0 + r, n = want < p.N[q] ? want : n0;
-    wrow[r] = reinterpret_cast<const uint4*>(p.a[q].words + n * p.a[q].words_per_row);
-    srow[r] = static_cast<const SB*>(p.a[q].scales) + n * groups;
-    brow[r] = static_cast<const SB*>(p.a[q].biases) + n * groups;
-    if (threadIdx.x < chunks) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[r] + threadIdx.x));
+    const int q = kSwiGlu ? r / 2 : part;
+    const AffineArgs& w = kExperts ? a : p.a[q];
+    const int64_t want = kSwiGlu ? n0 + r % 2 : n0 + r, n = want < p.N[q] ? want : n0;
+    wrow[r] = reinterpret_cast<const uint4*>(w.words + n * w.words_per_row);
+    srow[r] = static_cast<const SB*>(w.scales) + n * groups;
+    brow[r] = static_cast<const SB*>(w.biases) + n * groups;
+    if (!kExperts && threadIdx.x < chunks) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow[r] + threadIdx.x));
   }
-  pdl_wait();
+  if constexpr (!kExperts) pdl_wait();
   float acc[kChunkRows][MaxT] = {};
-  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+  // FusedX: every thread of the block takes a turn (the pair of lanes holding one 64-input block shares
+  // its max|x|), lanes past the last chunk compute on the last one and keep nothing.
+  const int64_t steps_end = FusedX ? (chunks + blockDim.x - 1) / blockDim.x * blockDim.x : chunks;
+  for (int64_t step = threadIdx.x; step < steps_end; step += blockDim.x) {
+    const bool live = !FusedX || step < chunks;
+    const int64_t c = live ? step : chunks - 1;
     uint4 w[kChunkRows];
     float s[kChunkRows], b[kChunkRows];
     const int64_t g = c >> group_shift;
@@ -270,16 +323,50 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const in
       s[r] = to_float(srow[r][g]);
       b[r] = to_float(brow[r][g]);
     }
+    if constexpr (FusedX) {
+      // x's 32 inputs of this chunk rounded here, as quantize_x_int16_kernel does (same max|x| per 64,
+      // same rounding: the same x̂), while the weight loads above are in flight.
+      float v[32], amax = 0.0f, sum_x = 0.0f;
 #pragma unroll
-    for (int t = 0; t < MaxT; ++t) {
-      if (MaxT > 1 && t >= T) break;
-      const uint4* xc = reinterpret_cast<const uint4*>(xq + t * K + c * 32);
-      const uint4 x0 = xc[0], x1 = xc[1], x2 = xc[2], x3 = xc[3];
-      const float scale_x = sx[t * (K / kActBlock) + (c >> 1)], sum_x = xsum[t * chunks + c];
+      for (int i = 0; i < 32; i += 4) {
+        const float4 f = reinterpret_cast<const float4*>(x + c * 32)[i / 4];
+        v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
+        sum_x += (f.x + f.y) + (f.z + f.w);
+      }
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the other half of the 64 inputs
+      const float inv = amax > 0.0f ? kActMax / amax : 0.0f;
+      const auto q = [&](float f) {
+        return static_cast<uint32_t>(static_cast<uint16_t>(static_cast<int16_t>(fminf(fmaxf(rintf(f * inv), -kActMax), kActMax))));
+      };
+      const auto pair = [&](int lo, int hi) { return q(v[lo]) | (q(v[hi]) << 16); };
+      int dot[kChunkRows] = {};
 #pragma unroll
-      for (int r = 0; r < kChunkRows; ++r) {
-        const int dot = word_dot(w[r].w, x3, word_dot(w[r].z, x2, word_dot(w[r].y, x1, word_dot(w[r].x, x0, 0))));
-        acc[r][t] = fmaf(s[r] * scale_x, static_cast<float>(dot), fmaf(b[r], sum_x, acc[r][t]));
+      for (int j = 0; j < 4; ++j) {  // word j: inputs 8j…8j+7 in slot order [0, 2, 4, 6, 1, 3, 5, 7]
+        const int i = 8 * j;
+        const uint4 xv = make_uint4(pair(i, i + 2), pair(i + 4, i + 6), pair(i + 1, i + 3), pair(i + 5, i + 7));
+#pragma unroll
+        for (int r = 0; r < kChunkRows; ++r) {
+          const uint32_t word = j == 0 ? w[r].x : j == 1 ? w[r].y : j == 2 ? w[r].z : w[r].w;
+          dot[r] = word_dot(word, xv, dot[r]);
+        }
+      }
+      const float scale_x = amax / kActMax;
+#pragma unroll
+      for (int r = 0; r < kChunkRows; ++r)
+        if (live) acc[r][0] = fmaf(s[r] * scale_x, static_cast<float>(dot[r]), fmaf(b[r], sum_x, acc[r][0]));
+    } else {
+#pragma unroll
+      for (int t = 0; t < MaxT; ++t) {
+        if (MaxT > 1 && t >= T) break;
+        const uint4* xc = reinterpret_cast<const uint4*>(xq + t * K + c * 32);
+        const uint4 x0 = xc[0], x1 = xc[1], x2 = xc[2], x3 = xc[3];
+        const float scale_x = sx[t * (K / kActBlock) + (c >> 1)], sum_x = xsum[t * chunks + c];
+#pragma unroll
+        for (int r = 0; r < kChunkRows; ++r) {
+          const int dot = word_dot(w[r].w, x3, word_dot(w[r].z, x2, word_dot(w[r].y, x1, word_dot(w[r].x, x0, 0))));
+          acc[r][t] = fmaf(s[r] * scale_x, static_cast<float>(dot), fmaf(b[r], sum_x, acc[r][t]));
+        }
       }
     }
   }
@@ -289,15 +376,14 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const in
     for (int wi = 0; wi < static_cast<int>(blockDim.x >> 5); ++wi) sum += partial[wi][slot];
     return sum;
   };
-  if constexpr (SwiGlu) {
-    const int r = threadIdx.x / MaxT, t = threadIdx.x % MaxT;  // r: 0 or 1, the output row n0 + r
+  const int r = threadIdx.x / MaxT, t = threadIdx.x % MaxT;
+  if constexpr (kSwiGlu) {  // r: 0 or 1, the output row n0 + r
     if (threadIdx.x < 2 * MaxT && n0 + r < p.N[0] && t < T) {
       const float gate = total(r * MaxT + t), up = total((r + 2) * MaxT + t);
-      p.y[0][t * p.N[0] + n0 + r] = gate / (1.0f + expf(-gate)) * up;
+      y_out[t * p.N[0] + n0 + r] = gate / (1.0f + expf(-gate)) * up;
     }
   } else {
-    const int r = threadIdx.x / MaxT, t = threadIdx.x % MaxT;
-    if (threadIdx.x < kChunkRows * MaxT && n0 + r < p.N[part] && t < T) p.y[part][t * p.N[part] + n0 + r] = total(threadIdx.x);
+    if (threadIdx.x < kChunkRows * MaxT && n0 + r < p.N[part] && t < T) y_out[t * p.N[part] + n0 + r] = total(threadIdx.x);
   }
 }
 
@@ -311,7 +397,7 @@ template <typename SB, int BITS, int MaxT>
 void launch_chunk(const float* x, const AffineArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s) {
   constexpr bool kVec = BITS % 4 == 0;  // 16-byte loads (alignment checked by affine_gemv_supported)
   const unsigned blocks = static_cast<unsigned>((N + kChunkRows - 1) / kChunkRows);
-  affine_gemv_chunk_kernel<SB, BITS, MaxT, kVec><<<blocks, kWarps * 32, 0, s>>>(x, a, y, T, N);
+  affine_gemv_chunk_kernel<SB, BITS, MaxT, kVec><<<blocks, kWarps * 32, 0, s>>>(x, a, y, T, N, ExpertRoute{});
 }
 
 template <int BITS>
@@ -392,18 +478,24 @@ void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaS
 }
 
 namespace {
-template <bool SwiGlu>
-void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, unsigned blocks, cudaStream_t s) {
+// scratch: x rounded by quantize_x_int16, or nullptr for one token rounded in the GEMV (FusedX).
+template <Int16Mode M>
+void launch_int16(const float* x, const void* scratch, const Int16Parts& p, int64_t T, dim3 blocks, cudaStream_t s,
+                  const ExpertRoute& route = {}) {
   const int64_t K = p.a[0].K;
   const auto* xq = static_cast<const int16_t*>(scratch);
-  const float* sx = reinterpret_cast<const float*>(xq + T * K);
-  const float* xsum = sx + T * K / kActBlock;
+  const float* sx = scratch ? reinterpret_cast<const float*>(xq + T * K) : nullptr;
+  const float* xsum = scratch ? sx + T * K / kActBlock : nullptr;
   const int64_t warps_for_row = (K / 32 + 31) / 32;
   const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
   auto go = [&](auto sb) {
     using SB = decltype(sb);
-    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, SwiGlu>, blocks, threads, s, xq, sx, xsum, p, T);
-    else launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, SwiGlu>, blocks, threads, s, xq, sx, xsum, p, T);
+    if constexpr (M != Int16Mode::experts) {
+      if (scratch == nullptr) return launch(affine_gemv_int16_kernel<SB, 1, M, true>, blocks, threads, s, x, xq, sx, xsum, p, T, route);
+    }
+    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, M>, blocks, threads, s, x, xq, sx, xsum, p, T, route);
+    else if constexpr (M != Int16Mode::experts)
+      launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, M>, blocks, threads, s, x, xq, sx, xsum, p, T, route);
   };
   switch (p.a[0].sb_type) {
     case ElemType::f16: go(__half{}); break;
@@ -413,8 +505,16 @@ void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, unsigned 
 }
 }  // namespace
 
-void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
-                       cudaStream_t s) {
+bool affine_int16_rounds_in_gemv(int64_t T) {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_AFFINE_FUSED_X");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on && T == 1;
+}
+
+void affine_gemv_int16(const float* x, const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N,
+                       int n, int64_t T, cudaStream_t s) {
   for (int i0 = 0; i0 < n; i0 += kInt16MaxParts) {
     Int16Parts p{};
     p.n = n - i0 < kInt16MaxParts ? n - i0 : kInt16MaxParts;
@@ -424,16 +524,76 @@ void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y
       p.first_block[i] = blocks;
       blocks += (N[i0 + i] + kChunkRows - 1) / kChunkRows;
     }
-    if (T > 0 && blocks > 0) launch_int16<false>(scratch, p, T, static_cast<unsigned>(blocks), s);
+    if (T > 0 && blocks > 0) launch_int16<Int16Mode::parts>(x, scratch, p, T, dim3(static_cast<unsigned>(blocks)), s);
   }
 }
 
-void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
-                              int64_t T, cudaStream_t s) {
+void affine_gemv_int16_swiglu(const float* x, const void* scratch, const AffineArgs& gate, const AffineArgs& up,
+                              float* y, int64_t N, int64_t T, cudaStream_t s) {
   if (T == 0 || N == 0) return;
   Int16Parts p{};
   p.n = 2, p.a[0] = gate, p.a[1] = up, p.y[0] = y, p.N[0] = p.N[1] = N;
-  launch_int16<true>(scratch, p, T, static_cast<unsigned>((N + 1) / 2), s);
+  launch_int16<Int16Mode::swiglu>(x, scratch, p, T, dim3(static_cast<unsigned>((N + 1) / 2)), s);
+}
+
+bool affine_experts_supported(const AffineArgs& a) {
+  const bool bits_ok = a.bits == 2 || a.bits == 3 || a.bits == 4 || a.bits == 5 || a.bits == 6 || a.bits == 8;
+  const bool pow2_group = a.group_size >= 32 && (a.group_size & (a.group_size - 1)) == 0;
+  return bits_ok && pow2_group && a.K % a.group_size == 0 && a.words_per_row == a.K * a.bits / 32;
+}
+
+bool affine_experts_int16(const AffineArgs& a, bool aligned) { return aligned && affine_int16_supported(a, 1); }
+
+void affine_experts(const float* x, const void* scratch, const AffineArgs& a, const ExpertRoute& route, float* y,
+                    int64_t T, int64_t N, bool aligned, cudaStream_t s) {
+  const int64_t P = T * route.k;
+  if (P == 0 || N == 0) return;
+  const unsigned bx = static_cast<unsigned>((N + kChunkRows - 1) / kChunkRows);
+  const int64_t per_launch = 65535 / route.k * route.k;  // gridDim.y is at most 65535; whole tokens per launch
+  const bool int16 = affine_experts_int16(a, aligned);
+  if (int16) quantize_x_int16(x, T, a.K, const_cast<void*>(scratch), s);
+  for (int64_t p0 = 0; p0 < P; p0 += per_launch) {
+    const int64_t n = P - p0 < per_launch ? P - p0 : per_launch;
+    ExpertRoute r = route;
+    r.ids += p0;
+    const dim3 grid(bx, static_cast<unsigned>(n));
+    if (int16) {
+      // The rounded x of this launch's first token: the kernel adds its own token's offset.
+      const int64_t t0 = p0 / route.k, K = a.K;
+      const auto* xq = static_cast<const int16_t*>(scratch);
+      const float* sx = reinterpret_cast<const float*>(xq + T * K);
+      const float* xsum = sx + T * K / kActBlock;
+      Int16Parts p{};
+      p.n = 1, p.a[0] = a, p.y[0] = y + p0 * N, p.N[0] = N;
+      const int64_t warps_for_row = (K / 32 + 31) / 32;
+      const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
+      auto go = [&](auto sb) {
+        using SB = decltype(sb);
+        launch(affine_gemv_int16_kernel<SB, 1, Int16Mode::experts>, grid, threads, s, x, xq + t0 * K,
+               sx + t0 * (K / kActBlock), xsum + t0 * (K / 32), p, int64_t{1}, r);
+      };
+      switch (a.sb_type) {
+        case ElemType::f16: go(__half{}); break;
+        case ElemType::bf16: go(__nv_bfloat16{}); break;
+        default: go(float{}); break;
+      }
+      continue;
+    }
+    const float* xs = x + p0 / route.k * a.K;
+    float* ys = y + p0 * N;
+    auto go = [&](auto bits) {
+      constexpr int kBits = decltype(bits)::value;
+      affine_gemv_chunk_kernel<void, kBits, 1, false, true><<<grid, kWarps * 32, 0, s>>>(xs, a, ys, 1, N, r);
+    };
+    switch (a.bits) {
+      case 2: go(std::integral_constant<int, 2>{}); break;
+      case 3: go(std::integral_constant<int, 3>{}); break;
+      case 4: go(std::integral_constant<int, 4>{}); break;
+      case 5: go(std::integral_constant<int, 5>{}); break;
+      case 6: go(std::integral_constant<int, 6>{}); break;
+      default: go(std::integral_constant<int, 8>{}); break;
+    }
+  }
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

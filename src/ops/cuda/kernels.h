@@ -87,10 +87,33 @@ struct Int16Parts {
   int64_t first_block[kInt16MaxParts];
   int n;
 };
-void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
-                       cudaStream_t s);
-void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
-                              int64_t T, cudaStream_t s);
+// One token: x is rounded inside the GEMV instead (each block rounds the inputs it reads: no rounding
+// kernel, no scratch; off with KAPITSA_CUDA_AFFINE_FUSED_X=0): scratch nullptr, x the f32 input.
+bool affine_int16_rounds_in_gemv(int64_t T);
+void affine_gemv_int16(const float* x, const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N,
+                       int n, int64_t T, cudaStream_t s);
+void affine_gemv_int16_swiglu(const float* x, const void* scratch, const AffineArgs& gate, const AffineArgs& up,
+                              float* y, int64_t N, int64_t T, cudaStream_t s);
+
+// Routed experts over MLX affine weights (matmul_experts): y[p, :] = x[p / k, :] · dequant(expert ids[p])ᵀ
+// for p < T·k; x: [T, K];  y: [T·k, N];  `a` gives the experts' common shape (bits, group size, K, scale
+// type; its pointers are not used), `table` each expert's codes, scales and biases (on the device). An id
+// outside [0, E) writes NaN. 4 bits with groups of a multiple of 64 and 16-byte aligned x and codes
+// (affine_experts_int16): x rounded to int16 once in `scratch` (affine_int16_scratch_bytes(T, K)), the
+// int16 GEMV per (token, choice); other bits the chunk kernel. Supported: affine_experts_supported.
+struct AffineExpert {
+  const uint32_t* words;
+  const void *scales, *biases;
+};
+struct ExpertRoute {
+  const AffineExpert* table;
+  const int32_t* ids;
+  int64_t E, k;
+};
+bool affine_experts_supported(const AffineArgs& a);
+bool affine_experts_int16(const AffineArgs& a, bool aligned);
+void affine_experts(const float* x, const void* scratch, const AffineArgs& a, const ExpertRoute& route, float* y,
+                    int64_t T, int64_t N, bool aligned, cudaStream_t s);
 
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,

@@ -63,11 +63,42 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
   detail::check_launch("scale_add_rows");
 }
 
-// x: [T, K];  experts[e]: [N, K] dense;  expert_ids: [T, k] i32 on the device;  y: [T·k, N].
+namespace {
+// matmul_experts over MLX affine experts (one shape, checked by ops::matmul_experts): the experts' codes,
+// scales and biases as a device table (uploaded once: the model's constants), x rounded once for the
+// 4-bit int16 GEMV.
+void affine_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const char* op = "matmul_experts";
+  const kernels::AffineArgs a = detail::affine_args(experts.front(), op);
+  KAPITSA_CHECK(kernels::affine_experts_supported(a), "{}: affine experts of {} bits, groups of {} (the cuda backend "
+                "runs 2, 3, 4, 5, 6 or 8 bits in groups of a power of two ≥ 32)", op, a.bits, a.group_size);
+  std::vector<kernels::AffineExpert> table;
+  table.reserve(experts.size());
+  bool aligned = reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+  for (const Linear& w : experts) {
+    const kernels::AffineArgs e = detail::affine_args(w, op);
+    aligned = aligned && reinterpret_cast<uintptr_t>(e.words) % 16 == 0;
+    table.push_back({e.words, e.scales, e.biases});
+  }
+  const auto* device_table = static_cast<const kernels::AffineExpert*>(
+      detail::upload_constant(table.data(), table.size() * sizeof(kernels::AffineExpert)));
+  const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1), K = a.K;
+  const void* scratch = kernels::affine_experts_int16(a, aligned)
+                            ? detail::scratch(Slot::temp0, kernels::affine_int16_scratch_bytes(T, K))
+                            : nullptr;
+  const kernels::ExpertRoute route{device_table, expert_ids.data_as<const int32_t>(),
+                                   static_cast<int64_t>(experts.size()), k};
+  kernels::affine_experts(x.f32(), scratch, a, route, y.f32(), T, experts.front().rows(), aligned, detail::stream());
+  detail::check_launch("matmul_experts (affine)");
+}
+}  // namespace
+
+// x: [T, K];  experts[e]: [N, K] dense or MLX affine;  expert_ids: [T, k] i32 on the device;  y: [T·k, N].
 void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
   const char* op = "matmul_experts";
   check_f32(x, op, "x"), check_f32(y, op, "y"), detail::check_on_device(expert_ids, op, "expert_ids");
-  const Tensor& w0 = experts.front().dense(op);  // stops naming the format for a quantized expert
+  if (experts.front().format() == WeightFormat::affine) return affine_experts(x, experts, expert_ids, y);
+  const Tensor& w0 = experts.front().dense(op);  // stops naming the format for other quantized experts
   KAPITSA_CHECK(detail::is_weight_dtype(w0.dtype()), "{}: expert dtype {} (F32, F16 or BF16)", op,
                 dtype_name(w0.dtype()));
   const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1), N = w0.dim(0), K = w0.dim(1);
