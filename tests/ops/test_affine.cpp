@@ -302,12 +302,14 @@ TEST_P(OnBackend, AffineMatmulExpertsMatchRef) {
   SCOPED_TRACE(r.trace());
   struct Case {
     int64_t T, k, E, N;
-    int gs;
+    int gs, groups;  // K = gs · groups
   };
+  // (One group of 64 or two: the tiny fixtures' expert shapes, a row of 2 or 4 chunks of 32 codes.)
   for (int bits : kBits)
-    for (const Case& c : std::vector<Case>{{1, 6, 8, 40, 64}, {3, 2, 5, 17, 32}, {4, 4, 16, 130, 128}})
+    for (const Case& c : std::vector<Case>{{1, 6, 8, 40, 64, 5}, {3, 2, 5, 17, 32, 5}, {4, 4, 16, 130, 128, 5},
+                                           {5, 2, 8, 64, 64, 1}, {2, 4, 16, 64, 64, 2}})
       for (DType dt : {DType::bf16, DType::f32}) {
-        const int64_t K = c.gs * 5;
+        const int64_t K = c.gs * c.groups;
         SCOPED_TRACE(fmt::format("bits {} group {} {} T={} k={} E={} N={} K={}", bits, c.gs, dtype_name(dt), c.T, c.k,
                                  c.E, c.N, K));
         // The stack's storage as one [E·N, K] matrix: expert e's row n is its row e·N + n.

@@ -267,15 +267,13 @@ enum class Int16Mode { parts, swiglu, experts };
 // 48 threads idle), on x̂ from quantize_x_int16_kernel.
 // Queued with programmatic dependent launch: the first weights are prefetched into L2 before pdl_wait()
 // (not for Experts: which expert is known only from the router's output).
-template <typename SB, int MaxT, Int16Mode M, bool FusedX = false>
-__global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const float* __restrict__ x,
-                                                                        const int16_t* __restrict__ xq,
+template <typename SB, int MaxT, Int16Mode M>
+__global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const int16_t* __restrict__ xq,
                                                                         const float* __restrict__ sx,
                                                                         const float* __restrict__ xsum,
                                                                         const Int16Parts p, int64_t T,
                                                                         const ExpertRoute route) {
   constexpr bool kSwiGlu = M == Int16Mode::swiglu, kExperts = M == Int16Mode::experts;
-  static_assert(!FusedX || (MaxT == 1 && !kExperts), "x rounded in the GEMV: one token, weights sharing x");
   pdl_trigger();
   __shared__ float partial[kWarps][kChunkRows * MaxT];
   int part = 0;
@@ -308,12 +306,7 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const fl
   }
   if constexpr (!kExperts) pdl_wait();
   float acc[kChunkRows][MaxT] = {};
-  // FusedX: every thread of the block takes a turn (the pair of lanes holding one 64-input block shares
-  // its max|x|), lanes past the last chunk compute on the last one and keep nothing.
-  const int64_t steps_end = FusedX ? (chunks + blockDim.x - 1) / blockDim.x * blockDim.x : chunks;
-  for (int64_t step = threadIdx.x; step < steps_end; step += blockDim.x) {
-    const bool live = !FusedX || step < chunks;
-    const int64_t c = live ? step : chunks - 1;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
     uint4 w[kChunkRows];
     float s[kChunkRows], b[kChunkRows];
     const int64_t g = c >> group_shift;
@@ -323,50 +316,16 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const fl
       s[r] = to_float(srow[r][g]);
       b[r] = to_float(brow[r][g]);
     }
-    if constexpr (FusedX) {
-      // x's 32 inputs of this chunk rounded here, as quantize_x_int16_kernel does (same max|x| per 64,
-      // same rounding: the same x̂), while the weight loads above are in flight.
-      float v[32], amax = 0.0f, sum_x = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 32; i += 4) {
-        const float4 f = reinterpret_cast<const float4*>(x + c * 32)[i / 4];
-        v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
-        sum_x += (f.x + f.y) + (f.z + f.w);
-      }
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the other half of the 64 inputs
-      const float inv = amax > 0.0f ? kActMax / amax : 0.0f;
-      const auto q = [&](float f) {
-        return static_cast<uint32_t>(static_cast<uint16_t>(static_cast<int16_t>(fminf(fmaxf(rintf(f * inv), -kActMax), kActMax))));
-      };
-      const auto pair = [&](int lo, int hi) { return q(v[lo]) | (q(v[hi]) << 16); };
-      int dot[kChunkRows] = {};
+    for (int t = 0; t < MaxT; ++t) {
+      if (MaxT > 1 && t >= T) break;
+      const uint4* xc = reinterpret_cast<const uint4*>(xq + t * K + c * 32);
+      const uint4 x0 = xc[0], x1 = xc[1], x2 = xc[2], x3 = xc[3];
+      const float scale_x = sx[t * (K / kActBlock) + (c >> 1)], sum_x = xsum[t * chunks + c];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // word j: inputs 8j…8j+7 in slot order [0, 2, 4, 6, 1, 3, 5, 7]
-        const int i = 8 * j;
-        const uint4 xv = make_uint4(pair(i, i + 2), pair(i + 4, i + 6), pair(i + 1, i + 3), pair(i + 5, i + 7));
-#pragma unroll
-        for (int r = 0; r < kChunkRows; ++r) {
-          const uint32_t word = j == 0 ? w[r].x : j == 1 ? w[r].y : j == 2 ? w[r].z : w[r].w;
-          dot[r] = word_dot(word, xv, dot[r]);
-        }
-      }
-      const float scale_x = amax / kActMax;
-#pragma unroll
-      for (int r = 0; r < kChunkRows; ++r)
-        if (live) acc[r][0] = fmaf(s[r] * scale_x, static_cast<float>(dot[r]), fmaf(b[r], sum_x, acc[r][0]));
-    } else {
-#pragma unroll
-      for (int t = 0; t < MaxT; ++t) {
-        if (MaxT > 1 && t >= T) break;
-        const uint4* xc = reinterpret_cast<const uint4*>(xq + t * K + c * 32);
-        const uint4 x0 = xc[0], x1 = xc[1], x2 = xc[2], x3 = xc[3];
-        const float scale_x = sx[t * (K / kActBlock) + (c >> 1)], sum_x = xsum[t * chunks + c];
-#pragma unroll
-        for (int r = 0; r < kChunkRows; ++r) {
-          const int dot = word_dot(w[r].w, x3, word_dot(w[r].z, x2, word_dot(w[r].y, x1, word_dot(w[r].x, x0, 0))));
-          acc[r][t] = fmaf(s[r] * scale_x, static_cast<float>(dot), fmaf(b[r], sum_x, acc[r][t]));
-        }
+      for (int r = 0; r < kChunkRows; ++r) {
+        const int dot = word_dot(w[r].w, x3, word_dot(w[r].z, x2, word_dot(w[r].y, x1, word_dot(w[r].x, x0, 0))));
+        acc[r][t] = fmaf(s[r] * scale_x, static_cast<float>(dot), fmaf(b[r], sum_x, acc[r][t]));
       }
     }
   }
@@ -478,24 +437,18 @@ void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaS
 }
 
 namespace {
-// scratch: x rounded by quantize_x_int16, or nullptr for one token rounded in the GEMV (FusedX).
 template <Int16Mode M>
-void launch_int16(const float* x, const void* scratch, const Int16Parts& p, int64_t T, dim3 blocks, cudaStream_t s,
-                  const ExpertRoute& route = {}) {
+void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, dim3 blocks, cudaStream_t s) {
   const int64_t K = p.a[0].K;
   const auto* xq = static_cast<const int16_t*>(scratch);
-  const float* sx = scratch ? reinterpret_cast<const float*>(xq + T * K) : nullptr;
-  const float* xsum = scratch ? sx + T * K / kActBlock : nullptr;
+  const float* sx = reinterpret_cast<const float*>(xq + T * K);
+  const float* xsum = sx + T * K / kActBlock;
   const int64_t warps_for_row = (K / 32 + 31) / 32;
   const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
   auto go = [&](auto sb) {
     using SB = decltype(sb);
-    if constexpr (M != Int16Mode::experts) {
-      if (scratch == nullptr) return launch(affine_gemv_int16_kernel<SB, 1, M, true>, blocks, threads, s, x, xq, sx, xsum, p, T, route);
-    }
-    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, M>, blocks, threads, s, x, xq, sx, xsum, p, T, route);
-    else if constexpr (M != Int16Mode::experts)
-      launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, M>, blocks, threads, s, x, xq, sx, xsum, p, T, route);
+    if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, M>, blocks, threads, s, xq, sx, xsum, p, T, ExpertRoute{});
+    else launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, M>, blocks, threads, s, xq, sx, xsum, p, T, ExpertRoute{});
   };
   switch (p.a[0].sb_type) {
     case ElemType::f16: go(__half{}); break;
@@ -505,16 +458,8 @@ void launch_int16(const float* x, const void* scratch, const Int16Parts& p, int6
 }
 }  // namespace
 
-bool affine_int16_rounds_in_gemv(int64_t T) {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_CUDA_AFFINE_FUSED_X");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on && T == 1;
-}
-
-void affine_gemv_int16(const float* x, const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N,
-                       int n, int64_t T, cudaStream_t s) {
+void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
+                       cudaStream_t s) {
   for (int i0 = 0; i0 < n; i0 += kInt16MaxParts) {
     Int16Parts p{};
     p.n = n - i0 < kInt16MaxParts ? n - i0 : kInt16MaxParts;
@@ -524,16 +469,16 @@ void affine_gemv_int16(const float* x, const void* scratch, const AffineArgs* a,
       p.first_block[i] = blocks;
       blocks += (N[i0 + i] + kChunkRows - 1) / kChunkRows;
     }
-    if (T > 0 && blocks > 0) launch_int16<Int16Mode::parts>(x, scratch, p, T, dim3(static_cast<unsigned>(blocks)), s);
+    if (T > 0 && blocks > 0) launch_int16<Int16Mode::parts>(scratch, p, T, dim3(static_cast<unsigned>(blocks)), s);
   }
 }
 
-void affine_gemv_int16_swiglu(const float* x, const void* scratch, const AffineArgs& gate, const AffineArgs& up,
-                              float* y, int64_t N, int64_t T, cudaStream_t s) {
+void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
+                              int64_t T, cudaStream_t s) {
   if (T == 0 || N == 0) return;
   Int16Parts p{};
   p.n = 2, p.a[0] = gate, p.a[1] = up, p.y[0] = y, p.N[0] = p.N[1] = N;
-  launch_int16<Int16Mode::swiglu>(x, scratch, p, T, dim3(static_cast<unsigned>((N + 1) / 2)), s);
+  launch_int16<Int16Mode::swiglu>(scratch, p, T, dim3(static_cast<unsigned>((N + 1) / 2)), s);
 }
 
 bool affine_experts_supported(const AffineArgs& a) {
@@ -569,7 +514,7 @@ void affine_experts(const float* x, const void* scratch, const AffineArgs& a, co
       const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
       auto go = [&](auto sb) {
         using SB = decltype(sb);
-        launch(affine_gemv_int16_kernel<SB, 1, Int16Mode::experts>, grid, threads, s, x, xq + t0 * K,
+        launch(affine_gemv_int16_kernel<SB, 1, Int16Mode::experts>, grid, threads, s, xq + t0 * K,
                sx + t0 * (K / kActBlock), xsum + t0 * (K / 32), p, int64_t{1}, r);
       };
       switch (a.sb_type) {

@@ -87,13 +87,10 @@ struct Int16Parts {
   int64_t first_block[kInt16MaxParts];
   int n;
 };
-// One token: x is rounded inside the GEMV instead (each block rounds the inputs it reads: no rounding
-// kernel, no scratch; off with KAPITSA_CUDA_AFFINE_FUSED_X=0): scratch nullptr, x the f32 input.
-bool affine_int16_rounds_in_gemv(int64_t T);
-void affine_gemv_int16(const float* x, const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N,
-                       int n, int64_t T, cudaStream_t s);
-void affine_gemv_int16_swiglu(const float* x, const void* scratch, const AffineArgs& gate, const AffineArgs& up,
-                              float* y, int64_t N, int64_t T, cudaStream_t s);
+void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
+                       cudaStream_t s);
+void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
+                              int64_t T, cudaStream_t s);
 
 // Routed experts over MLX affine weights (matmul_experts): y[p, :] = x[p / k, :] · dequant(expert ids[p])ᵀ
 // for p < T·k; x: [T, K];  y: [T·k, N];  `a` gives the experts' common shape (bits, group size, K, scale

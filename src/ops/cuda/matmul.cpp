@@ -24,10 +24,9 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use);
-// nullptr when the GEMV rounds x itself (one token).
+// x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
+// (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
 const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
-  if (kernels::affine_int16_rounds_in_gemv(T)) return nullptr;
   void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
   kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
   return xq;
@@ -47,7 +46,7 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
                 "matmul: x {}, affine w [{}, {}], y {} (y must not alias x)", x.shape().str(), N, K, y.shape().str());
   if (kernels::affine_int16_supported(a, T) && aligned16(x.data())) {
     float* out = y.f32();
-    kernels::affine_gemv_int16(x.f32(), rounded_x(x, T, K), &a, &out, &N, 1, T, stream());
+    kernels::affine_gemv_int16(rounded_x(x, T, K), &a, &out, &N, 1, T, stream());
     check_launch("matmul (affine int16 gemv)");
     return;
   }
@@ -84,7 +83,7 @@ bool affine_int16_many(const Tensor& x, std::span<const Linear> w, std::span<con
                   y[i].shape().str());
     out.push_back(y[i].f32()), rows.push_back(w[i].rows());
   }
-  kernels::affine_gemv_int16(x.f32(), rounded_x(x, T, K), args.data(), out.data(), rows.data(), static_cast<int>(args.size()), T, stream());
+  kernels::affine_gemv_int16(rounded_x(x, T, K), args.data(), out.data(), rows.data(), static_cast<int>(args.size()), T, stream());
   check_launch("matmul_many (affine int16 gemv)");
   return true;
 }
@@ -133,7 +132,7 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
         w_gate.cols() == K && w_up.cols() == K && g.group_size == u.group_size && g.sb_type == u.sb_type) {
       KAPITSA_CHECK(y.dim(-1) == N && detail::rows_of(y) == T && y.data() != x.data(),
                     "matmul_swiglu: x {}, affine w_gate/w_up [{}, {}], y {}", x.shape().str(), N, K, y.shape().str());
-      kernels::affine_gemv_int16_swiglu(x.f32(), rounded_x(x, T, K), g, u, y.f32(), N, T, stream());
+      kernels::affine_gemv_int16_swiglu(rounded_x(x, T, K), g, u, y.f32(), N, T, stream());
       check_launch("matmul_swiglu (affine int16 gemv)");
       return;
     }

@@ -28,7 +28,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   fi
   if [ "${MODELS:-1}" = 1 ]; then
     echo "== models on cuda vs cpu (graph decode = eager included)"
-    step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*:CudaAffine*'; summ $OUT/models.log 60
+    step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*:*CudaAffine*'; summ $OUT/models.log 60
     grep -B2 -A10 "Failure" $OUT/models.log | head -60
   fi
 fi
