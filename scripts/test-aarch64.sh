@@ -37,7 +37,7 @@ run_shards() {  # cpu model, expected best level, extra args
   shift 2
   local shards=${KAPITSA_AARCH64_SHARDS:-$(nproc)} pids=() rc=0
   for ((i = 0; i < shards; ++i)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i KAPITSA_TEST_CPU_LEVEL=$level \
+    GTEST_DEATH_TEST_STYLE=fast GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i KAPITSA_TEST_CPU_LEVEL=$level \
       qemu-aarch64 -cpu "$cpu" build/aarch64/tests/test_ops --gtest_brief=1 "$@" >"build/aarch64/tests/test_ops.$cpu.$i.log" 2>&1 &
     pids+=($!)
   done
