@@ -31,11 +31,11 @@ cmake --build build/aarch64 --target test_ops
 built=$(date +%s)
 bash tests/ops/level_isolation_aarch64.sh build/aarch64/tests/test_ops
 
-# Two shards per run (GoogleTest's sharding): the ref computations in the tests are single-threaded.
+# One GoogleTest shard per core (at most 8) per run: the ref computations in the tests are single-threaded.
 run_shards() {  # cpu model, expected best level, extra args
   local cpu=$1 level=$2
   shift 2
-  local shards=${KAPITSA_AARCH64_SHARDS:-$(nproc)} pids=() rc=0
+  local shards=${KAPITSA_AARCH64_SHARDS:-$(($(nproc) < 8 ? $(nproc) : 8))} pids=() rc=0
   for ((i = 0; i < shards; ++i)); do
     GTEST_DEATH_TEST_STYLE=fast GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i KAPITSA_TEST_CPU_LEVEL=$level \
       qemu-aarch64 -cpu "$cpu" build/aarch64/tests/test_ops --gtest_brief=1 "$@" >"build/aarch64/tests/test_ops.$cpu.$i.log" 2>&1 &
