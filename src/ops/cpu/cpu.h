@@ -1,9 +1,9 @@
 // The CPU backend: SIMD kernels and threads from base/thread_pool, same functions as ops/ref, file for
-// file; tests compare the two on random inputs. One binary runs on every x86-64 (and every AArch64): the
-// kernel files are compiled once per instruction-set level, each copy in its own namespace (cpu::baseline,
-// cpu::avx2, cpu::avx512 on x86-64; cpu::baseline, cpu::dotprod on AArch64;
-// src/ops/cpu/CMakeLists.txt), and backend() hands out the table of the best level this CPU runs, chosen
-// once at start (dispatch.cpp; docs/decisions.md "One binary for every x86-64").
+// file; tests compare the two on random inputs. One binary runs on every x86-64 (and AArch64, where the
+// op tests run under qemu): the kernel files are compiled once per instruction-set level, each copy in
+// its own namespace (cpu::baseline, cpu::avx2, cpu::avx512 on x86-64; cpu::baseline, cpu::dotprod on
+// AArch64; src/ops/cpu/CMakeLists.txt), and backend() hands out the table of the best level this CPU
+// runs, chosen once at start (dispatch.cpp; docs/decisions.md "One binary for every x86-64").
 #pragma once
 
 #include "ops/seq_batch.h"
