@@ -66,9 +66,11 @@ int run_doctor(const DoctorOptions& o) {
   // Warnings a person can act on.
   // The cpu kernels' level (ops/cpu/cpu.h): the best this CPU runs, or what KAPITSA_CPU_ISA chose.
   const std::string kernels(ops::cpu::level_name(ops::cpu::selected_level()));
+#if defined(__x86_64__)
   if (cpu.arch == "x86_64" && ops::cpu::best_level() == ops::cpu::Level::baseline)
     warnings.push_back(fmt::format("This CPU lacks {}: the CPU kernels run their plain versions and decode will be slow.",
                                    ops::cpu::missing_features(ops::cpu::Level::avx2)));
+#endif
   if (cpu.usable_cores < cpu.logical_cores)
     warnings.push_back(fmt::format("Only {} of {} cores are usable by this process (CPU affinity or container limit).",
                                    cpu.usable_cores, cpu.logical_cores));

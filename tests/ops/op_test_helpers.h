@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <ostream>
@@ -36,6 +37,14 @@ struct Rng {
   std::mt19937_64 gen{seed};
   std::string trace() const { return "seed " + std::to_string(seed); }
 };
+
+// Death tests in the "threadsafe" style (the child re-executes the test binary: the thread pool's
+// threads make a plain fork unsafe), unless GTEST_DEATH_TEST_STYLE asks for another — under
+// qemu-aarch64 (scripts/test-aarch64.sh) the child cannot execute an AArch64 binary and forks ("fast").
+inline void threadsafe_death_tests() {
+  const char* env = std::getenv("GTEST_DEATH_TEST_STYLE");
+  ::testing::FLAGS_gtest_death_test_style = env != nullptr && *env != '\0' ? env : "threadsafe";
+}
 
 inline Buffer clone(const Tensor& t) {
   Buffer b = Buffer::allocate(t.dtype(), t.shape());

@@ -5,8 +5,10 @@
 
 #include "ops/cpu/cpu.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -62,7 +64,7 @@ TEST(Backends, SetBackendChangesTheDefault) {
 
 // A table with one entry: the others fail with a message naming the op and the backend.
 TEST(Backends, MissingEntryIsAClearError) {
-  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  test::threadsafe_death_tests();
   BackendTable partial{"partial", Device::cpu};
   partial.add = find_backend("ref")->add;
   float a[2] = {1, 2}, y[2] = {};
@@ -75,7 +77,7 @@ TEST(Backends, MissingEntryIsAClearError) {
 
 // Checks run in front of the table, whatever the backend: a device mismatch, a wrong dtype, a wrong shape.
 TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
-  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  test::threadsafe_death_tests();
   BackendTable device_only{"gpu-like", Device::cuda};
   float a[4] = {}, y[4] = {};
   const Tensor ta(DType::f32, {2, 2}, a), ty(DType::f32, {2, 2}, y);
@@ -94,16 +96,32 @@ TEST(Backends, ArgumentsAreCheckedBeforeTheTable) {
 }
 
 // The level the cpu backend runs, against an independent source: the flags the kernel lists in
-// /proc/cpuinfo (what the CPU has and the OS enabled).
+// /proc/cpuinfo (what the CPU has and the OS enabled; x86-64 "flags", AArch64 "Features"), or the level
+// KAPITSA_TEST_CPU_LEVEL names — what scripts/test-aarch64.sh knows of the CPU model qemu-aarch64
+// emulates (qemu-user shows the host's /proc/cpuinfo).
 TEST(CpuLevels, BestLevelIsWhatProcCpuinfoLists) {
+  const cpu::Level top = std::end(cpu::kLevels)[-1];
+  if (const char* env = std::getenv("KAPITSA_TEST_CPU_LEVEL"); env != nullptr && *env != '\0') {
+    EXPECT_EQ(cpu::level_name(cpu::best_level()), env);
+    EXPECT_EQ(cpu::missing_features(cpu::best_level()), "");
+    if (cpu::best_level() != top) {
+      EXPECT_NE(cpu::missing_features(top), "");
+    }
+    return;
+  }
+#if defined(__aarch64__)
+  const char* flags_key = "Features";
+#else
+  const char* flags_key = "flags";
+#endif
   std::ifstream in("/proc/cpuinfo");
   std::string line, flags;
   while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) {
+    if (line.rfind(flags_key, 0) == 0) {
       flags = " " + line.substr(line.find(':') + 1) + " ";
       break;
     }
-  if (flags.empty()) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
+  if (flags.empty()) GTEST_SKIP() << "no " << flags_key << " line in /proc/cpuinfo";
   const auto has = [&](std::initializer_list<const char*> names) {
     for (const char* n : names)
       if (flags.find(" " + std::string(n) + " ") == std::string::npos) return false;
@@ -114,12 +132,16 @@ TEST(CpuLevels, BestLevelIsWhatProcCpuinfoLists) {
   const bool v3 = has({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe"});
   const bool v4 = v3 && has({"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_vnni"});
   const cpu::Level want = v4 ? cpu::Level::avx512 : v3 ? cpu::Level::avx2 : cpu::Level::baseline;
+#elif defined(__aarch64__) && defined(__linux__)
+  const cpu::Level want = has({"asimddp"}) ? cpu::Level::dotprod : cpu::Level::baseline;
 #else
   const cpu::Level want = cpu::Level::baseline;
 #endif
-  EXPECT_EQ(cpu::level_name(cpu::best_level()), cpu::level_name(want)) << "flags:" << flags;
+  EXPECT_EQ(cpu::level_name(cpu::best_level()), cpu::level_name(want)) << flags_key << ":" << flags;
   EXPECT_EQ(cpu::missing_features(cpu::best_level()), "");
-  if (want != cpu::Level::avx512) EXPECT_NE(cpu::missing_features(cpu::Level::avx512), "");
+  if (want != top) {
+    EXPECT_NE(cpu::missing_features(top), "");
+  }
 }
 
 // Every level up to the best has its own table (the selected one is "cpu"), none above it.

@@ -384,7 +384,7 @@ TEST(GgmlInt8, GemvMatchesRefWithinActivationRounding) {
         }
     }
   }
-  if (levels_run == 0) GTEST_SKIP() << "no level with the int8-activation GEMV on this CPU (it needs AVX2/FMA/F16C)";
+  if (levels_run == 0) GTEST_SKIP() << "no level with the int8-activation GEMV on this CPU (it needs AVX2/FMA/F16C, or NEON)";
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ TEST(Linear, ExpertAndRowRangeViews) {
     EXPECT_EQ(static_cast<const uint8_t*>(up.weight().data()), base + (e * 2 * I + I) * H * 2);
     EXPECT_EQ(up.nbytes(), static_cast<size_t>(I * H * 2));
   }
-  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  test::threadsafe_death_tests();
   EXPECT_DEATH(stack.expert(E), "Linear::expert\\(3\\)");
   EXPECT_DEATH(stack.expert(0).row_range(0, 2 * I + 1), "Linear::row_range");
 }

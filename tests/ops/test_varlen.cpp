@@ -376,7 +376,7 @@ TEST_P(OnBackend, AttentionPrepVarlenMatchesRef) {
 // Metadata errors are caught in front of the table: a slot named twice, a checkpoint count above the
 // sequence's length, row offsets that do not cover the activations.
 TEST(Varlen, BadBatchesAreClearErrors) {
-  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  test::threadsafe_death_tests();
   Rng r;
   const int64_t C = 8, K = 4;
   Buffer x = test::random_f32(r, {3, C}), w = test::random_f32(r, {C, K}), y = Buffer::zeros(DType::f32, {3, C});

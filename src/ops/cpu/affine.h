@@ -19,7 +19,7 @@ void embedding_affine(const Linear& table, std::span<const int32_t> ids, const T
 // block with one scale max|x| / kActMax (constants in cpu.h).
 // affine_int16_activations (declared for every level in cpu.h): whether matmul_affine takes the
 // int16-activation path for these weights and token count — 4 or 8 bits, groups of a multiple of 64,
-// at most 8 tokens, on a level with AVX-512 VNNI.
+// at most 8 tokens, on a level with AVX-512 VNNI or on AArch64 (NEON, every level).
 // y = x·wᵀ with x rounded to int16; only where affine_int16_activations(…, T) holds.
 void matmul_affine_int16(const Tensor& x, const Linear& w, const Tensor& y, int64_t T);
 

@@ -87,8 +87,8 @@ template <class WL, int RG>
 void accumulate_pv(float* acc, const float* corr, const float* p, int64_t ldp, int64_t nk, const typename WL::T* v,
                    int64_t ldv, int64_t D) {
   using namespace simd;
-#if defined(__AVX512F__)
-  constexpr int kU = 4;  // RG·kU ≤ 16 accumulators
+#if defined(__AVX512F__) || defined(__aarch64__)
+  constexpr int kU = 4;  // RG·kU ≤ 16 accumulators (of 32 registers)
 #else
   constexpr int kU = 2;  // RG·kU ≤ 8 accumulators
 #endif

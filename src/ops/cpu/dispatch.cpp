@@ -1,6 +1,7 @@
-// Which level's kernels this process runs (cpu.h): the CPU's features read once with CPUID, the OS's
-// register saving with XGETBV, KAPITSA_CPU_ISA to choose a lower level. Compiled with the build's
-// baseline flags, like everything outside the kernel files: it runs before any level is chosen.
+// Which level's kernels this process runs (cpu.h): the CPU's features read once — x86-64: CPUID, and the
+// OS's register saving with XGETBV; AArch64: the hwcaps the kernel reports (Linux getauxval, macOS
+// sysctl) — and KAPITSA_CPU_ISA to choose a lower level. Compiled with the build's baseline flags, like
+// everything outside the kernel files: it runs before any level is chosen.
 #include "ops/backend.h"
 #include "ops/cpu/cpu.h"
 
@@ -16,6 +17,10 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 namespace kapitsa::ops::cpu {
@@ -60,8 +65,34 @@ std::vector<Feature> needs(Level level) {
               {"avx512bw", bit(b7, 30)},              {"avx512vl", bit(b7, 31)},
               {"avx512_vnni", bit(c7, 11)}};
   }
+#elif defined(__aarch64__)
+  // Advanced SIMD is part of every AArch64 CPU (baseline). The names are /proc/cpuinfo's "Features".
+#if defined(__linux__)
+  const bool dotprod = (getauxval(AT_HWCAP) & (1ul << 20)) != 0;  // HWCAP_ASIMDDP
+#elif defined(__APPLE__)
+  const auto has = [](const char* name) {
+    int v = 0;
+    size_t size = sizeof v;
+    return sysctlbyname(name, &v, &size, nullptr, 0) == 0 && v != 0;
+  };
+  const bool dotprod = has("hw.optional.arm.FEAT_DotProd");
+#else
+  const bool dotprod = false;  // no way to ask here: the baseline kernels
+#endif
+  switch (level) {
+    case Level::baseline: return {};
+    case Level::dotprod: return {{"asimddp", dotprod}};
+  }
 #endif
   return {{"x86-64", level == Level::baseline}};
+}
+
+// "baseline, avx2 or avx512": the names KAPITSA_CPU_ISA takes.
+std::string level_names() {
+  std::string s;
+  for (size_t i = 0; i < std::size(kLevels); ++i)
+    s += (i == 0 ? "" : i + 1 == std::size(kLevels) ? " or " : ", ") + std::string(level_name(kLevels[i]));
+  return s;
 }
 
 // A KAPITSA_CPU_ISA the process cannot honour ends it with a message: it is the person's setting, read
@@ -81,13 +112,15 @@ Level level_from_env(Level best) {
       bad_setting(fmt::format("KAPITSA_CPU_ISA={}: this CPU lacks {}", env, missing_features(l)));
     return l;
   }
-  bad_setting(fmt::format("KAPITSA_CPU_ISA={}: no such level (baseline, avx2 or avx512)", env));
+  bad_setting(fmt::format("KAPITSA_CPU_ISA={}: no such level ({})", env, level_names()));
 }
 
 BackendTable make_table(Level level, std::string_view name) {
 #if defined(__x86_64__)
   if (level == Level::avx512) return avx512::table(name);
   if (level == Level::avx2) return avx2::table(name);
+#elif defined(__aarch64__)
+  if (level == Level::dotprod) return dotprod::table(name);
 #endif
   return baseline::table(name);
 }
@@ -96,14 +129,18 @@ BackendTable make_table(Level level, std::string_view name) {
 
 std::string_view level_name(Level level) {
   switch (level) {
+#if defined(__aarch64__)
+    case Level::dotprod: return "dotprod";
+#else
     case Level::avx2: return "avx2";
     case Level::avx512: return "avx512";
+#endif
     default: return "baseline";
   }
 }
 
 bool level_compiled(Level level) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
   return true;
 #else
   return level == Level::baseline;
@@ -142,10 +179,14 @@ const BackendTable* backend_for(Level level) {
     std::vector<std::optional<BackendTable>> t(std::size(kLevels));
     for (Level l : kLevels) {
       if (static_cast<int>(l) > static_cast<int>(best_level())) break;
-      const std::string_view name = l == selected_level() ? "cpu"
-                                    : l == Level::baseline ? "cpu_baseline"
-                                    : l == Level::avx2     ? "cpu_avx2"
-                                                           : "cpu_avx512";
+      // The names live as long as the tables ("cpu_" + level_name).
+      static constexpr std::string_view kNames[] = {
+#if defined(__aarch64__)
+          "cpu_baseline", "cpu_dotprod"};
+#else
+          "cpu_baseline", "cpu_avx2", "cpu_avx512"};
+#endif
+      const std::string_view name = l == selected_level() ? "cpu" : kNames[static_cast<size_t>(l)];
       t[static_cast<size_t>(l)] = make_table(l, name);
     }
     return t;

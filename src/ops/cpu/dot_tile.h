@@ -11,8 +11,9 @@
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
-// Tile sizes for T > 1: TB·RB accumulators + RB weight vectors + 1 x vector must fit the registers.
-#if defined(__AVX512F__)
+// Tile sizes for T > 1: TB·RB accumulators + RB weight vectors + 1 x vector must fit the registers
+// (32 with AVX-512 or AArch64's NEON, 16 with AVX2 / SSE2).
+#if defined(__AVX512F__) || defined(__aarch64__)
 constexpr int kTileT = 4, kTileR = 4;
 #else
 constexpr int kTileT = 3, kTileR = 3;

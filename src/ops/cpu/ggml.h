@@ -21,10 +21,12 @@ void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* ou
 // Declared for every level in cpu.h (tests call them): the int8-activation GEMV — x rounded per block of
 // ggml_int8_block(type) inputs to d·q, q = round(x/d) in [−127, 127], d = max|x| / 127 over the block;
 // the block is 32 for Q8_0, 256 for Q4_K and Q6_K, 0 for other types or on levels without AVX2 + FMA +
-// F16C. ggml_int8_activations: whether matmul_ggml takes that path (any token count: at 512 tokens it
-// measured 1.4× (Q8_0) and 1.8× (Q4_K) faster than the packed GEMM, docs/performance.md).
-// ggml_int8_has_vnni: whether the level has VPDPBUSD (AVX-512 VNNI + VL, or AVX-VNNI); matmul_ggml_int8
-// with vnni = false uses the AVX2 dot products even there (so tests cover both).
+// F16C (x86-64) or NEON (AArch64: every level). ggml_int8_activations: whether matmul_ggml takes that
+// path (any token count: at 512 tokens it measured 1.4× (Q8_0) and 1.8× (Q4_K) faster than the packed
+// GEMM on x86-64, docs/performance.md).
+// ggml_int8_has_vnni: whether the level has VPDPBUSD (AVX-512 VNNI + VL, or AVX-VNNI) or SDOT (AArch64's
+// dotprod level); matmul_ggml_int8 with vnni = false uses the AVX2 (or plain NEON) dot products even
+// there (so tests cover both).
 // matmul_ggml_packed: prefill of the other block types (matmul.cpp) — from ggml_packed_gemm(tokens)
 // on, rows are decoded 32 at a time into a transposed f32 panel for the dense packed kernel.
 bool ggml_packed_gemm(int64_t tokens);

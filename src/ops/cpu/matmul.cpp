@@ -100,7 +100,7 @@ void gemm_small(const float* x, const typename WL::T* w, float* y, int64_t T, in
 
 // ---- packed outer-product GEMM for prefill ----------------------------------------------------
 constexpr int kPackRows = 2 * simd::kW;  // weight rows per panel = two vectors of outputs
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__aarch64__)
 constexpr int kPackTokens = 8;  // 16 accumulators + 2 weight vectors + 1 broadcast of 32 registers
 #else
 constexpr int kPackTokens = 6;  // 12 accumulators + 2 weight vectors + 1 broadcast of 16 registers
@@ -125,6 +125,17 @@ inline void transpose8(__m256 r[8]) {
     r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
   }
 }
+#elif defined(__aarch64__)
+// In-register transpose of a 4×4 block of floats (rows r[0..3] become columns).
+inline void transpose4(float32x4_t r[4]) {
+  const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+  const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+  const auto d = [](float32x4_t v) { return vreinterpretq_f64_f32(v); };
+  r[0] = vreinterpretq_f32_f64(vtrn1q_f64(d(t0), d(t2)));
+  r[1] = vreinterpretq_f32_f64(vtrn1q_f64(d(t1), d(t3)));
+  r[2] = vreinterpretq_f32_f64(vtrn2q_f64(d(t0), d(t2)));
+  r[3] = vreinterpretq_f32_f64(vtrn2q_f64(d(t1), d(t3)));
+}
 #endif
 
 // Weight rows as f32, for the packed GEMM: dense rows widened (WL), or llama.cpp blocks decoded.
@@ -147,8 +158,8 @@ struct GgmlRows {
 };
 
 // panel[k, j] = row n0 + j at k for j < rows (zero beyond), as f32.  panel: [K, kPackRows].
-// Rows are widened into `rows_buf` first, then transposed in 8×8 register blocks (a scalar
-// transpose here cost as much as a third of the GEMM at T = 128).
+// Rows are widened into `rows_buf` first, then transposed in 8×8 (AVX2) or 4×4 (NEON) register blocks
+// (a scalar transpose here cost as much as a third of the GEMM at T = 128).
 template <class Rows>
 void pack_panel(const Rows& w, int64_t n0, int rows, int64_t K, float* panel, std::vector<float>& rows_buf) {
   rows_buf.resize(static_cast<size_t>(kPackRows * K));
@@ -167,6 +178,15 @@ void pack_panel(const Rows& w, int64_t n0, int rows, int64_t K, float* panel, st
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(buf + (j0 + i) * K + k);
       transpose8(r);
       for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (k + i) * kPackRows + j0, r[i]);
+    }
+#elif defined(__aarch64__)
+  static_assert(kPackRows % 4 == 0);
+  for (; k + 4 <= K; k += 4)
+    for (int j0 = 0; j0 < kPackRows; j0 += 4) {
+      float32x4_t r[4];
+      for (int i = 0; i < 4; ++i) r[i] = vld1q_f32(buf + (j0 + i) * K + k);
+      transpose4(r);
+      for (int i = 0; i < 4; ++i) vst1q_f32(panel + (k + i) * kPackRows + j0, r[i]);
     }
 #endif
   for (; k < K; ++k)

@@ -2,13 +2,14 @@
 // stream; every 32 codes are exactly `bits` uint32 words (a "block", never split by a group since
 // group sizes are multiples of 32). A block is decoded to float vectors in registers — per lane, the
 // word its code starts in and the one after, shifted and ORed, so codes straddling words (3/5/6 bits)
-// cost the same as the rest — with AVX-512 or AVX2 permutes and variable shifts, or plain C++ where
-// neither is compiled for. Σ x·(s·q + b) over a group is s·Σ x·q + b·Σ x: the group sums of x are
+// cost the same as the rest — with AVX-512 or AVX2 permutes and variable shifts, NEON table lookups
+// (TBL) and shifts (USHL) on AArch64, or plain C++ where none of them is compiled for. Σ x·(s·q + b) over a group is s·Σ x·q + b·Σ x: the group sums of x are
 // computed once per call, the weights are never widened to f32 in memory for few tokens (decode), and
 // at one token four rows are decoded per pass (independent FMA chains sharing the x loads). 8- and
 // 4-bit blocks widen bytes / nibbles directly instead of the word-pair permute.
 // Many tokens (prefill): rows are dequantized into an L1 panel and run through the dense dot tiles.
-// 4- and 8-bit weights at ≤ 8 tokens on AVX-512 VNNI builds go to matmul_affine_vnni.cpp instead.
+// 4- and 8-bit weights at ≤ 8 tokens on AVX-512 VNNI (and AArch64) builds go to matmul_affine_vnni.cpp
+// instead.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/dot_tile.h"
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <vector>
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
@@ -44,6 +46,32 @@ struct Lanes {
 };
 template <int BITS>
 inline constexpr Lanes<BITS> kLanes{};
+
+#if defined(__aarch64__)
+// Lanes as NEON takes them: the 4 byte indices of each code's two words (TBL), and its shifts as USHL
+// counts (negative: right; 32: everything out).
+template <int BITS>
+struct NeonLanes {
+  alignas(16) uint8_t lo[4 * kBlock], hi[4 * kBlock];
+  alignas(16) int32_t shr[kBlock], shl[kBlock];
+  constexpr NeonLanes() : lo(), hi(), shr(), shl() {
+    const Lanes<BITS> l;
+    for (int i = 0; i < kBlock; ++i) {
+      for (int b = 0; b < 4; ++b) lo[4 * i + b] = static_cast<uint8_t>(4 * l.lo[i] + b), hi[4 * i + b] = static_cast<uint8_t>(4 * l.hi[i] + b);
+      shr[i] = -l.sr[i], shl[i] = l.sl[i];
+    }
+  }
+};
+template <int BITS>
+inline constexpr NeonLanes<BITS> kNeonLanes{};
+
+// 16 bytes as 16 floats (4 vectors).
+inline void widen_bytes(uint8x16_t v, vf out[4]) {
+  const uint16x8_t a = vmovl_u8(vget_low_u8(v)), b = vmovl_high_u8(v);
+  out[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(a))), out[1] = vcvtq_f32_u32(vmovl_high_u16(a));
+  out[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(b))), out[3] = vcvtq_f32_u32(vmovl_high_u16(b));
+}
+#endif
 
 // The 32 codes of the block at `words` (exactly BITS words) as kChunks float vectors. 8 and 4 bits
 // widen bytes / nibbles directly; the other widths use the word-pair permute.
@@ -94,6 +122,29 @@ inline void decode(const uint32_t* words, vf out[kChunks]) {
       const __m256i lo = _mm256_permutevar8x32_epi32(w, at(l.lo, c)), hi = _mm256_permutevar8x32_epi32(w, at(l.hi, c));
       const __m256i v = _mm256_or_si256(_mm256_srlv_epi32(lo, at(l.sr, c)), _mm256_sllv_epi32(hi, at(l.sl, c)));
       out[c] = _mm256_cvtepi32_ps(_mm256_and_si256(v, mask));
+    }
+  }
+#elif defined(__aarch64__)
+  if constexpr (BITS == 8) {
+    widen_bytes(vld1q_u8(bytes), out);
+    widen_bytes(vld1q_u8(bytes + 16), out + 4);
+  } else if constexpr (BITS == 4) {  // byte j: code 2j in the low nibble, 2j + 1 in the high one
+    const uint8x16_t v = vld1q_u8(bytes), lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
+    widen_bytes(vzip1q_u8(lo, hi), out);
+    widen_bytes(vzip2q_u8(lo, hi), out + 4);
+  } else {
+    // The block's BITS words in a zeroed 32-byte table (no read past the row's end), each code's two
+    // words gathered by TBL, shifted into place and masked.
+    const NeonLanes<BITS>& l = kNeonLanes<BITS>;
+    alignas(16) uint8_t table[32] = {};
+    std::memcpy(table, words, 4 * BITS);
+    const uint8x16x2_t t = {{vld1q_u8(table), vld1q_u8(table + 16)}};
+    const uint32x4_t mask = vdupq_n_u32((1u << BITS) - 1);
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32x4_t lo = vreinterpretq_u32_u8(vqtbl2q_u8(t, vld1q_u8(l.lo + 16 * c)));
+      const uint32x4_t hi = vreinterpretq_u32_u8(vqtbl2q_u8(t, vld1q_u8(l.hi + 16 * c)));
+      const uint32x4_t v = vorrq_u32(vshlq_u32(lo, vld1q_s32(l.shr + 4 * c)), vshlq_u32(hi, vld1q_s32(l.shl + 4 * c)));
+      out[c] = vcvtq_f32_u32(vandq_u32(v, mask));
     }
   }
 #else

@@ -14,6 +14,9 @@
 // mask, no widening shuffle), so 4 VPDPWSSD cover 128 codes; int32 lanes 0–7 then hold the first group's
 // sums and 8–15 the second's, and one multiply-add applies both groups' s·sx (built for 16 groups at a
 // time and picked per pair by a permute) — about half the instructions a code of the 64-code path.
+// AArch64 (NEON, every level): the same rounding and order of x; codes widened to 16 bits (UXTL), and
+// SMLAL / SMLAL2 multiply-add them with x into int32 (16 products per lane per 64 codes: no overflow);
+// no plane kernel.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 
@@ -25,12 +28,17 @@
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
+#define KAPITSA_AFFINE_INT16 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define KAPITSA_AFFINE_INT16 1
+#define KAPITSA_AFFINE_INT16_NEON 1
 #endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens) {
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(KAPITSA_AFFINE_INT16)
   return (bits == 4 || bits == 8) && group_size % kActBlock == 0 && tokens >= 1 && tokens <= kActMaxTokens;
 #else
   (void)bits, (void)group_size, (void)tokens;
@@ -38,7 +46,7 @@ bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens) {
 #endif
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(KAPITSA_AFFINE_INT16)
 namespace {
 
 // Where input c of a 64-input block sits in the bytes the kernel multiplies (see the header comment).
@@ -80,6 +88,94 @@ void quantize_activations(const float* x, int64_t T, int64_t K, int64_t group_si
   }
 }
 
+struct Operands {
+  const uint8_t* codes;  // [N, K·BITS/8]
+  const void* scales;    // [N, G] of Param
+  const void* biases;    // [N, G] of Param
+  const int16_t* q;      // [T, K]
+  const float* sx;       // [T, K/64]
+  const float* xsum;     // [T, G]
+  int64_t K, G, group_size;
+};
+
+#if defined(KAPITSA_AFFINE_INT16_NEON)
+// Scales and biases of one dtype, read without a switch per element.
+struct Bf16Param {
+  static float at(const void* p, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(p)[i]); }
+};
+struct F16Param {
+  static float at(const void* p, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(p)[i]); }
+};
+struct F32Param {
+  static float at(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+};
+
+// Σ_g biases[at + g] · xsum[g] over G groups.
+template <class Param>
+float bias_dot(const void* biases, int64_t at, const float* xsum, int64_t G) {
+  float s = 0;
+  for (int64_t g = 0; g < G; ++g) s += Param::at(biases, at + g) * xsum[g];
+  return s;
+}
+
+// Half h (32 codes) of the 64-code block at p as 4 vectors of 8 int16 (codes are at most 255), and the
+// offsets of their x within the block's 64 (kernel order: position<BITS>).
+template <int BITS>
+inline void load_codes(const uint8_t* p, int h, int16x8_t c[4], int at[4]) {
+  const auto s16 = [](uint16x8_t v) { return vreinterpretq_s16_u16(v); };
+  if constexpr (BITS == 8) {
+    const uint8x16_t v0 = vld1q_u8(p + 32 * h), v1 = vld1q_u8(p + 32 * h + 16);
+    c[0] = s16(vmovl_u8(vget_low_u8(v0))), c[1] = s16(vmovl_high_u8(v0));
+    c[2] = s16(vmovl_u8(vget_low_u8(v1))), c[3] = s16(vmovl_high_u8(v1));
+    for (int i = 0; i < 4; ++i) at[i] = 32 * h + 8 * i;
+  } else {  // byte j of the half: code 2j in the low nibble (x at 16h + j), 2j + 1 in the high (32 + 16h + j)
+    const uint8x16_t v = vld1q_u8(p + 16 * h), lo = vandq_u8(v, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(v, 4);
+    c[0] = s16(vmovl_u8(vget_low_u8(lo))), c[1] = s16(vmovl_high_u8(lo));
+    c[2] = s16(vmovl_u8(vget_low_u8(hi))), c[3] = s16(vmovl_high_u8(hi));
+    at[0] = 16 * h, at[1] = 16 * h + 8, at[2] = 32 + 16 * h, at[3] = 40 + 16 * h;
+  }
+}
+
+// y[t, n] for the TB tokens and the RB rows from n0 (independent accumulation chains that share the
+// x loads). Per 64 codes: acc += float(Σ q·x̂) · (s · sx); the bias term after the loop.
+template <int BITS, class Param, int TB, int RB>
+void rows_dot(const Operands& o, int64_t n0, float* y, int64_t N) {
+  const int64_t P = o.K / kActBlock, pairs_per_group = o.group_size / kActBlock, row_bytes = o.K * BITS / 8;
+  float32x4_t acc[TB][RB];
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < RB; ++r) acc[t][r] = vdupq_n_f32(0.0f);
+  for (int64_t g = 0; g < o.G; ++g) {
+    float s[RB];
+    for (int r = 0; r < RB; ++r) s[r] = Param::at(o.scales, (n0 + r) * o.G + g);
+    for (int64_t j = 0; j < pairs_per_group; ++j) {
+      const int64_t p = g * pairs_per_group + j;
+      int32x4_t sum[TB][RB];
+      for (int t = 0; t < TB; ++t)
+        for (int r = 0; r < RB; ++r) sum[t][r] = vdupq_n_s32(0);
+      for (int h = 0; h < 2; ++h) {
+        int16x8_t c[RB][4];
+        int at[4];
+        for (int r = 0; r < RB; ++r) load_codes<BITS>(o.codes + (n0 + r) * row_bytes + p * (kActBlock * BITS / 8), h, c[r], at);
+        for (int t = 0; t < TB; ++t) {
+          const int16_t* xq = o.q + t * o.K + p * kActBlock;
+          for (int i = 0; i < 4; ++i) {
+            const int16x8_t x = vld1q_s16(xq + at[i]);
+            for (int r = 0; r < RB; ++r)
+              sum[t][r] = vmlal_high_s16(vmlal_s16(sum[t][r], vget_low_s16(c[r][i]), vget_low_s16(x)), c[r][i], x);
+          }
+        }
+      }
+      for (int t = 0; t < TB; ++t) {
+        const float sx = o.sx[t * P + p];
+        for (int r = 0; r < RB; ++r) acc[t][r] = vfmaq_n_f32(acc[t][r], vcvtq_f32_s32(sum[t][r]), s[r] * sx);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int t = 0; t < TB; ++t)
+      y[t * N + n0 + r] = vaddvq_f32(acc[t][r]) + bias_dot<Param>(o.biases, (n0 + r) * o.G, o.xsum + t * o.G, o.G);
+}
+#else
 // 64 codes of a row as two vectors of 32 unsigned 16-bit words, in kernel order.
 template <int BITS>
 inline void load_codes(const uint8_t* p, __m512i w[2]) {
@@ -94,16 +190,6 @@ inline void load_codes(const uint8_t* p, __m512i w[2]) {
 }
 
 constexpr int kRowsPlanes = 4;  // rows per pass of the plane kernel
-
-struct Operands {
-  const uint8_t* codes;  // [N, K·BITS/8]
-  const void* scales;    // [N, G] of Param
-  const void* biases;    // [N, G] of Param
-  const int16_t* q;      // [T, K]
-  const float* sx;       // [T, K/64]
-  const float* xsum;     // [T, G]
-  int64_t K, G, group_size;
-};
 
 // Scales and biases of one dtype, read without a switch per element: one at a time (at) or up to 16
 // (load16, lanes past `mask` zero).
@@ -227,6 +313,7 @@ void rows_planes(const Operands& o, float* y, int64_t N) {
     for (; n < n1; ++n) rows_dot_planes<Param, 1>(o, n, y);
   });
 }
+#endif  // KAPITSA_AFFINE_INT16_NEON
 
 // Every row, split across threads: kRows at a time for one or two tokens, one at a time beyond.
 constexpr int kRows = 4;
@@ -259,7 +346,7 @@ void rows_for_tokens(const Operands& o, float* y, int64_t N, int64_t T) {
 }
 
 // The plane kernel unless KAPITSA_AFFINE_PLANES=0 (read once; for measuring).
-bool planes_enabled() {
+[[maybe_unused]] bool planes_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("KAPITSA_AFFINE_PLANES");
     return v == nullptr || std::strcmp(v, "0") != 0;
@@ -275,10 +362,15 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
   q.resize(static_cast<size_t>(T * K));
   sx.resize(static_cast<size_t>(T * K / kActBlock));
   xsum.resize(static_cast<size_t>(T * G));
+#if defined(KAPITSA_AFFINE_INT16_NEON)
+  const bool planes = false;  // the plane kernel is AVX-512's
+#else
   const bool planes = BITS == 4 && T == 1 && gs == kActBlock && K % 128 == 0 && planes_enabled();
+#endif
   quantize_activations<BITS>(x.f32(), T, K, gs, q.data(), sx.data(), xsum.data(), planes);
   const Operands o{w.weight().data_as<const uint8_t>(), w.scales().data(), w.biases().data(), q.data(), sx.data(),
                    xsum.data(), K, G, gs};
+#if !defined(KAPITSA_AFFINE_INT16_NEON)
   if (planes) {
     switch (w.scales().dtype()) {
       case DType::bf16: return rows_planes<Bf16Param>(o, y.f32(), N);
@@ -286,6 +378,7 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
       default: return rows_planes<F32Param>(o, y.f32(), N);
     }
   }
+#endif
   switch (w.scales().dtype()) {
     case DType::bf16: return rows_for_tokens<BITS, Bf16Param>(o, y.f32(), N, T);
     case DType::f16: return rows_for_tokens<BITS, F16Param>(o, y.f32(), N, T);
@@ -301,7 +394,7 @@ void matmul_affine_int16(const Tensor& x, const Linear& w, const Tensor& y, int6
 }
 #else
 void matmul_affine_int16(const Tensor&, const Linear&, const Tensor&, int64_t) {
-  KAPITSA_CHECK(false, "affine int16-activation GEMV: not compiled for this CPU (no AVX-512 VNNI)");
+  KAPITSA_CHECK(false, "affine int16-activation GEMV: not compiled for this CPU (no AVX-512 VNNI or NEON)");
 }
 #endif
 

@@ -9,7 +9,11 @@
 // of the activation's code sums. Signed Q8_0 codes use |w| and sign(x, w) (llama.cpp's trick).
 // The rounding of x is the only change from ref: an output moves by at most Σ_k |w_k| · dx_k / 2
 // (the bound tests/ops/test_ggml.cpp checks). Rows are split across threads; tokens 4 at a time.
-// Built where AVX2, FMA and F16C are compiled for; other builds keep matmul_ggml.cpp's decoder.
+// AArch64 (NEON, every level): the same rounding of x, the codes as signed bytes (Q6_K's q − 32
+// directly), 16 byte products summed four to an int32 lane by SDOT (the dotprod level) or by SMULL
+// pairs + SADALP (baseline: |a·b + c·d| ≤ 2·128·127 fits int16); sub-block scales multiply the int32
+// sums (MLA), d·dx in f32.
+// Built where AVX2, FMA and F16C or NEON are compiled for; other builds keep matmul_ggml.cpp's decoder.
 #include "base/thread_pool.h"
 #include "ops/cpu/ggml.h"
 
@@ -21,6 +25,10 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define KAPITSA_GGML_INT8 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define KAPITSA_GGML_INT8 1
+#define KAPITSA_GGML_INT8_NEON 1
 #endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
@@ -44,7 +52,7 @@ bool ggml_int8_activations(GgmlType type, int64_t tokens) {
 }
 
 bool ggml_int8_has_vnni() {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__) || defined(__ARM_FEATURE_DOTPROD)
   return true;
 #else
   return false;
@@ -88,6 +96,132 @@ void quantize(const float* x, int64_t T, int64_t K, int64_t B, bool sums, int8_t
   }
 }
 
+#if defined(KAPITSA_GGML_INT8_NEON)
+inline float f16(const uint8_t* p) {
+  __fp16 h;  // FCVT: the conversion is in ARMv8.0
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+// acc + Σ a·b over each 4 bytes into 4 int32 lanes (signed × signed): SDOT, or without it SMULL of the
+// two halves, added in int16 (each pair at most 2·128·127 = 32512), then SADALP. The lanes' sums differ
+// between the two; their total does not.
+template <bool DOT>
+inline int32x4_t dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  if constexpr (DOT) return vdotq_s32(acc, a, b);
+#endif
+  return vpadalq_s16(acc, vaddq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)), vmull_high_s8(a, b)));
+}
+inline int8x16_t load8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+
+// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
+// unpacking; ref's scale_min_k4 says where each bit is).
+inline void k4_scales_and_mins(const uint8_t* p, uint8_t out[16]) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, p, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins03 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins03;
+  u[0] &= kLow6;  // scales 0..3
+  std::memcpy(out, u, 16);
+}
+
+// One row · TB tokens; y[t · N] for token t. Q8_0 {d f16; qs[32] int8}, 34 bytes.
+template <bool DOT, int TB>
+void row_q8_0(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  float32x4_t acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * 34;
+    const int8x16_t w0 = load8(blk + 2), w1 = load8(blk + 18);
+    const float dw = f16(blk);
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + b * 32;
+      const int32x4_t p = dot<DOT>(dot<DOT>(vdupq_n_s32(0), w0, load8(xq)), w1, load8(xq + 16));
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(p), dw * a.d[(t0 + t) * nb + b]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]);
+}
+
+// Q4_K {d, dmin f16; scales[12]; qs[128]}, 144 bytes: per 64 values, 32 bytes of qs hold sub-block 2c
+// in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32.
+template <bool DOT, int TB>
+void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const uint8x16_t m4 = vdupq_n_u8(0x0F);
+  float32x4_t acc[TB];
+  float mins[TB];  // Σ dmin·dx·Σ_j m_j·Σx̂_j
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f), mins[t] = 0;
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 144;
+    const float d = f16(blk), dmin = f16(blk + 2);
+    alignas(16) uint8_t sm[16];
+    k4_scales_and_mins(blk + 4, sm);
+    const int16x8_t mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8)));
+    int8x16_t q[8][2];  // sub-block j in two halves of 16
+    for (int c = 0; c < 4; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * h);
+        q[2 * c][h] = vreinterpretq_s8_u8(vandq_u8(v, m4));
+        q[2 * c + 1][h] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+      }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      int32x4_t sum = vdupq_n_s32(0);
+      for (int j = 0; j < 8; ++j) {
+        const int32x4_t p = dot<DOT>(dot<DOT>(vdupq_n_s32(0), q[j][0], load8(xq + 32 * j)), q[j][1], load8(xq + 32 * j + 16));
+        sum = vmlaq_n_s32(sum, p, sm[j]);
+      }
+      const int16x8_t bs = vld1q_s16(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8);
+      const int32_t msum = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn), vget_low_s16(bs)), mn, bs));
+      const float dx = a.d[(t0 + t) * ns + s];
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * dx);
+      mins[t] += dmin * dx * static_cast<float>(msum);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]) - mins[t];
+}
+
+// Q6_K {ql[128]; qh[64]; scales[16] int8; d f16}, 210 bytes: in half h, values 32i + l (i < 4) take
+// their low 4 bits from ql[64h + 32(i % 2) + l] (low nibble for i < 2) and bits 2i..2i+1 of
+// qh[32h + l] as bits 4..5; w = d·scale·(q − 32) per 16 values.
+template <bool DOT, int TB>
+void row_q6_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(0x30);
+  const int8x16_t k32 = vdupq_n_s8(32);
+  float32x4_t acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f);
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 210;
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = f16(blk + 208);
+    int8x16_t q[16];  // q − 32 of values 16g..16g+15
+    for (int h = 0; h < 2; ++h)
+      for (int half = 0; half < 2; ++half) {  // l in [16·half, 16·half + 16)
+        const uint8x16_t l0 = vld1q_u8(blk + 64 * h + 16 * half), l1 = vld1q_u8(blk + 64 * h + 32 + 16 * half);
+        const uint8x16_t hb = vld1q_u8(blk + 128 + 32 * h + 16 * half);
+        const uint8x16_t v[4] = {vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(hb, 4), m2)),
+                                 vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(hb, 2), m2)),
+                                 vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(hb, m2)),
+                                 vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(hb, 2), m2))};
+        for (int i = 0; i < 4; ++i) q[8 * h + 2 * i + half] = vsubq_s8(vreinterpretq_s8_u8(v[i]), k32);
+      }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      int32x4_t sum = vdupq_n_s32(0);
+      for (int g = 0; g < 16; ++g) sum = vmlaq_n_s32(sum, dot<DOT>(vdupq_n_s32(0), q[g], load8(xq + 16 * g)), sc[g]);
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * a.d[(t0 + t) * ns + s]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]);
+}
+#else
 inline float f16(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -234,6 +368,7 @@ void row_q6_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   }
   for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
 }
+#endif  // KAPITSA_GGML_INT8_NEON
 
 using RowFn = void (*)(const uint8_t*, const Act&, int64_t, float*, int64_t);
 

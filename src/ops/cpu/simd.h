@@ -1,5 +1,6 @@
 // A thin SIMD layer for the cpu ops (internal to ops/cpu): one float vector type `vf` of width kW
-// — AVX-512 (16 lanes), AVX2+FMA (8 lanes), SSE2 (4 lanes: every x86-64) or a portable 4-lane array —
+// — AVX-512 (16 lanes), AVX2+FMA (8 lanes), SSE2 (4 lanes: every x86-64), NEON (4 lanes: every
+// AArch64) or a portable 4-lane array —
 // with loads that widen bf16 (shift into the high half) and f16 (F16C), FMA, horizontal sum and a
 // vector exp (Cephes-style polynomial, ≈2 ulp on [-87, 88], 0 below).
 #pragma once
@@ -15,6 +16,8 @@
 #include <immintrin.h>
 #elif defined(__SSE2__)
 #include <emmintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::simd {
@@ -137,8 +140,34 @@ inline vf select_lt(vf a, vf b, vf if_true, vf if_false) {
   const vf m = _mm_cmplt_ps(a, b);
   return _mm_or_ps(_mm_and_ps(m, if_true), _mm_andnot_ps(m, if_false));
 }
+#elif defined(__aarch64__)
+// Every AArch64 level: Advanced SIMD (NEON), 4 lanes, fused multiply-add, f16 conversion (FCVTL) and
+// round-to-nearest-even (FRINTN) in ARMv8.0 already.
+constexpr int kW = 4;
+using vf = float32x4_t;
+inline vf zero() { return vdupq_n_f32(0.0f); }
+inline vf set1(float v) { return vdupq_n_f32(v); }
+inline vf load(const float* p) { return vld1q_f32(p); }
+inline void store(float* p, vf v) { vst1q_f32(p, v); }
+inline vf load_bf16(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+inline vf load_f16(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+inline vf fma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
+inline vf fma_exact(vf a, vf b, vf c) { return fma(a, b, c); }
+inline vf add(vf a, vf b) { return vaddq_f32(a, b); }
+inline vf sub(vf a, vf b) { return vsubq_f32(a, b); }
+inline vf mul(vf a, vf b) { return vmulq_f32(a, b); }
+inline vf div(vf a, vf b) { return vdivq_f32(a, b); }
+inline vf max(vf a, vf b) { return vmaxq_f32(a, b); }
+inline vf min(vf a, vf b) { return vminq_f32(a, b); }
+inline float reduce_add(vf v) { return vaddvq_f32(v); }
+inline float reduce_max(vf v) { return vmaxvq_f32(v); }
+inline vf round_nearest(vf v) { return vrndnq_f32(v); }
+inline vf pow2i(vf n) {
+  return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23));
+}
+inline vf select_lt(vf a, vf b, vf if_true, vf if_false) { return vbslq_f32(vcltq_f32(a, b), if_true, if_false); }
 #else
-// Portable fallback (a non-x86 build without its own level yet): plain arrays.
+// Portable fallback (an architecture without its own level): plain arrays.
 constexpr int kW = 4;
 struct vf {
   float v[kW];

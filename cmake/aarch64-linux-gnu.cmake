@@ -1,0 +1,16 @@
+# Cross-compiling for AArch64 Linux with Debian's g++-aarch64-linux-gnu (scripts/test-aarch64.sh): the
+# op tests' build (KAPITSA_OPS_ONLY), linked statically so qemu-aarch64 runs it without an arm64 sysroot.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-static")
+find_program(KAPITSA_QEMU_AARCH64 qemu-aarch64)
+if(KAPITSA_QEMU_AARCH64)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${KAPITSA_QEMU_AARCH64})
+endif()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The AArch64 (ARM NEON) pass of scripts/test.sh: cross-compiles the op libraries and tests/ops with
+# Debian's g++-aarch64-linux-gnu (cmake/aarch64-linux-gnu.cmake, KAPITSA_OPS_ONLY: no arm64 packages,
+# linked statically) into build/aarch64, and runs test_ops under qemu-aarch64 twice:
+#   -cpu max         every AArch64 level (baseline and dotprod): each op test runs on both;
+#   -cpu cortex-a53  an ARMv8.0 CPU without the dot product: the dispatcher must pick baseline, and any
+#                    v8.1+ instruction reaching the baseline path is an illegal instruction here.
+# and checks the linked test_ops for such instructions outside the dotprod kernels
+# (tests/ops/level_isolation_aarch64.sh). Installs the cross compiler and qemu-user when missing
+# (apt-get; sudo when not root). Extra arguments go to test_ops (e.g. --gtest_filter=Affine*).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+packages=(g++-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user googletest libfmt-dev nlohmann-json3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "kapitsa: installing ${missing[*]}"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+start=$(date +%s)
+# -O2: the kernels' intrinsics need no more, and the build is most of this pass's time on 2 cores.
+cmake -S . -B build/aarch64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DKAPITSA_OPS_ONLY=ON \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" >/dev/null
+cmake --build build/aarch64 --target test_ops
+built=$(date +%s)
+bash tests/ops/level_isolation_aarch64.sh build/aarch64/tests/test_ops
+
+# One GoogleTest shard per core (at most 8) per run: the ref computations in the tests are single-threaded.
+run_shards() {  # cpu model, expected best level, extra args
+  local cpu=$1 level=$2
+  shift 2
+  local shards=${KAPITSA_AARCH64_SHARDS:-$(($(nproc) < 8 ? $(nproc) : 8))} pids=() rc=0
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_DEATH_TEST_STYLE=fast GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i KAPITSA_TEST_CPU_LEVEL=$level \
+      qemu-aarch64 -cpu "$cpu" build/aarch64/tests/test_ops --gtest_brief=1 "$@" >"build/aarch64/tests/test_ops.$cpu.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < shards; ++i)); do
+    if ! wait "${pids[$i]}"; then
+      rc=1
+      echo "kapitsa: test_ops under qemu-aarch64 -cpu $cpu, shard $i of $shards failed:"
+      tail -n 60 "build/aarch64/tests/test_ops.$cpu.$i.log"
+    fi
+  done
+  grep -h "tests\? ran\|PASSED\|SKIPPED\|FAILED" build/aarch64/tests/test_ops."$cpu".*.log | sed "s/^/  $cpu: /"
+  return $rc
+}
+rc=0
+run_shards max dotprod "$@" || rc=1
+run_shards cortex-a53 baseline "$@" || rc=1
+echo "kapitsa: aarch64 pass: build $((built - start)) s, qemu runs $(($(date +%s) - built)) s"
+exit $rc
