@@ -237,6 +237,7 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
 void moe_combine(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H, cudaStream_t s);
 // moe_sigmoid.cu — bias: [E] or nullptr.
 constexpr int kMoeMaxGroups = 64;
+constexpr int64_t kMoeMaxExperts = 2048;  // 64 experts a lane of the router's warp
 void moe_route_sigmoid(const float* logits, const float* bias, int64_t T, int64_t E, int k, int n_group,
                        int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights, cudaStream_t s);
 

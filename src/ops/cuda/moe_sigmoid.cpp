@@ -18,6 +18,8 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
                     topk_group <= n_group,
                 "moe_route_sigmoid: {} experts in {} groups (at most {}), topk_group {}", E, n_group,
                 kernels::kMoeMaxGroups, topk_group);
+  KAPITSA_CHECK(E <= kernels::kMoeMaxExperts, "moe_route_sigmoid: {} experts (the cuda router takes at most {})", E,
+                kernels::kMoeMaxExperts);
   KAPITSA_CHECK(k >= 1 && k <= topk_group * (E / n_group), "moe_route_sigmoid: k = {} with {} experts in reach", k,
                 topk_group * (E / n_group));
   KAPITSA_CHECK(expert_ids.numel() == T * k && expert_weights.numel() == T * k,

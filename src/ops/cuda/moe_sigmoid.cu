@@ -1,67 +1,88 @@
-// Kernel of the sigmoid router (Nemotron-H / DeepSeek-V3 style): one thread per token, in double, the
-// same steps as the reference (group scores = sum of each group's two best biased scores, top groups and
-// then top experts by repeated argmax, ties to the lower index), so the choice matches it exactly.
-// Scores are recomputed per pass instead of stored (no per-thread array of E).
+// Kernel of the sigmoid router (Nemotron-H / DeepSeek-V3 style): one warp per token, in double, the same
+// steps as the reference (group scores = sum of each group's two best biased scores, top groups and then
+// top experts by repeated argmax, ties to the lower index), so the choice matches it exactly. The biased
+// scores are computed once into shared memory (lane l holds experts l, l + 32, …); each argmax is a warp
+// reduction. (One thread per token, as before, took 23 µs a token for 8 experts top-6 on the H200 — 15%
+// of a 4-bit Nemotron-shaped decode step — and grows with E·k.)
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
-__device__ __forceinline__ double score(const float* row, const float* bias, int64_t e) {
-  return 1.0 / (1.0 + exp(-static_cast<double>(row[e])));
-}
+__device__ __forceinline__ double score(const float* row, int64_t e) { return 1.0 / (1.0 + exp(-static_cast<double>(row[e]))); }
 __device__ __forceinline__ double biased(const float* row, const float* bias, int64_t e) {
-  return score(row, bias, e) + (bias != nullptr ? static_cast<double>(bias[e]) : 0.0);
+  return score(row, e) + (bias != nullptr ? static_cast<double>(bias[e]) : 0.0);
 }
 
-__global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias, int64_t T, int64_t E, int k,
-                                         int n_group, int topk_group, bool renormalize, float scaling, int32_t* ids,
-                                         float* weights) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= T) return;
+// The largest (v, i) over the warp, ties to the lower i; i < 0 means "no candidate". Every lane ends
+// with the same pair (a total order, reduced by butterfly).
+__device__ __forceinline__ void warp_argmax(double& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+  }
+}
+
+// Block t (one warp) routes token t. Shared: the token's E biased scores.
+__global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias, int64_t E, int k, int n_group,
+                                         int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights) {
+  extern __shared__ double choice[];  // [E]
+  const int lane = threadIdx.x;
+  const int64_t t = blockIdx.x;
   const float* row = logits + t * E;
+  for (int64_t e = lane; e < E; e += 32) choice[e] = biased(row, bias, e);
+  __syncwarp();
   const int64_t per_group = E / n_group;
   uint64_t kept = ~uint64_t{0};  // bit gi: group gi competes
   if (n_group > 1) {
+    double group_score[2];  // groups lane and lane + 32 (n_group ≤ 64)
+    for (int h = 0; h < 2; ++h) {
+      const int gi = lane + 32 * h;
+      if (gi >= n_group) continue;
+      double m0 = -INFINITY, m1 = -INFINITY;  // the group's two largest biased scores
+      for (int64_t e = gi * per_group; e < (gi + 1) * per_group; ++e) {
+        const double c = choice[e];
+        if (c > m0) m1 = m0, m0 = c;
+        else if (c > m1) m1 = c;
+      }
+      group_score[h] = m0 + (per_group > 1 ? m1 : 0.0);
+    }
     kept = 0;
     for (int j = 0; j < topk_group; ++j) {
+      double v = 0.0;
       int best = -1;
-      double best_score = 0.0;
-      for (int gi = 0; gi < n_group; ++gi) {
-        if (kept >> gi & 1) continue;
-        double m0 = -INFINITY, m1 = -INFINITY;  // the group's two largest biased scores
-        for (int64_t e = gi * per_group; e < (gi + 1) * per_group; ++e) {
-          const double c = biased(row, bias, e);
-          if (c > m0) m1 = m0, m0 = c;
-          else if (c > m1) m1 = c;
-        }
-        const double group_score = m0 + (per_group > 1 ? m1 : 0.0);
-        if (best < 0 || group_score > best_score) best = gi, best_score = group_score;
+      for (int h = 0; h < 2; ++h) {
+        const int gi = lane + 32 * h;
+        if (gi < n_group && !(kept >> gi & 1) && (best < 0 || group_score[h] > v)) v = group_score[h], best = gi;
       }
+      warp_argmax(v, best);
       kept |= uint64_t{1} << best;
     }
   }
   int32_t* ti = ids + t * k;
   float* tw = weights + t * k;
-  double sum = 0.0;
+  uint64_t taken = 0;  // bit s: expert lane + 32·s is chosen (E ≤ kMoeMaxExperts)
   for (int j = 0; j < k; ++j) {
-    int64_t best = -1;
-    double best_choice = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      if (!(kept >> (e / per_group) & 1)) continue;
-      bool taken = false;
-      for (int i = 0; i < j; ++i) taken |= ti[i] == e;
-      if (taken) continue;
-      const double c = biased(row, bias, e);
-      if (best < 0 || c > best_choice) best = e, best_choice = c;
+    double v = 0.0;
+    int best = -1;
+    for (int64_t e = lane, slot = 0; e < E; e += 32, ++slot) {
+      if (!(kept >> (e / per_group) & 1) || (taken >> slot & 1)) continue;
+      if (best < 0 || choice[e] > v) v = choice[e], best = static_cast<int>(e);
     }
-    ti[j] = static_cast<int32_t>(best);
-    sum += score(row, bias, best);
+    warp_argmax(v, best);
+    if ((best & 31) == lane) taken |= uint64_t{1} << (best >> 5);
+    if (lane == 0) ti[j] = best;
   }
-  for (int j = 0; j < k; ++j) {
-    double w = score(row, bias, ti[j]);
-    if (renormalize) w /= sum + 1e-20;
-    tw[j] = static_cast<float>(w * scaling);
+  if (lane == 0) {  // in choice order, as the reference sums
+    double sum = 0.0;
+    for (int j = 0; j < k; ++j) sum += score(row, ti[j]);
+    for (int j = 0; j < k; ++j) {
+      double w = score(row, ti[j]);
+      if (renormalize) w /= sum + 1e-20;
+      tw[j] = static_cast<float>(w * scaling);
+    }
   }
 }
 
@@ -70,8 +91,8 @@ __global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias,
 void moe_route_sigmoid(const float* logits, const float* bias, int64_t T, int64_t E, int k, int n_group,
                        int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights, cudaStream_t s) {
   if (T > 0)
-    moe_route_sigmoid_kernel<<<grid_for(T, 128), 128, 0, s>>>(logits, bias, T, E, k, n_group, topk_group, renormalize,
-                                                               scaling, ids, weights);
+    moe_route_sigmoid_kernel<<<static_cast<unsigned>(T), 32, static_cast<size_t>(E) * sizeof(double), s>>>(
+        logits, bias, E, k, n_group, topk_group, renormalize, scaling, ids, weights);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels
