@@ -30,6 +30,8 @@ void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tens
   detail::check_on_device(expert_ids, "moe_route_softmax", "expert_ids");
   const int64_t E = logits.dim(-1), T = detail::rows_of(logits);
   KAPITSA_CHECK(k >= 1 && k <= E, "moe_route_softmax: k = {} with {} experts", k, E);
+  KAPITSA_CHECK(E <= kernels::kMoeMaxExperts, "moe_route_softmax: {} experts (the cuda router takes at most {})", E,
+                kernels::kMoeMaxExperts);
   KAPITSA_CHECK(expert_ids.numel() == T * k && expert_weights.numel() == T * k,
                 "moe_route_softmax: expert_ids {} / expert_weights {} must be [{}, {}]", expert_ids.shape().str(),
                 expert_weights.shape().str(), T, k);

@@ -1,4 +1,4 @@
-// Kernels of the MoE plumbing: softmax top-k routing (one thread per token, in double, choosing by
+// Kernels of the MoE plumbing: softmax top-k routing (one warp per token, in double, choosing by
 // repeated argmax with ties to the lower index, exactly as the reference), gathering rows, and the
 // weighted scatter-add back. The scatter walks the rows in order per column (one thread per column), so
 // repeated destination rows accumulate deterministically, in the reference's order, without atomics.
@@ -9,33 +9,52 @@
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
-__global__ void moe_route_softmax_kernel(const float* logits, int64_t T, int64_t E, int k, bool renormalize,
-                                         int32_t* ids, float* weights) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t >= T) return;
+// The largest (v, i) over the warp, ties to the lower i; i < 0: no candidate. Every lane ends with the
+// same pair.
+__device__ __forceinline__ void warp_argmax(double& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+  }
+}
+
+// Block t (one warp) routes token t: the max by a warp reduction, the exponentials once into shared
+// memory, their sum by lane 0 in the reference's order, then k warp argmaxes over the probabilities.
+__global__ void moe_route_softmax_kernel(const float* logits, int64_t E, int k, bool renormalize, int32_t* ids,
+                                         float* weights) {
+  extern __shared__ double prob[];  // [E]
+  const int lane = threadIdx.x;
+  const int64_t t = blockIdx.x;
   const float* row = logits + t * E;
-  double m = -INFINITY, sum = 0.0;
-  for (int64_t e = 0; e < E; ++e) m = fmax(m, static_cast<double>(row[e]));
-  for (int64_t e = 0; e < E; ++e) sum += exp(static_cast<double>(row[e]) - m);
+  double m = -INFINITY;
+  for (int64_t e = lane; e < E; e += 32) m = fmax(m, static_cast<double>(row[e]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int64_t e = lane; e < E; e += 32) prob[e] = exp(static_cast<double>(row[e]) - m);
+  __syncwarp();
+  double sum = 0.0;
+  if (lane == 0)
+    for (int64_t e = 0; e < E; ++e) sum += prob[e];
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  for (int64_t e = lane; e < E; e += 32) prob[e] /= sum;
   int32_t* ti = ids + t * k;
   float* tw = weights + t * k;
+  uint64_t taken = 0;  // bit s: expert lane + 32·s is chosen (E ≤ kMoeMaxExperts)
   double chosen_sum = 0.0;
   for (int j = 0; j < k; ++j) {
-    int64_t best = -1;
     double best_p = 0.0;
-    for (int64_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int i = 0; i < j; ++i) taken |= ti[i] == e;
-      if (taken) continue;
-      const double p = exp(static_cast<double>(row[e]) - m) / sum;
-      if (best < 0 || p > best_p) best = e, best_p = p;  // strict >: ties keep the lower index
-    }
-    ti[j] = static_cast<int32_t>(best);
-    tw[j] = static_cast<float>(best_p);
-    chosen_sum += best_p;
+    int best = -1;
+    for (int64_t e = lane, slot = 0; e < E; e += 32, ++slot)
+      if (!(taken >> slot & 1) && (best < 0 || prob[e] > best_p)) best_p = prob[e], best = static_cast<int>(e);
+    warp_argmax(best_p, best);
+    if ((best & 31) == lane) taken |= uint64_t{1} << (best >> 5);
+    if (lane == 0) ti[j] = best, tw[j] = static_cast<float>(best_p);
+    chosen_sum += best_p;  // every lane, in choice order
   }
-  if (renormalize)
-    for (int j = 0; j < k; ++j) tw[j] = static_cast<float>(exp(static_cast<double>(row[ti[j]]) - m) / sum / chosen_sum);
+  if (renormalize && lane == 0)
+    for (int j = 0; j < k; ++j) tw[j] = static_cast<float>(prob[ti[j]] / chosen_sum);
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* out, int64_t H) {
@@ -134,7 +153,9 @@ void moe_combine(const float* y, const float* weights, float* out, int64_t T, in
 
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,
                        float* weights, cudaStream_t s) {
-  if (T > 0) moe_route_softmax_kernel<<<grid_for(T, 128), 128, 0, s>>>(logits, T, E, k, renormalize, ids, weights);
+  if (T > 0)
+    moe_route_softmax_kernel<<<static_cast<unsigned>(T), 32, static_cast<size_t>(E) * sizeof(double), s>>>(
+        logits, E, k, renormalize, ids, weights);
 }
 
 void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H, cudaStream_t s) {
