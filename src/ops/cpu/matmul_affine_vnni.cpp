@@ -266,9 +266,28 @@ struct PairLanes {
 };
 inline constexpr PairLanes kPairLanes{};
 
+// The codes of the rows two passes ahead are prefetched at the start of each pass: a row is a short run of
+// cache lines (512 B at K = 1024), too short for the hardware prefetchers, and without it a matrix
+// streamed from DRAM at ~25 GB/s on a machine that reads 62 GB/s with two threads (lm head 248320 × 1024:
+// 5.0–6.1 → 2.8–3.3 ms; decode of a 0.8B-shaped model +20%: docs/performance.md). 4
+// (on a 12288-row matrix) or 16–32 rows ahead measured slower. KAPITSA_AFFINE_PREFETCH=0 turns it off.
+constexpr int64_t kPrefetchRows = 2 * kRowsPlanes;
+bool prefetch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_AFFINE_PREFETCH");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// N: where the calling thread's rows end (nothing is prefetched past it).
 template <class Param, int RB>
-void rows_dot_planes(const Operands& o, int64_t n0, float* y) {
+void rows_dot_planes(const Operands& o, int64_t n0, float* y, int64_t N) {
   const int64_t G = o.G, row_bytes = o.K / 2;
+  if (RB > 1 && n0 + kPrefetchRows + RB <= N && prefetch_enabled()) {
+    const char* ahead = reinterpret_cast<const char*>(o.codes + (n0 + kPrefetchRows) * row_bytes);
+    for (int64_t b = 0; b < RB * row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+  }
   const __m512i nibble = _mm512_set1_epi16(0x000f);
   __m512 acc[RB];
   for (int r = 0; r < RB; ++r) acc[r] = _mm512_setzero_ps();
@@ -309,8 +328,8 @@ void rows_planes(const Operands& o, float* y, int64_t N) {
   parallel_for(static_cast<size_t>(tasks), grain, [&](size_t begin, size_t end) {
     const int64_t n1 = std::min<int64_t>(N, static_cast<int64_t>(end) * kRowsPlanes);
     int64_t n = static_cast<int64_t>(begin) * kRowsPlanes;
-    for (; n + kRowsPlanes <= n1; n += kRowsPlanes) rows_dot_planes<Param, kRowsPlanes>(o, n, y);
-    for (; n < n1; ++n) rows_dot_planes<Param, 1>(o, n, y);
+    for (; n + kRowsPlanes <= n1; n += kRowsPlanes) rows_dot_planes<Param, kRowsPlanes>(o, n, y, n1);
+    for (; n < n1; ++n) rows_dot_planes<Param, 1>(o, n, y, n1);
   });
 }
 #endif  // KAPITSA_AFFINE_INT16_NEON
