@@ -5,17 +5,7 @@
 # agents from npm (~1.2 GB). Without npm or a registry the tests that use them are skipped
 # (exit 77), never failed; this script still succeeds.
 set -euo pipefail
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-missing=()
-for p in clang libclang-rt-14-dev chromium; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "kapitsa: installing ${missing[*]}"
-  $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+bash "$(dirname "$0")/apt-install.sh" clang libclang-rt-14-dev chromium
 # The official OpenAI / Anthropic SDKs for tests/server_js (npm ci; --prefer-offline uses the npm cache
 # when there is no network). Without node/npm the SDK tests are skipped, not failed.
 js="$(dirname "$0")/../tests/server_js"

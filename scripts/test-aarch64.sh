@@ -10,18 +10,8 @@
 # (apt-get; sudo when not root). Extra arguments go to test_ops (e.g. --gtest_filter=Affine*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 packages=(g++-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user googletest libfmt-dev nlohmann-json3-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "kapitsa: installing ${missing[*]}"
-  $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install.sh "${packages[@]}"
 
 start=$(date +%s)
 # -O2: the kernels' intrinsics need no more, and the build is most of this pass's time on 2 cores.

@@ -3,6 +3,7 @@
 #include "models/nemotron_h/config.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 
 namespace kapitsa::models::nemotron_h {
@@ -23,6 +24,13 @@ Expected<LayerKind> kind_from_name(const weights::HfConfig& c, const std::string
                c.where(field), i, name);
 }
 
+// The layer kind of a pattern letter (M, *, - or E).
+std::optional<LayerKind> kind_of_letter(char letter) {
+  for (LayerKind k : {LayerKind::mamba, LayerKind::attention, LayerKind::mlp, LayerKind::moe})
+    if (pattern_letter(k) == letter) return k;
+  return std::nullopt;
+}
+
 Status parse_pattern(const weights::HfConfig& c, NemotronHConfig& out) {
   // transformers prefers the explicit list (layer_types is its alias) over the legacy string.
   for (const char* list_field : {"layers_block_type", "layer_types"}) {
@@ -39,15 +47,11 @@ Status parse_pattern(const weights::HfConfig& c, NemotronHConfig& out) {
     return error("{}: the layer pattern is missing (hybrid_override_pattern or layers_block_type)", c.path());
   KAPITSA_TRY(std::string pattern, c.get_string("hybrid_override_pattern"));
   for (size_t i = 0; i < pattern.size(); ++i) {
-    switch (pattern[i]) {
-      case 'M': out.layer_kinds.push_back(LayerKind::mamba); break;
-      case '*': out.layer_kinds.push_back(LayerKind::attention); break;
-      case '-': out.layer_kinds.push_back(LayerKind::mlp); break;
-      case 'E': out.layer_kinds.push_back(LayerKind::moe); break;
-      default:
-        return error("{} has unknown layer letter '{}' at position {} (expected M, *, - or E)",
-                     c.where("hybrid_override_pattern"), pattern[i], i);
-    }
+    const std::optional<LayerKind> kind = kind_of_letter(pattern[i]);
+    if (!kind)
+      return error("{} has unknown layer letter '{}' at position {} (expected M, *, - or E)",
+                   c.where("hybrid_override_pattern"), pattern[i], i);
+    out.layer_kinds.push_back(*kind);
   }
   if (out.layer_kinds.empty()) return error("{} is empty", c.where("hybrid_override_pattern"));
   return ok_status();
@@ -63,14 +67,11 @@ Status parse_mtp_pattern(const weights::HfConfig& c, NemotronHConfig& out) {
                  c.where("num_nextn_predict_layers"), heads);
   KAPITSA_TRY(std::string pattern, c.get_string("mtp_hybrid_override_pattern"));
   for (size_t i = 0; i < pattern.size(); ++i) {
-    switch (pattern[i]) {
-      case '*': out.mtp_kinds.push_back(LayerKind::attention); break;
-      case '-': out.mtp_kinds.push_back(LayerKind::mlp); break;
-      case 'E': out.mtp_kinds.push_back(LayerKind::moe); break;
-      default:
-        return error("{} has layer letter '{}' at position {} (an MTP head runs *, - or E layers)",
-                     c.where("mtp_hybrid_override_pattern"), pattern[i], i);
-    }
+    const std::optional<LayerKind> kind = kind_of_letter(pattern[i]);
+    if (!kind || *kind == LayerKind::mamba)
+      return error("{} has layer letter '{}' at position {} (an MTP head runs *, - or E layers)",
+                   c.where("mtp_hybrid_override_pattern"), pattern[i], i);
+    out.mtp_kinds.push_back(*kind);
   }
   if (out.mtp_kinds.empty()) return error("{} is empty", c.where("mtp_hybrid_override_pattern"));
   return ok_status();

@@ -74,6 +74,17 @@ __device__ __forceinline__ int64_t ckpt_slot(const Seqs& s, int64_t i, const Seq
   return s.ckpt_slots[s.ckpt_offsets[i] + (t - v.ckpt_begin)];
 }
 
+// The largest (v, i) over the warp, ties to the lower i; i < 0: no candidate. Every lane ends with the
+// same pair (a total order, reduced by butterfly). Used by the MoE routers.
+__device__ __forceinline__ void warp_argmax(double& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const double ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

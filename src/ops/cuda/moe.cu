@@ -9,17 +9,6 @@
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
-// The largest (v, i) over the warp, ties to the lower i; i < 0: no candidate. Every lane ends with the
-// same pair.
-__device__ __forceinline__ void warp_argmax(double& v, int& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const double ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
-  }
-}
-
 // Block t (one warp) routes token t: the max by a warp reduction, the exponentials once into shared
 // memory, their sum by lane 0 in the reference's order, then k warp argmaxes over the probabilities.
 __global__ void moe_route_softmax_kernel(const float* logits, int64_t E, int k, bool renormalize, int32_t* ids,

@@ -14,17 +14,6 @@ __device__ __forceinline__ double biased(const float* row, const float* bias, in
   return score(row, e) + (bias != nullptr ? static_cast<double>(bias[e]) : 0.0);
 }
 
-// The largest (v, i) over the warp, ties to the lower i; i < 0 means "no candidate". Every lane ends
-// with the same pair (a total order, reduced by butterfly).
-__device__ __forceinline__ void warp_argmax(double& v, int& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const double ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
-  }
-}
-
 // Block t (one warp) routes token t. Shared: the token's E biased scores.
 __global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias, int64_t E, int k, int n_group,
                                          int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights) {
