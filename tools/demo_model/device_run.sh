@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# The one command that produced models/demo on a lent H200 (see README.md): a smoke run of every
-# stage on tiny data first (so a failure costs seconds, not the full run), then the full run.
-# Output: logs and models/demo packed as $OUT/demo.tar.part-* (15 MB pieces; reassemble with cat).
-# Arguments go to the full run only, e.g. `--target-steps 1012 --draft-steps 1077` to reproduce.
+# The commands that produce models/demo on a lent H200 (see README.md), from the repository root.
+#   bash tools/demo_model/device_run.sh smoke [ARGS]  every stage on tiny data (seconds), then the full
+#                                                     pipeline with short budgets (to time each phase)
+#   bash tools/demo_model/device_run.sh full [ARGS]   the real run (about 9 minutes)
+# Both reuse the first edition's tokenizer and measure the first edition's target beside the new one.
+# Output: logs, and the result packed as $OUT/demo.tar.part-* (15 MB pieces; reassemble with cat).
 set -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+mode=${1:-full}; shift
+common=(--tokenizer models/demo/target --baseline models/demo/target)
 nvidia-smi -L
-timeout 200 python3 tools/demo_model/train.py --smoke --out /tmp/smoke 2>&1 | tee "$OUT/smoke.log"
-rc=$?
-if [ $rc -eq 0 ]; then
-  cat /tmp/smoke/target/config.json; head -c 3000 /tmp/smoke/target/reference.json; echo
-  ( time python3 tools/demo_model/train.py --out /tmp/demo "$@" ) 2>&1 | tee "$OUT/full.log"
+python3 tools/demo_model/test_gdn_chunked.py || exit 1
+if [ "$mode" = smoke ]; then
+  timeout 150 python3 tools/demo_model/train.py --smoke --out /tmp/smoke "${common[@]}" 2>&1 | tee "$OUT/smoke.log" || exit 1
+  head -c 4000 /tmp/smoke/metrics.json; echo
+  timeout 400 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" --target-budget 25 --draft-budget 8 \
+    --probe-batches 32,64 "$@" 2>&1 | tee "$OUT/full.log"
+  rc=$?
+else
+  ( time timeout 575 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" "$@" ) 2>&1 | tee "$OUT/full.log"
   rc=$?
 fi
 cd /tmp
-if [ -f demo/DONE ]; then
-  tar --exclude=demo/raw --exclude=demo/tmp -cf - demo | split -b 15M - "$OUT/demo.tar.part-"
-elif [ -d demo/raw ]; then
-  tar -cf - demo/raw demo/tokenizer | split -b 15M - "$OUT/demo.tar.part-"
+[ -f demo/metrics.json ] && cp demo/metrics.json "$OUT/"
+if [ -f demo/DONE ] && [ "$mode" = full ]; then
+  tar --exclude=demo/tmp --exclude=demo/tokenizer -cf - demo | split -b 15M - "$OUT/demo.tar.part-"
 fi
 ls -la "$OUT"
 exit $rc

@@ -18,6 +18,13 @@ def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_st
     inverse (I + strictly-lower(beta k k^T * decay))^-1 is one batched triangular solve instead of a
     63-step Python loop, and everything but the state recurrence is computed for all chunks at once.
     query, key [B, T, H, Dk]; value [B, T, H, Dv]; g, beta [B, T, H] -> out [B, T, H, Dv], state."""
+    # float32 even inside a bf16 autocast region: the state is a sum over the whole sequence.
+    with torch.autocast(device_type=query.device.type, enabled=False):
+        return _chunked(query, key, value, g, beta, chunk_size, initial_state, output_final_state,
+                        use_qk_l2norm_in_kernel)
+
+
+def _chunked(query, key, value, g, beta, chunk_size, initial_state, output_final_state, use_qk_l2norm_in_kernel):
     dtype = query.dtype
     if use_qk_l2norm_in_kernel:
         query = query * torch.rsqrt((query * query).sum(-1, keepdim=True) + 1e-6)

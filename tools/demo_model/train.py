@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""Train Kapitsa's bundled demo models (a Qwen3.5-architecture target and draft) from scratch.
+"""Train Kapitsa's bundled demo models (a Qwen3.5-architecture target with its MTP head, and a draft).
 
 What it is: one script that, on one NVIDIA GPU with PyTorch + transformers 5.17 + tokenizers,
   1. collects text that is on the machine anyway (the installed Python packages' *.py/*.md/*.rst),
-  2. trains a ~16k byte-level BPE tokenizer with the Qwen pre-tokenizer and the Qwen special tokens,
-  3. trains a ~11M-parameter hybrid model (Gated DeltaNet + gated attention, 3:1) and a ~3M draft,
-  4. saves both as real Hugging Face checkpoints in the released Qwen3.5 layout
-     (model_type "qwen3_5", Qwen3_5ForConditionalGeneration, nested text_config, tensors
-     "model.language_model.*", a tiny untrained vision tower, tied embeddings, bf16 safetensors),
-  5. reloads them with transformers and writes reference logits (float32, eager attention, CPU)
-     for a fixed prompt, plus held-out perplexities and the draft/target greedy agreement.
-  6. with --mtp-head DIR (a separate run, after 1-5): trains a Qwen3.5-layout MTP head (mtp.*) for
-     the frozen target in DIR and writes it with a PyTorch reference of its forward (README.md).
+  2. reuses the first edition's tokenizer (--tokenizer) or trains a ~16k byte-level BPE one with the
+     Qwen pre-tokenizer and the Qwen special tokens,
+  3. trains a ~29M-parameter hybrid target (Gated DeltaNet + gated attention, 3:1) jointly with a
+     one-layer MTP head, the last steps on its 4-bit weights (quantization-aware), and a ~3M draft,
+  4. ships the target as MLX affine 4-bit in the released Qwen3.5 layout (model_type "qwen3_5",
+     nested text_config, tensors "model.language_model.*", mtp.* in model-mtp.safetensors, tied
+     embeddings) and the draft as bf16 (with a tiny untrained vision tower, as the released class has),
+  5. writes reference logits with transformers (float32, eager attention, CPU) from the weights exactly
+     as shipped (the target's dequantized), held-out perplexities, greedy agreement, MTP agreement,
+     and the share of held-out function stubs whose greedy completion parses.
 What it is not: a recipe for a useful assistant. These are demonstration models.
-Invariants: seeded; the step counts printed as TARGET_STEPS/DRAFT_STEPS reproduce a run exactly
+Invariants: seeded; the step counts printed as TARGET_STEPS/DRAFT_STEPS reproduce a run
   (pass them back with --target-steps/--draft-steps); --smoke runs every stage on tiny data.
 """
 import argparse
@@ -64,15 +65,18 @@ ADDED_TOKENS = [
 ]
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # gdn_chunked.py, affine.py
 CHAT_TEMPLATE_PATH = HERE / "qwen3.5.jinja"
 
 # ----------------------------------------------------------------------------------------------
 # Model shapes. layer_types: three Gated DeltaNet layers then one gated full-attention layer.
 # ----------------------------------------------------------------------------------------------
-TARGET_SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                    linear_num_key_heads=2, linear_key_head_dim=64,
-                    linear_num_value_heads=4, linear_value_head_dim=64)
+TARGET_SHAPE = dict(hidden_size=384, intermediate_size=1152, num_hidden_layers=12,
+                    num_attention_heads=6, num_key_value_heads=2, head_dim=64,
+                    linear_num_key_heads=3, linear_key_head_dim=64,
+                    linear_num_value_heads=6, linear_value_head_dim=64)
+# The draft keeps the first edition's shape and stays bf16 (5.9 MB): tests quantize it as a trained
+# model with real margins.
 DRAFT_SHAPE = dict(hidden_size=128, intermediate_size=320, num_hidden_layers=4,
                    num_attention_heads=2, num_key_value_heads=1, head_dim=64,
                    linear_num_key_heads=2, linear_key_head_dim=32,
@@ -445,42 +449,150 @@ def lr_at(step, total, peak, warmup, min_ratio=0.1):
     return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train_model(name, model, data, args, hp, steps, budget_s, seed):
+
+
+# ----------------------------------------------------------------------------------------------
+# Training. The target trains with its MTP head (joint loss) and, for the last steps, on the weights
+# it will ship with (quantization-aware: the forward pass sees dequantize(quantize(w)), the update
+# goes to the float weights: a straight-through estimator).
+# ----------------------------------------------------------------------------------------------
+def use_chunked_gdn(model):
+    """Routes the model's Gated DeltaNet layers through gdn_chunked; returns a call counter."""
+    from gdn_chunked import chunk_gated_delta_rule
+    calls = {"n": 0, "layers": 0, "original": None}
+
+    def counted(*a, **k):
+        calls["n"] += 1
+        return chunk_gated_delta_rule(*a, **k)
+    for m in model.modules():
+        if hasattr(m, "chunk_gated_delta_rule"):
+            calls["original"] = calls["original"] or m.chunk_gated_delta_rule
+            m.chunk_gated_delta_rule = counted
+            calls["layers"] += 1
+    return calls
+
+
+def check_chunked_gdn(model, calls, vocab, dev):
+    """The patched model must call gdn_chunked once per GDN layer and give transformers' own logits."""
+    import torch
+    x = torch.randint(0, vocab, (2, 200), generator=torch.Generator().manual_seed(1)).to(dev)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        before = calls["n"]
+        fast = model(input_ids=x, use_cache=False).logits.float()
+        used = calls["n"] - before
+        mods = [m for m in model.modules() if hasattr(m, "chunk_gated_delta_rule")]
+        saved = [m.chunk_gated_delta_rule for m in mods]
+        for m in mods:
+            m.chunk_gated_delta_rule = calls["original"]
+        slow = model(input_ids=x, use_cache=False).logits.float()
+        for m, f in zip(mods, saved):
+            m.chunk_gated_delta_rule = f
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    err = rel_err(fast, slow)
+    log(f"chunked GDN: {used} calls for {calls['layers']} GDN layers; logits vs {calls['original'].__name__} "
+        f"rel. err {err:.2e}")
+    if used != calls["layers"] or not err < 1e-4:
+        raise RuntimeError("the chunked gated delta rule is not in use or does not match transformers")
+    return {"calls_per_forward": used, "gdn_layers": calls["layers"], "logits_rel_err_vs_transformers": err}
+
+
+def quantizable(name, p):
+    """What kapitsa quantize (and mlx-lm) quantize: 2-D weights that are not norms (conv1d is 3-D)."""
+    return p.dim() == 2 and name.endswith("weight") and "norm" not in name.rsplit(".", 2)[-2]
+
+
+class ShippedWeights:
+    """Within the block, the parameters hold what the checkpoint will hold: quantizable ones
+    dequantize(quantize(w)), the rest (norms, conv1d, A_log, dt_bias) rounded to bf16 when all=True.
+    The float weights come back on exit."""
+
+    def __init__(self, named_params, bits, group_size, all=True):
+        self.items = [(n, p) for n, p in named_params if quantizable(n, p) or all]
+        self.bits, self.group_size = bits, group_size
+        self.saved = None
+
+    def __enter__(self):
+        import torch
+        from affine import fake_quant
+        self.saved = [p.detach().clone() for _, p in self.items]
+        with torch.no_grad():
+            for n, p in self.items:
+                p.copy_(fake_quant(p, self.group_size, self.bits) if quantizable(n, p) else p.to(torch.bfloat16).float())
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        with torch.no_grad():
+            for (_, p), s in zip(self.items, self.saved):
+                p.copy_(s)
+        self.saved = None
+
+
+def unique_named_params(*modules_and_lists):
+    """(name, parameter) over modules and MtpHead objects, each tied parameter once."""
+    seen, out = set(), []
+    for obj in modules_and_lists:
+        pairs = obj.named_parameters() if hasattr(obj, "named_parameters") else obj
+        for n, p in pairs:
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append((n, p))
+    return out
+
+
+def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None):
     """Trains for `steps` steps, or, when steps is None, for as many as fit in budget_s (the count is
-    fixed after `calib` steps, before the warmup ends, so passing it back reproduces the run)."""
+    fixed after `calib` steps, before the warmup ends, so passing it back reproduces the run).
+    mtp: an MtpHead trained jointly (loss + hp["mtp_weight"] · its loss on token t+2).
+    qat: (bits, group_size, fraction): the last fraction of the steps run on the shipped weights."""
     import torch
     import torch.nn.functional as F
 
     B, T = hp["batch"], hp["seq"]
     V = model.config.vocab_size
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["wd"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
+    named = unique_named_params(model, mtp.named_parameters() if mtp else [])
+    params = [p for _, p in named]
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": hp["wd"]},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
                             lr=hp["lr"], betas=(0.9, 0.95), eps=1e-8, fused=True)
     warmup = max(hp["warmup"], hp["calib"] + 1)
     gen = torch.Generator().manual_seed(seed)
-    ar = torch.arange(T + 1, device=data.device)
+    ar = torch.arange(T + 2, device=data.device)
     n = data.numel()
     model.train()
     total = steps
     step, t0 = 0, time.time()
     t_cal = None
     tokens = 0
-    last_loss = float("nan")
+    last = {}
+    qat_steps = 0
     while total is None or step < total:
         lr = lr_at(step, total if total is not None else 10**9, hp["lr"], warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        off = torch.randint(0, n - T - 1, (B,), generator=gen).to(data.device)
-        seq = data[off[:, None] + ar[None, :]].long()
-        x, y = seq[:, :-1], seq[:, 1:]
+        off = torch.randint(0, n - T - 2, (B,), generator=gen).to(data.device)
+        seq = data[off[:, None] + ar[None, :]].long()                 # [B, T+2]
+        x, y = seq[:, :T], seq[:, 1:T + 1]
+        shipped = None
+        if qat is not None and total is not None and step >= int(total * (1 - qat[2])):
+            shipped = ShippedWeights(named, qat[0], qat[1], all=False).__enter__()
+            qat_steps += 1
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(input_ids=x, use_cache=False).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
+            h = model.model(input_ids=x, use_cache=False).last_hidden_state   # [B, T, H], final-normed
+            logits = model.lm_head(h)
+        loss = main_loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
+        if mtp is not None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                lg2 = mtp.logits(seq[:, 1:T + 1], h)                  # row i: guess for token i+2
+            mtp_loss = F.cross_entropy(lg2.float().reshape(-1, V), seq[:, 2:T + 2].reshape(-1))
+            loss = main_loss + hp["mtp_weight"] * mtp_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if shipped is not None:
+            shipped.__exit__(None, None, None)                         # the update goes to the float weights
+        gnorm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
         tokens += B * T
@@ -497,18 +609,23 @@ def train_model(name, model, data, args, hp, steps, budget_s, seed):
                 f"-> {total} steps")
             print(f"{name.upper()}_STEPS={total}", flush=True)
         if step % hp["log_every"] == 0 or step == total:
-            last_loss = loss.item()
-            if not math.isfinite(last_loss):
-                raise RuntimeError(f"{name}: loss is {last_loss} at step {step}")
+            last = {"loss": main_loss.item()}
+            if mtp is not None:
+                last["mtp_loss"] = mtp_loss.item()
+            if not all(math.isfinite(v) for v in last.values()):
+                raise RuntimeError(f"{name}: loss is {last} at step {step}")
             el = time.time() - t0
-            log(f"{name} step {step}/{total} loss {last_loss:.4f} gnorm {gnorm.item():.3f} lr {lr:.2e} "
+            log(f"{name} step {step}/{total} {' '.join(f'{k} {v:.4f}' for k, v in last.items())} "
+                f"gnorm {gnorm.item():.3f} lr {lr:.2e}{' qat' if shipped is not None else ''} "
                 f"{tokens / el / 1e3:.0f}k tok/s epoch {tokens / n:.2f}")
     torch.cuda.synchronize()
     el = time.time() - t0
-    log(f"{name}: trained {step} steps, {tokens / 1e6:.1f}M tokens in {el:.1f}s")
+    log(f"{name}: trained {step} steps ({qat_steps} on the shipped weights), {tokens / 1e6:.1f}M tokens in {el:.1f}s")
     model.eval()
-    return {"steps": step, "tokens": tokens, "seconds": round(el, 1), "final_loss": last_loss,
-            "batch": B, "seq": T, "lr": hp["lr"], "warmup": warmup, "weight_decay": hp["wd"]}
+    return {"steps": step, "qat_steps": qat_steps, "tokens": tokens, "epochs": round(tokens / n, 2),
+            "seconds": round(el, 1), "final_loss": last.get("loss"), "final_mtp_loss": last.get("mtp_loss"),
+            "batch": B, "seq": T, "lr": hp["lr"], "warmup": warmup, "weight_decay": hp["wd"],
+            "mtp_weight": hp.get("mtp_weight") if mtp is not None else None}
 
 
 def windows(ids, T, max_windows):
@@ -555,25 +672,88 @@ def eval_agreement(target, draft, ids, T, max_windows, B=16):
             "positions": cnt}
 
 
-def greedy_text(model, tok, prompt, max_new, stop_ids, device):
+
+def generate(model, ids, max_new, stop_ids, stop_text=None, tok=None):
+    """Greedy, with the model's cache (prefill then one token at a time); stops at stop_ids, or when
+    stop_text(decoded new text) says so. Returns the new ids."""
     import torch
-    ids = tok.encode(prompt, add_special_tokens=False).ids
-    x = torch.tensor([ids], device=device)
-    new = []
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class TextStop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kw):
+            done = stop_text(tok.decode(input_ids[0, len(ids):].tolist(), skip_special_tokens=False))
+            return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+    dev = next(model.parameters()).device
+    x = torch.tensor([ids], device=dev)
     with torch.no_grad():
-        for _ in range(max_new):
-            nxt = int(model(input_ids=x, use_cache=False).logits[0, -1].float().argmax())
-            if nxt in stop_ids:
+        out = model.generate(x, max_new_tokens=max_new, do_sample=False, top_k=None, top_p=None, temperature=None,
+                             use_cache=True, eos_token_id=sorted(stop_ids), pad_token_id=sorted(stop_ids)[0],
+                             stopping_criteria=StoppingCriteriaList([TextStop()]) if stop_text else None)
+    new = out[0, len(ids):].tolist()
+    while new and new[-1] in stop_ids:
+        new.pop()
+    return new
+
+
+def greedy_text(model, tok, prompt, max_new, stop_ids):
+    return tok.decode(generate(model, tok.encode(prompt, add_special_tokens=False).ids, max_new, stop_ids),
+                      skip_special_tokens=False)
+
+
+def function_stubs(code_texts, n):
+    """n held-out Python functions as stubs: a top-level def with a docstring and at least two more
+    statements, cut after its docstring (one per file, files in held-out order). Returns (stub, name)."""
+    import ast
+    stubs = []
+    for text in code_texts:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        lines = text.splitlines(keepends=True)
+        for node in tree.body:
+            if (isinstance(node, ast.FunctionDef) and not node.decorator_list and ast.get_docstring(node)
+                    and len(node.body) >= 3 and node.body[0].end_lineno < node.end_lineno):
+                stubs.append(("".join(lines[node.lineno - 1:node.body[0].end_lineno]), node.name))
                 break
-            new.append(nxt)
-            x = torch.cat([x, torch.tensor([[nxt]], device=device)], dim=1)
-    return tok.decode(new, skip_special_tokens=False)
+        if len(stubs) == n:
+            break
+    return stubs
+
+
+def body_parses(stub, completion):
+    """stub + completion up to the first line back at column 0 parses as a function with at least one
+    statement after its docstring."""
+    import ast
+    import re
+    m = re.search(r"\n(?=[^\s])", completion)
+    src = stub + (completion[:m.start() + 1] if m else completion)
+    try:
+        tree = ast.parse(src)
+    except (SyntaxError, ValueError):
+        return False, src
+    fn = tree.body[0] if tree.body else None
+    return isinstance(fn, ast.FunctionDef) and len(fn.body) >= 2, src
+
+
+def eval_stubs(model, tok, stubs, stop_ids, max_new=256):
+    """Share of stubs whose greedy completion parses (body_parses); the completions themselves."""
+    import re
+    ok, rows = 0, []
+    for stub, name in stubs:
+        new = generate(model, tok.encode(stub, add_special_tokens=False).ids, max_new, stop_ids,
+                       stop_text=lambda s: re.search(r"\n[^\s]", s) is not None, tok=tok)
+        good, src = body_parses(stub, tok.decode(new, skip_special_tokens=False))
+        ok += good
+        rows.append({"function": name, "parses": good, "tokens": len(new), "text": src})
+    return ok / max(1, len(stubs)), rows
 
 
 # ----------------------------------------------------------------------------------------------
 # Export in the released Qwen3.5 layout, and the reference logits
 # ----------------------------------------------------------------------------------------------
-def export_checkpoint(causal, text_cfg, special, tok_dir, out_dir, seed):
+def export_checkpoint(causal, text_cfg, special, tok_dir, out_dir, seed, dtype=None):
+    """The released Qwen3.5 layout, bf16 (dtype float32: the quantized target's reference copy)."""
     import torch
     from transformers import GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
@@ -605,7 +785,7 @@ def export_checkpoint(causal, text_cfg, special, tok_dir, out_dir, seed):
     log(f"export: lm_head tied to embed_tokens in memory: {tied}")
     if not tied:  # still a valid checkpoint (lm_head.weight is then stored, equal to the embedding)
         log("WARNING: lm_head is not tied to embed_tokens in Qwen3_5ForConditionalGeneration")
-    cg = cg.to(torch.bfloat16)
+    cg = cg.to(dtype or torch.bfloat16)
     gen = GenerationConfig(bos_token_id=None, eos_token_id=[special["<|im_end|>"], special["<|endoftext|>"]],
                            pad_token_id=special["<|endoftext|>"], do_sample=True, temperature=0.7,
                            top_k=20, top_p=0.95)
@@ -636,8 +816,10 @@ def rel_err(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
-def make_reference(model_dir, causal, prompt_text, tok, n_greedy, name, seed, tmp_dir):
-    """Reference outputs from the saved checkpoint, float32, eager attention, on the CPU."""
+def make_reference(model_dir, dest_dir, causal, prompt_text, tok, n_greedy, name, seed, tmp_dir, round_bf16):
+    """Reference outputs from the saved checkpoint in model_dir, float32, eager attention, on the CPU,
+    written to dest_dir. causal: the model as trained (round_bf16: its weights are compared after
+    rounding to bf16; False when they already hold the shipped values)."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM, Qwen3_5ForConditionalGeneration
@@ -690,7 +872,7 @@ def make_reference(model_dir, causal, prompt_text, tok, n_greedy, name, seed, tm
                "greedy_logits": g_logits}
     if hs is not None:
         tensors["hidden_states"] = hs
-    ref_path = model_dir / "reference.safetensors"
+    ref_path = dest_dir / "reference.safetensors"
     save_file(tensors, str(ref_path))
 
     # 1. The saved config.json + weights, loaded again, reproduce the saved reference exactly.
@@ -707,8 +889,9 @@ def make_reference(model_dir, causal, prompt_text, tok, n_greedy, name, seed, tm
         c2 = AutoModelForCausalLM.from_pretrained(str(tmp), dtype=torch.float32,
                                                   attn_implementation="eager").eval()
         with torch.no_grad():
-            for p in c2.parameters():
-                p.copy_(p.to(torch.bfloat16).float())
+            if round_bf16:
+                for p in c2.parameters():
+                    p.copy_(p.to(torch.bfloat16).float())
             l3 = c2(input_ids=ids, use_cache=False).logits[0].float()
         checks["trained_causal_lm_vs_reference_rel_err"] = rel_err(l3, logits)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -731,12 +914,13 @@ def make_reference(model_dir, causal, prompt_text, tok, n_greedy, name, seed, tm
             "torch": torch.__version__, "tokenizers": tokenizers.__version__,
             "computed_with": "Qwen3_5ForConditionalGeneration.from_pretrained(dtype=float32, "
                              "attn_implementation='eager') on the CPU, no cache",
-            "prompt_text": prompt_text, "prompt_len": len(prompt_ids), "generated": n_greedy,
+            "prompt_text": prompt_text, "prompt_len": len(prompt_ids), "prompt_ids": prompt_ids,
+            "generated": n_greedy,
             "greedy_text": tok.decode(g_ids, skip_special_tokens=False),
             "logits_std": float(logits.std()),
             "tensors": {k: [str(v.dtype).replace("torch.", ""), list(v.shape)] for k, v in tensors.items()},
             "checks": checks}
-    with open(model_dir / "reference.json", "w") as f:
+    with open(dest_dir / "reference.json", "w") as f:
         json.dump(info, f, indent=1, ensure_ascii=False)
         f.write("\n")
     log(f"reference {name}: T={len(prompt_ids)} checks {json.dumps(checks)}")
@@ -808,9 +992,10 @@ class MtpHead:
         self.eps = cfg_dict["rms_norm_eps"]
         self.target = target
 
-    def parameters(self):
-        return [self.fc, self.norm_emb, self.norm_hidden] + list(self.body.model.layers.parameters()) + \
-            [self.body.model.norm.weight]
+    def named_parameters(self):
+        return [("mtp.fc.weight", self.fc), ("mtp.pre_fc_norm_embedding.weight", self.norm_emb),
+                ("mtp.pre_fc_norm_hidden.weight", self.norm_hidden), ("mtp.norm.weight", self.body.model.norm.weight)] + \
+            [("mtp.layers.0." + k, v) for k, v in self.body.model.layers[0].named_parameters()]
 
     def hidden(self, next_ids, h):
         """next_ids [B, T] (token i+1 for row i), h [B, T, H] -> y [B, T, H] (after mtp.norm)."""
@@ -823,153 +1008,158 @@ class MtpHead:
     def logits(self, next_ids, h):
         return self.target.lm_head(self.hidden(next_ids, h))
 
-    def state_dict(self):
-        sd = {"mtp.fc.weight": self.fc, "mtp.pre_fc_norm_embedding.weight": self.norm_emb,
-              "mtp.pre_fc_norm_hidden.weight": self.norm_hidden, "mtp.norm.weight": self.body.model.norm.weight}
-        for k, v in self.body.model.layers[0].state_dict().items():
-            sd["mtp.layers.0." + k] = v
-        return sd
 
 
-def train_mtp_head(args):
-    """Loads the target in --mtp-head DIR (model.safetensors or its .xz), freezes it, trains an MTP
-    head on token t+2 and writes DIR/model-mtp.safetensors (bf16, Qwen3.5 names; the loader reads
-    every model*.safetensors of a folder), DIR/mtp_reference.safetensors and mtp_metrics.json into --out."""
-    import lzma
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: name -> (torch tensor, safetensors dtype). A plain writer, because torch has no
+    uint32 to hand to safetensors: packed codes are int32 tensors written as "U32" (same bits)."""
+    import struct
+    header, blobs, at = {}, [], 0
+    for name in sorted(tensors):
+        t, dt = tensors[name]
+        raw = t.detach().cpu().contiguous().view(-1).view(torch_uint8()).numpy().tobytes()
+        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def torch_uint8():
     import torch
-    import torch.nn.functional as F
-    from safetensors.torch import load_file, save_file
-    from tokenizers import Tokenizer
+    return torch.uint8
 
-    tdir, out = Path(args.mtp_head), Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = torch.device("cuda")
-    torch.manual_seed(args.seed)
-    top = json.load(open(tdir / "config.json"))
-    cfg = dict(top["text_config"])
-    H, V = cfg["hidden_size"], cfg["vocab_size"]
-    st = tdir / "model.safetensors"
-    if not st.exists():
-        st = out / "target.safetensors"
-        st.write_bytes(lzma.decompress((tdir / "model.safetensors.xz").read_bytes()))
-    sd = load_file(str(st))
-    target = new_causal_lm(cfg, args.seed, dev)
+
+def quantized_tensors(named, prefix_map, bits, group_size):
+    """(name, float weight) pairs -> the checkpoint's tensors: MLX affine for quantizable weights
+    (codes as "U32", scales and biases bf16), bf16 for the rest. Checks that what it writes
+    dequantizes to exactly what ShippedWeights computes with."""
+    import torch
+    import affine
+    out, n_quant = {}, 0
+    for k, v in named:
+        name = prefix_map(k)
+        if name is None:
+            continue
+        v = v.detach().float()
+        if quantizable(k, v):
+            packed, scales, biases = affine.quantize(v.cpu(), group_size, bits)
+            if not torch.equal(affine.dequantize(packed, scales, biases, group_size, bits),
+                               affine.fake_quant(v, group_size, bits).cpu()):
+                raise RuntimeError(f"{name}: packed codes do not dequantize to the trained weights")
+            module = name[:-len(".weight")]
+            out[name] = (packed, "U32")
+            out[module + ".scales"] = (scales, "BF16")
+            out[module + ".biases"] = (biases, "BF16")
+            n_quant += 1
+        else:
+            out[name] = (v.to(torch.bfloat16), "BF16")
+    return out, n_quant
+
+
+def export_quantized(causal, mtp, fp32_dir, out_dir, bits, group_size):
+    """The shipped target: fp32_dir's config (plus the MLX "quantization" keys), its tokenizer and
+    generation config, and the weights as MLX affine (model.safetensors: the text model, names
+    model.language_model.*, no vision tower, no lm_head: tied; model-mtp.safetensors: mtp.*)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = json.load(open(fp32_dir / "config.json"))
+    q = {"group_size": group_size, "bits": bits, "mode": "affine"}
+    cfg["quantization"] = q
+    cfg["quantization_config"] = q
+    cfg["dtype"] = "bfloat16"
+    with open(out_dir / "config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    for fn in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(fp32_dir / fn, out_dir / fn)
+
+    def trunk(k):
+        return None if k == "lm_head.weight" else "model.language_model." + k[len("model."):]
+    sd = [(k, v) for k, v in causal.state_dict().items()]
+    tensors, nq = quantized_tensors(sd, trunk, bits, group_size)
+    write_safetensors(out_dir / "model.safetensors", tensors, {"format": "mlx"})
+    info = {"tensors": len(tensors), "quantized_modules": nq, "bits": bits, "group_size": group_size}
+    if mtp is not None:
+        mt, mq = quantized_tensors(list(mtp.named_parameters()), lambda k: k, bits, group_size)
+        write_safetensors(out_dir / "model-mtp.safetensors", mt, {"format": "mlx"})
+        info.update(mtp_tensors=len(mt), mtp_quantized_modules=mq)
+    info["files"] = {fn: os.path.getsize(out_dir / fn) for fn in sorted(os.listdir(out_dir))}
+    log(f"export quantized: {out_dir}: {json.dumps(info)}")
+    return info
+
+
+def load_text_model(folder, dev, seed=0):
+    """A Qwen3.5 folder of this script's layout (bf16 model.safetensors or its tracked .xz) as the
+    causal LM it was trained as: the first edition's target, for the same-run baseline."""
+    import lzma
+    from safetensors.torch import load
+    folder = Path(folder)
+    cfg = dict(json.load(open(folder / "config.json"))["text_config"])
+    st = folder / "model.safetensors"
+    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model.safetensors.xz").read_bytes())
+    sd = load(raw)
+    m = new_causal_lm(cfg, seed, dev)
     mapped = {("model." + k[len("model.language_model."):]): v.float() for k, v in sd.items()
               if k.startswith("model.language_model.")}
-    missing, unexpected = target.load_state_dict(mapped, strict=False)
+    missing, unexpected = m.load_state_dict(mapped, strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
-        raise RuntimeError(f"target state dict: missing {missing} unexpected {unexpected}")
-    target.eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
-    tok = Tokenizer.from_file(str(tdir / "tokenizer.json"))
-    eot = tok.token_to_id("<|endoftext|>")
+        raise RuntimeError(f"{folder}: state dict: missing {missing} unexpected {unexpected}")
+    return m.eval(), cfg
 
-    mb = 3.0 if args.smoke else args.train_mb
-    train_docs, held_docs = collect_docs(int(mb * 1e6), int(max(0.3, mb * 0.03) * 1e6))
-    texts = []
-    for key, ext, text, as_chat in train_docs:
-        s = chat_sample(text, ext, random.Random(args.seed ^ int(sha1(key)[:12], 16))) if as_chat else None
-        texts.append(s if s is not None else text)
-    random.Random(args.seed).shuffle(texts)
-    data = torch.frombuffer(encode_docs(tok, texts, eot), dtype=torch.int32).to(dev)
-    held = torch.frombuffer(encode_docs(tok, [d[2] for d in held_docs if d[1] == ".py"], eot),
-                            dtype=torch.int32).to(dev)
-    log(f"mtp: {data.numel() / 1e6:.1f}M training tokens, {held.numel()} held-out code tokens")
 
-    head = MtpHead(target, cfg, dev)
-    params = head.parameters()
-    B, T = (4, 128) if args.smoke else (32, 1024)
-    steps = 8 if args.smoke else args.mtp_steps
-    peak = 1e-3
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=peak, betas=(0.9, 0.95), fused=True)
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    ar = torch.arange(T + 2, device=dev)
-    t0 = time.time()
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, peak, max(1, min(50, steps // 10)))
-        off = torch.randint(0, data.numel() - T - 3, (B,), generator=gen).to(dev)
-        seq = data[off[:, None] + ar[None, :]].long()       # [B, T+2]
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-            h = target.model(input_ids=seq[:, :T], use_cache=False).last_hidden_state.float()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            lg = head.logits(seq[:, 1:T + 1], h)               # row i: guess for token i+2
-        loss = F.cross_entropy(lg.float().reshape(-1, V), seq[:, 2:T + 2].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        if (step + 1) % (2 if args.smoke else 100) == 0 or step + 1 == steps:
-            log(f"mtp step {step + 1}/{steps} loss {loss.item():.4f} {time.time() - t0:.0f}s")
-
-    # Export in bf16; everything below uses the bf16-rounded weights.
-    export = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in head.state_dict().items()}
-    save_file(export, str(out / "model-mtp.safetensors"), metadata={"format": "pt"})
-    with torch.no_grad():
-        for k, v in head.state_dict().items():
-            v.copy_(export[k].float())
-    log(f"mtp: exported {len(export)} tensors: {sorted(export)}")
-
-    # Held-out acceptance: how often the head's argmax is the target's own greedy choice two ahead.
-    agree = cnt = top1 = 0
-    Te = 512
-    with torch.no_grad():
-        n = min(64 if not args.smoke else 4, (held.numel() - 2) // Te)
-        for i in range(n):
-            seq = held[i * Te:(i + 1) * Te + 2].long()[None]
-            o = target.model(input_ids=seq[:, :Te + 1], use_cache=False).last_hidden_state
-            tgt = target.lm_head(o).argmax(-1)                 # [1, Te+1]: target's greedy next token
-            g = head.logits(tgt[:, :Te], o[:, :Te]).argmax(-1)  # following the target's own choice
-            agree += (g[:, :Te - 1] == tgt[:, 1:Te]).sum().item()
-            top1 += (g[:, :Te - 1] == seq[:, 2:Te + 1]).sum().item()
-            cnt += Te - 1
-    metrics = {"steps": steps, "batch": B, "seq": T, "final_loss": loss.item(), "train_s": round(time.time() - t0, 1),
-               "heldout_positions": cnt, "greedy_agreement_with_target": agree / max(1, cnt),
-               "top1_vs_text": top1 / max(1, cnt)}
-    log(f"mtp metrics: {json.dumps(metrics)}")
-
-    # Reference for Kapitsa's test: float32, the exported (bf16) weights, fixed ids, on the GPU.
-    rp = tdir / "reference.safetensors"
-    if not rp.exists():
-        rp = out / "target_reference.safetensors"
-        rp.write_bytes(lzma.decompress((tdir / "reference.safetensors.xz").read_bytes()))
-    ids = load_file(str(rp))["prompt_ids"][:17].long()[None].to(dev)   # the target's reference prompt
+def mtp_reference(target, head, prompt_ids, out_dir):
+    """The head's float32 forward on the first 17 tokens of the target's reference prompt (GPU, no
+    TF32), for Kapitsa's MtpHead test: row i is token ids[i+1] with the target's hidden[i]."""
+    import torch
+    from safetensors.torch import save_file
+    dev = next(target.parameters()).device
+    ids = torch.tensor(prompt_ids[:17], device=dev)[None]
     with torch.no_grad():
         h = target.model(input_ids=ids[:, :16], use_cache=False).last_hidden_state.float()   # [1, 16, H]
         y = head.hidden(ids[:, 1:17], h)                                                       # [1, 16, H]
         lg = target.lm_head(y).float()
     save_file({"ids": ids[0].to(torch.int32).cpu().contiguous(), "hidden": h[0].cpu().contiguous(),
                "mtp_hidden": y[0].float().cpu().contiguous(), "logits": lg[0].cpu().contiguous()},
-              str(out / "mtp_reference.safetensors"),
+              str(out_dir / "mtp_reference.safetensors"),
               metadata={"about": "row i: token ids[i+1] with the target's final-normed hidden[i] at position i; "
-                                 "float32 PyTorch (tools/demo_model/train.py --mtp-head), sdpa attention"})
-    json.dump(metrics, open(out / "mtp_metrics.json", "w"), indent=1)
-    (out / "DONE").write_text("ok\n")
+                                 "float32 PyTorch (tools/demo_model/train.py), the shipped (dequantized) weights"})
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="models/demo", help="output folder (target/ and draft/ go in it)")
-    ap.add_argument("--seed", type=int, default=20260)
-    ap.add_argument("--smoke", action="store_true", help="every stage on tiny data, a few steps")
+    ap.add_argument("--seed", type=int, default=20261)
+    ap.add_argument("--smoke", action="store_true", help="every stage on tiny data and tiny models, a few steps")
     ap.add_argument("--target-steps", type=int, default=None, help="fixed step count (reproduces a run)")
     ap.add_argument("--draft-steps", type=int, default=None)
-    ap.add_argument("--target-budget", type=float, default=240.0, help="seconds, when no step count given")
-    ap.add_argument("--draft-budget", type=float, default=120.0)
-    ap.add_argument("--train-mb", type=float, default=160.0, help="training text, MB")
+    ap.add_argument("--target-budget", type=float, default=330.0, help="seconds, when no step count given")
+    ap.add_argument("--draft-budget", type=float, default=45.0)
+    ap.add_argument("--target-batch", type=int, default=32, help="sequences of 1024 tokens per step")
+    ap.add_argument("--train-mb", type=float, default=1000.0, help="training text cap, MB (default: all there is)")
+    ap.add_argument("--heldout-mb", type=float, default=4.8,
+                    help="held-out text, MB (4.8: the first edition's held-out set, so perplexities compare)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="folder with tokenizer.json/tokenizer_config.json to reuse (default: train one)")
     ap.add_argument("--tokenizer-mb", type=float, default=20.0, help="tokenizer training text, MB")
     ap.add_argument("--vocab", type=int, default=16384)
-    ap.add_argument("--resume", default=None, help="folder of an earlier run: reuse tokenizer/ and raw/")
-    ap.add_argument("--mtp-head", default=None, metavar="TARGET_DIR",
-                    help="train only an MTP head for the trained target in TARGET_DIR (outputs go to --out)")
-    ap.add_argument("--mtp-steps", type=int, default=1000)
+    ap.add_argument("--bits", type=int, default=4, help="the shipped target's MLX affine bits")
+    ap.add_argument("--group-size", type=int, default=64)
+    ap.add_argument("--qat-fraction", type=float, default=0.2,
+                    help="last fraction of the target's steps trained on its quantized weights")
+    ap.add_argument("--mtp-weight", type=float, default=0.3, help="weight of the MTP head's loss")
+    ap.add_argument("--baseline", default=None, help="an earlier target folder to measure beside (same held-out set)")
+    ap.add_argument("--stubs", type=int, default=20, help="held-out function stubs for the parse rate")
+    ap.add_argument("--probe-batches", default=None, help="e.g. 32,64: time 12 target steps at each batch first")
     args = ap.parse_args()
-    if args.mtp_head:
-        return train_mtp_head(args)
 
     import torch
     import tokenizers
@@ -983,6 +1173,8 @@ def main():
     torch.manual_seed(args.seed)
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = True   # training; switched off before any reference output
+    torch.backends.cudnn.allow_tf32 = True
     log(f"torch {torch.__version__} transformers {transformers.__version__} tokenizers "
         f"{tokenizers.__version__} python {sys.version.split()[0]} gpu {torch.cuda.get_device_name(0)}")
     metrics = {"seed": args.seed, "smoke": args.smoke, "argv": sys.argv[1:],
@@ -991,24 +1183,31 @@ def main():
                             "gpu": torch.cuda.get_device_name(0)}}
     phases = {}
 
+    target_shape, draft_shape = TARGET_SHAPE, DRAFT_SHAPE
     if args.smoke:
-        args.train_mb, args.tokenizer_mb, args.vocab = 3.0, 3.0, 2048
+        args.train_mb, args.heldout_mb, args.tokenizer_mb = 3.0, 0.3, 3.0
+        if args.tokenizer is None:
+            args.vocab = 2048
+        target_shape = dict(TARGET_SHAPE, hidden_size=128, intermediate_size=256, num_hidden_layers=4)
         hp_t = dict(batch=4, seq=256, lr=2e-3, warmup=100, wd=0.1, calib=6, max_steps=12, log_every=2)
-        hp_d = dict(hp_t, lr=3e-3)
-        eval_windows, n_greedy = 4, 4
+        eval_windows, n_greedy, args.stubs = 4, 4, 3
         if args.target_steps is None:
-            args.target_budget = 2.0
+            args.target_budget = 3.0
         if args.draft_steps is None:
             args.draft_budget = 2.0
     else:
-        hp_t = dict(batch=32, seq=1024, lr=2e-3, warmup=150, wd=0.1, calib=30, max_steps=20000,
+        hp_t = dict(batch=args.target_batch, seq=1024, lr=1.5e-3, warmup=200, wd=0.1, calib=30, max_steps=50000,
                     log_every=100)
-        hp_d = dict(hp_t, lr=3e-3)
         eval_windows, n_greedy = 128, 16
+    hp_t["mtp_weight"] = args.mtp_weight
+    hp_d = dict(hp_t, lr=3e-3, warmup=150)
+    if not args.smoke:
+        hp_d["batch"] = 32
+    qat = (args.bits, args.group_size, args.qat_fraction) if args.qat_fraction > 0 else None
 
     # 1. data -------------------------------------------------------------------------------
     t = time.time()
-    train_docs, held_docs = collect_docs(int(args.train_mb * 1e6), int(max(0.3, args.train_mb * 0.03) * 1e6))
+    train_docs, held_docs = collect_docs(int(args.train_mb * 1e6), int(args.heldout_mb * 1e6))
     phases["collect_s"] = round(time.time() - t, 1)
     rng = random.Random(args.seed)
     train_texts, n_chat = [], 0
@@ -1021,21 +1220,26 @@ def main():
                 continue
         train_texts.append(text)
     rng.shuffle(train_texts)
+    # The held-out chat samples keep the first edition's seed (20260), so that set is the same too.
     held = {"code": [d[2] for d in held_docs if d[1] == ".py"],
             "docs": [d[2] for d in held_docs if d[1] != ".py"],
-            "chat": [s for s in (chat_sample(d[2], d[1], random.Random(args.seed ^ int(sha1(d[0])[:12], 16)))
+            "chat": [s for s in (chat_sample(d[2], d[1], random.Random(20260 ^ int(sha1(d[0])[:12], 16)))
                                  for d in held_docs) if s is not None]}
     metrics["data"] = {"train_files": len(train_docs), "train_chars": sum(len(d[2]) for d in train_docs),
                        "train_chat_samples": n_chat, "heldout_files": len(held_docs),
-                       "heldout_code_files": len(held["code"]), "heldout_doc_files": len(held["docs"])}
+                       "heldout_code_files": len(held["code"]), "heldout_doc_files": len(held["docs"]),
+                       "heldout_sha1": sha1("\0".join(d[0] for d in held_docs))}
 
     # 2. tokenizer --------------------------------------------------------------------------
     t = time.time()
     tok_dir = out / "tokenizer"
-    if args.resume:
+    if args.tokenizer:
         from tokenizers import Tokenizer
-        shutil.copytree(Path(args.resume) / "tokenizer", tok_dir, dirs_exist_ok=True)
+        tok_dir.mkdir(parents=True, exist_ok=True)
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(Path(args.tokenizer) / fn, tok_dir / fn)
         tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+        log(f"tokenizer: reused {args.tokenizer} ({tok.get_vocab_size()} tokens)")
     else:
         tok_texts, acc = [], 0
         for _, _, text, _ in train_docs:
@@ -1046,8 +1250,8 @@ def main():
         tok = build_tokenizer(tok_texts, args.vocab, tok_dir)
     special = token_ids(tok)
     eot = special["<|endoftext|>"]
-    vocab_size = tok.get_vocab_size()
-    vocab_size = (vocab_size + 63) // 64 * 64  # the embedding rows; equal to the vocabulary at 16384
+    stop = {special["<|im_end|>"], eot}
+    vocab_size = (tok.get_vocab_size() + 63) // 64 * 64  # the embedding rows; equal to the vocabulary at 16384
     phases["tokenizer_s"] = round(time.time() - t, 1)
 
     t = time.time()
@@ -1055,7 +1259,7 @@ def main():
     held_ids = {k: encode_docs(tok, v, eot) for k, v in held.items()}
     code_chars = sum(len(s) for s in held["code"])
     metrics["tokenizer"] = {"vocab_size": tok.get_vocab_size(), "model_vocab_size": vocab_size,
-                            "special_ids": special,
+                            "special_ids": special, "reused_from": args.tokenizer,
                             "heldout_code_chars_per_token": code_chars / max(1, len(held_ids["code"]))}
     metrics["data"]["train_tokens"] = len(train_ids)
     metrics["data"]["heldout_tokens"] = {k: len(v) for k, v in held_ids.items()}
@@ -1071,82 +1275,116 @@ def main():
 
     # 3. models -----------------------------------------------------------------------------
     max_pos = 32768
-    cfgs = {"target": text_config_dict(TARGET_SHAPE, vocab_size, special, max_pos),
-            "draft": text_config_dict(DRAFT_SHAPE, vocab_size, special, max_pos)}
-    models, train_info = {}, {}
-    raw_dir = out / "raw"
-    raw_dir.mkdir(exist_ok=True)
+    cfgs = {"target": text_config_dict(target_shape, vocab_size, special, max_pos),
+            "draft": text_config_dict(draft_shape, vocab_size, special, max_pos)}
+    cfgs["target"]["mtp_num_hidden_layers"] = 1
+    cfgs["target"]["mtp_use_dedicated_embeddings"] = False
+    models, train_info, gdn_checks = {}, {}, {}
+    for B in [int(b) for b in args.probe_batches.split(",")] if args.probe_batches else []:
+        m = new_causal_lm(cfgs["target"], 0, dev)
+        use_chunked_gdn(m)
+        info = train_model("probe", m, data, dict(hp_t, batch=B, log_every=10**9), 12, None, 0,
+                           mtp=MtpHead(m, cfgs["target"], dev), qat=None)
+        log(f"probe: batch {B}: {info['tokens'] / info['seconds'] / 1e3:.0f}k tokens/s over 12 steps (incl. the first)")
+        del m
+    head = None
     for i, name in enumerate(("target", "draft")):
         m = new_causal_lm(cfgs[name], args.seed + 1 + i, dev)
+        calls = use_chunked_gdn(m)
+        gdn_checks[name] = check_chunked_gdn(m, calls, vocab_size, dev)
         total, emb = count_params(m)
-        log(f"{name}: {total / 1e6:.2f}M parameters ({emb / 1e6:.2f}M embedding, tied with lm_head)")
+        extra = ""
+        if name == "target":
+            head = MtpHead(m, cfgs[name], dev)
+            mtp_params = sum(p.numel() for _, p in head.named_parameters())
+            extra = f", MTP head {mtp_params / 1e6:.2f}M"
+        log(f"{name}: {total / 1e6:.2f}M parameters ({emb / 1e6:.2f}M embedding, tied with lm_head){extra}")
         t = time.time()
-        if args.resume:
-            from safetensors.torch import load_file
-            sd = load_file(str(Path(args.resume) / "raw" / f"{name}.safetensors"))
-            m.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
-            m.eval()
-            train_info[name] = json.load(open(Path(args.resume) / "raw" / f"{name}_train.json"))
-        else:
-            steps = args.target_steps if name == "target" else args.draft_steps
-            budget = args.target_budget if name == "target" else args.draft_budget
-            train_info[name] = train_model(name, m, data, args, hp_t if name == "target" else hp_d,
-                                           steps, budget, args.seed + 10 + i)
-            from safetensors.torch import save_file
-            sd = {k: v.detach().to(torch.bfloat16).cpu().contiguous()
-                  for k, v in m.state_dict().items() if k != "lm_head.weight"}
-            save_file(sd, str(raw_dir / f"{name}.safetensors"))
-            json.dump(train_info[name], open(raw_dir / f"{name}_train.json", "w"))
+        steps = args.target_steps if name == "target" else args.draft_steps
+        budget = args.target_budget if name == "target" else args.draft_budget
+        train_info[name] = train_model(name, m, data, hp_t if name == "target" else hp_d, steps, budget,
+                                       args.seed + 10 + i, mtp=head if name == "target" else None,
+                                       qat=qat if name == "target" else None)
         train_info[name]["parameters"] = total
         train_info[name]["embedding_parameters"] = emb
+        if name == "target":
+            train_info[name]["mtp_parameters"] = mtp_params
         phases[f"train_{name}_s"] = round(time.time() - t, 1)
         models[name] = m
     metrics["training"] = train_info
     metrics["configs"] = cfgs
+    metrics["chunked_gdn_checks"] = gdn_checks
+    target, draft = models["target"], models["draft"]
+    shipped = ShippedWeights(unique_named_params(target, head.named_parameters()), args.bits, args.group_size)
 
-    # 4. evaluation -------------------------------------------------------------------------
+    # 4. evaluation: the target as trained (float) and as shipped (quantized), the draft, the baseline --
     t = time.time()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    baseline = None
+    if args.baseline:
+        baseline, _ = load_text_model(args.baseline, dev)
+        use_chunked_gdn(baseline)
     T = hp_t["seq"]
-    ppl = {}
-    for name, m in models.items():
-        ppl[name] = {}
-        for k, ids in held_t.items():
-            p, cnt = eval_ppl(m, ids, T, eval_windows)
-            ppl[name][k] = {"perplexity": round(p, 3), "tokens": cnt}
-        log(f"held-out perplexity {name}: {json.dumps(ppl[name])}")
+
+    def perplexities(m):
+        return {k: {"perplexity": round(p, 3), "tokens": c} for k, (p, c) in
+                ((k, eval_ppl(m, ids, T, eval_windows)) for k, ids in held_t.items())}
+    ppl = {"target_float": perplexities(target), "draft": perplexities(draft)}
+    with shipped:
+        ppl["target"] = perplexities(target)
+    if baseline is not None:
+        ppl["baseline"] = perplexities(baseline)
+    for k, v in ppl.items():
+        log(f"held-out perplexity {k}: {json.dumps(v)}")
     metrics["heldout_perplexity"] = ppl
-    if "code" in held_t:
-        agr = eval_agreement(models["target"], models["draft"], held_t["code"], T, eval_windows)
-        log(f"draft/target greedy agreement on held-out code: {json.dumps(agr)}")
-        metrics["agreement_heldout_code"] = agr
-    if "chat" in held_t:
-        metrics["agreement_heldout_chat"] = eval_agreement(models["target"], models["draft"], held_t["chat"],
-                                                           T, eval_windows)
-        log(f"agreement on held-out chat: {json.dumps(metrics['agreement_heldout_chat'])}")
-    stop = {special["<|im_end|>"], eot}
-    samples = {}
-    for label, prompt, n in (("raw_code", "import os\nimport sys\n\n\ndef main():\n", 96),
-                             ("chat", render_user_prompt("Complete the following code:\n\n```python\ndef fibonacci(n):\n```"), 96),
-                             ("chat_no_think", render_user_prompt("Write a function that reverses a string.",
-                                                                  thinking=False), 96),
-                             ("raw_doc", "Installation\n============\n\n", 64)):
-        samples[label] = {"prompt": prompt,
-                          "target": greedy_text(models["target"], tok, prompt, n, stop, dev),
-                          "draft": greedy_text(models["draft"], tok, prompt, n, stop, dev)}
-        log(f"sample {label}: target greedy: {samples[label]['target']!r}")
-    metrics["samples_greedy"] = samples
+    stubs = function_stubs(held["code"], args.stubs)
+    metrics["stubs"] = {}
+    with shipped:
+        if "code" in held_t:
+            metrics["agreement_heldout_code"] = eval_agreement(target, draft, held_t["code"], T, eval_windows)
+            metrics["mtp_heldout_code"] = eval_mtp(target, head, held_t["code"], 16 if args.smoke else 64)
+            log(f"draft/target greedy agreement on held-out code: {json.dumps(metrics['agreement_heldout_code'])}")
+            log(f"MTP head on held-out code: {json.dumps(metrics['mtp_heldout_code'])}")
+        if "chat" in held_t:
+            metrics["agreement_heldout_chat"] = eval_agreement(target, draft, held_t["chat"], T, eval_windows)
+        rate, rows = eval_stubs(target, tok, stubs, stop)
+        metrics["stubs"]["target"] = {"parse_rate": rate, "completions": rows}
+        samples = {}
+        for label, prompt, n in (("raw_code", "import os\nimport sys\n\n\ndef main():\n", 96),
+                                 ("chat", render_user_prompt("Complete the following code:\n\n```python\ndef fibonacci(n):\n```"), 96),
+                                 ("chat_no_think", render_user_prompt("Write a function that reverses a string.",
+                                                                      thinking=False), 96),
+                                 ("raw_doc", "Installation\n============\n\n", 64)):
+            samples[label] = {"prompt": prompt, "target": greedy_text(target, tok, prompt, n, stop),
+                              "draft": greedy_text(draft, tok, prompt, n, stop)}
+            log(f"sample {label}: target greedy: {samples[label]['target']!r}")
+        metrics["samples_greedy"] = samples
+    for name, m in (("draft", draft), ("baseline", baseline)):
+        if m is not None:
+            rate, rows = eval_stubs(m, tok, stubs, stop)
+            metrics["stubs"][name] = {"parse_rate": rate, "completions": rows}
+    log(f"function stubs that parse: { {k: v['parse_rate'] for k, v in metrics['stubs'].items()} } "
+        f"of {len(stubs)}")
     phases["eval_s"] = round(time.time() - t, 1)
 
     # 5. export + reference -----------------------------------------------------------------
     t = time.time()
     refs = {}
-    for i, name in enumerate(("target", "draft")):
-        d = out / name
-        metrics.setdefault("export", {})[name] = export_checkpoint(models[name], cfgs[name], special, tok_dir, d,
-                                                                  args.seed + 100 + i)
-        refs[name] = make_reference(d, models[name], render_user_prompt(REF_USER), tok, n_greedy, name,
-                                    args.seed, tmp_dir)
-        metrics["export"][name]["files"] = {fn: os.path.getsize(d / fn) for fn in sorted(os.listdir(d))}
+    fp32_dir = tmp_dir / "target_fp32"
+    (out / "target").mkdir(parents=True, exist_ok=True)
+    with shipped:
+        metrics.setdefault("export", {})["target_float32"] = export_checkpoint(
+            target, cfgs["target"], special, tok_dir, fp32_dir, args.seed + 100, dtype=torch.float32)
+        refs["target"] = make_reference(fp32_dir, out / "target", target, render_user_prompt(REF_USER), tok,
+                                        n_greedy, "target", args.seed, tmp_dir, round_bf16=False)
+        mtp_reference(target, head, refs["target"]["prompt_ids"], out / "target")
+    metrics["export"]["target"] = export_quantized(target, head, fp32_dir, out / "target", args.bits, args.group_size)
+    d = out / "draft"
+    metrics["export"]["draft"] = export_checkpoint(draft, cfgs["draft"], special, tok_dir, d, args.seed + 101)
+    refs["draft"] = make_reference(d, d, draft, render_user_prompt(REF_USER), tok, n_greedy, "draft", args.seed,
+                                   tmp_dir, round_bf16=True)
+    metrics["export"]["draft"]["files"] = {fn: os.path.getsize(d / fn) for fn in sorted(os.listdir(d))}
     metrics["reference_checks"] = {k: v["checks"] for k, v in refs.items()}
     phases["export_s"] = round(time.time() - t, 1)
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -1159,6 +1397,25 @@ def main():
     log(f"phases {json.dumps(phases)}")
     print(f"TOTAL_WALL_S={phases['total_s']}", flush=True)
     (out / "DONE").write_text("ok\n")
+
+
+def eval_mtp(target, head, held, n_windows, Te=512):
+    """How often the head's argmax is the target's own greedy choice two ahead (what speculation
+    accepts), and the text's token two ahead."""
+    import torch
+    agree = top1 = cnt = 0
+    with torch.no_grad():
+        n = min(n_windows, (held.numel() - 2) // Te)
+        for i in range(n):
+            seq = held[i * Te:(i + 1) * Te + 2].long()[None]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                o = target.model(input_ids=seq[:, :Te + 1], use_cache=False).last_hidden_state
+                tgt = target.lm_head(o).argmax(-1)                   # [1, Te+1]: the target's greedy next token
+                g = head.logits(tgt[:, :Te], o[:, :Te]).argmax(-1)    # following the target's own choice
+            agree += (g[:, :Te - 1] == tgt[:, 1:Te]).sum().item()
+            top1 += (g[:, :Te - 1] == seq[:, 2:Te + 1]).sum().item()
+            cnt += Te - 1
+    return {"positions": cnt, "greedy_agreement_with_target": agree / max(1, cnt), "top1_vs_text": top1 / max(1, cnt)}
 
 
 if __name__ == "__main__":
