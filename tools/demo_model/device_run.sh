@@ -2,7 +2,7 @@
 # The commands that produce models/demo on a lent H200 (see README.md), from the repository root.
 #   bash tools/demo_model/device_run.sh smoke [ARGS]  every stage on tiny data (seconds), then the full
 #                                                     pipeline with short budgets (to time each phase)
-#   bash tools/demo_model/device_run.sh full [ARGS]   the real run (about 9 minutes)
+#   bash tools/demo_model/device_run.sh full [ARGS]   the smoke run, then the real run (about 9 minutes)
 # Both reuse the first edition's tokenizer and measure the first edition's target beside the new one.
 # Output: logs, and the result packed as $OUT/demo.tar.part-* (15 MB pieces; reassemble with cat).
 set -o pipefail
@@ -19,7 +19,8 @@ if [ "$mode" = smoke ]; then
     --probe-batches 32,64 "$@" 2>&1 | tee "$OUT/full.log"
   rc=$?
 else
-  ( time timeout 575 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" "$@" ) 2>&1 | tee "$OUT/full.log"
+  timeout 100 python3 tools/demo_model/train.py --smoke --out /tmp/smoke "${common[@]}" 2>&1 | tee "$OUT/smoke.log" || exit 1
+  ( time timeout 520 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" "$@" ) 2>&1 | tee "$OUT/full.log"
   rc=$?
 fi
 cd /tmp

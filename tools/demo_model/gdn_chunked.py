@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 
-def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None,
+def chunk_gated_delta_rule(query, key, value, g, beta, chunk_size=128, initial_state=None,
                                 output_final_state=False, use_qk_l2norm_in_kernel=False, **_):
     """The gated delta rule over a whole sequence, chunked (WY form), for training.
     Same contract and float32 math as transformers' torch_chunk_gated_delta_rule, but the per-chunk

@@ -12,20 +12,20 @@ from gdn_chunked import chunk_gated_delta_rule, recurrent_reference  # noqa: E40
 
 torch.manual_seed(0)
 ok = True
-for (B, T, H, Dk, Dv) in [(2, 150, 3, 16, 24), (1, 64, 2, 32, 32), (2, 7, 1, 8, 8)]:
+for (B, T, H, Dk, Dv, C) in [(2, 150, 3, 16, 24, 64), (2, 300, 2, 16, 16, 128), (1, 64, 2, 32, 32, 64), (2, 7, 1, 8, 8, 128)]:
     args = [torch.randn(B, T, H, Dk, dtype=torch.float64), torch.randn(B, T, H, Dk, dtype=torch.float64),
             torch.randn(B, T, H, Dv, dtype=torch.float64), -torch.rand(B, T, H, dtype=torch.float64) * 2,
             torch.rand(B, T, H, dtype=torch.float64)]
-    out, state = chunk_gated_delta_rule(*args, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    out, state = chunk_gated_delta_rule(*args, chunk_size=C, output_final_state=True, use_qk_l2norm_in_kernel=True)
     want, want_state = recurrent_reference(*args)
     xs = [a.clone().requires_grad_() for a in args]
     ys = [a.clone().requires_grad_() for a in args]
     weight = torch.randn_like(want)
-    (chunk_gated_delta_rule(*xs, use_qk_l2norm_in_kernel=True)[0].double() * weight).sum().backward()
+    (chunk_gated_delta_rule(*xs, chunk_size=C, use_qk_l2norm_in_kernel=True)[0].double() * weight).sum().backward()
     (recurrent_reference(*ys)[0] * weight).sum().backward()
     errs = [float((out.double() - want).abs().max()), float((state.double() - want_state).abs().max())] + \
         [float((a.grad - b.grad).abs().max()) for a, b in zip(xs, ys)]
-    print(f"B={B} T={T} H={H} Dk={Dk} Dv={Dv}: output, state, gradient max abs diff {max(errs):.2e}")
+    print(f"B={B} T={T} H={H} Dk={Dk} Dv={Dv} chunk {C}: output, state, gradient max abs diff {max(errs):.2e}")
     ok &= max(errs) < 1e-4  # float32 inside against float64: ~1e-6 measured
 for bits in (3, 4, 6, 8):
     w = torch.randn(37, 256) * 0.05
