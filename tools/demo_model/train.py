@@ -989,8 +989,8 @@ def quantized_tensors(named, prefix_map, bits, group_size):
         if quantizable(k, v):
             packed, scales, biases = affine.quantize(v.cpu(), group_size, bits)
             if not torch.equal(affine.dequantize(packed, scales, biases, group_size, bits),
-                               affine.fake_quant(v, group_size, bits).cpu()):
-                raise RuntimeError(f"{name}: packed codes do not dequantize to the trained weights")
+                               affine.fake_quant(v.cpu(), group_size, bits)):
+                raise RuntimeError(f"{name}: packed codes do not dequantize to the trained weights")  # both on the CPU: the GPU fuses multiply-adds
             module = name[:-len(".weight")]
             out[name] = (packed, "U32")
             out[module + ".scales"] = (scales, "BF16")
