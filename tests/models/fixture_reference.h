@@ -4,6 +4,8 @@
 // the rows were dropped; tests/fixtures/README.md), and they were 70% of each file.
 #pragma once
 
+#include "ops/ref/ref.h"
+#include "tensor/linear.h"
 #include "tensor/tensor.h"
 #include "test_util.h"
 #include "weights/safetensors.h"
@@ -26,17 +28,31 @@ struct FixtureReference {
 };
 
 // logits[t, v] = Σ_h final[t, h] · lm_head[v, h] in double, as transformers' float32 lm_head computes
-// them; lm_head is the checkpoint's lm_head.weight or, tied, its embedding.
+// them; lm_head is the checkpoint's lm_head.weight or, tied, its embedding; an MLX affine one (the demo
+// target) is dequantized by the ref op (its bits and group size follow from the tensor shapes).
 // final: [T, H] (row L of hidden_states)
 inline Buffer logits_from_final_hidden(const std::string& fixture_dir, const Tensor& final) {
   auto model = weights::Checkpoint::open(fixture_dir);
   EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
-  const char* name = model->contains("lm_head.weight") ? "lm_head.weight" : "model.language_model.embed_tokens.weight";
-  Tensor lm_head = model->get_any_shape(name).value();  // [V, H]
+  const std::string module = model->contains("lm_head.weight") ? "lm_head" : "model.language_model.embed_tokens";
+  const std::string name = module + ".weight";
+  Tensor lm_head = model->get_any_shape(name, {DType::f32, DType::f16, DType::bf16, DType::u32}).value();  // [V, H] or packed
   const int64_t T = final.dim(0), H = final.dim(1), V = lm_head.dim(0);
-  EXPECT_EQ(lm_head.dim(1), H) << name;
   std::vector<double> w(static_cast<size_t>(V * H));
-  for (int64_t i = 0; i < V * H; ++i) w[static_cast<size_t>(i)] = element(lm_head, i);
+  if (model->contains(module + ".scales")) {
+    const Tensor scales = model->get_any_shape(module + ".scales").value();  // [V, H / group]
+    const Tensor biases = model->get_any_shape(module + ".biases").value();
+    const int bits = static_cast<int>(lm_head.dim(1) * 32 / H), group_size = static_cast<int>(H / scales.dim(1));
+    const Linear affine = Linear::affine(lm_head, scales, biases, bits, group_size);
+    std::vector<float> row(static_cast<size_t>(H));
+    for (int64_t v = 0; v < V; ++v) {
+      ops::ref::dequantize_row(affine, v, row.data());
+      for (int64_t h = 0; h < H; ++h) w[static_cast<size_t>(v * H + h)] = row[static_cast<size_t>(h)];
+    }
+  } else {
+    EXPECT_EQ(lm_head.dim(1), H) << name;
+    for (int64_t i = 0; i < V * H; ++i) w[static_cast<size_t>(i)] = element(lm_head, i);
+  }
   Buffer logits = Buffer::allocate(DType::f32, {T, V});
   for (int64_t t = 0; t < T; ++t) {
     const float* x = final.f32() + t * H;

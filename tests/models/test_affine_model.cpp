@@ -33,8 +33,10 @@ void PrintTo(const AffineCase& c, std::ostream* os) { *os << c.path; }
 
 class AffineFixture : public ::testing::TestWithParam<AffineCase> {};
 
-// Group 32 for both widths. Measured (this commit): demo 8-bit error 4.7e-3 and top-1 1.000, 4-bit
-// error 7.5e-2 and top-1 0.970; fixtures 8-bit error 0.06–0.22 and top-1 0.65–0.93. Resident bytes:
+// Group 32 for both widths. The demo draft stands for a trained bf16 model (the demo target ships 4-bit).
+// Measured (this commit): draft 8-bit error 6.5e-3 and top-1 1.000, 4-bit error 1.1e-1 and top-1 0.833
+// (a 2.9M model quantized after training; the target, trained on its 4-bit weights at the end, loses 0.6%
+// of held-out perplexity); fixtures 8-bit error 0.06–0.22 and top-1 0.65–0.93. Resident bytes:
 // every quantized matrix at bits + 1 bits per weight (a bf16 scale and bias per 32) instead of 16.
 TEST_P(AffineFixture, EightBitCloseToBf16AndFourBitKeepsTop1) {
   const AffineCase& c = GetParam();
@@ -63,7 +65,7 @@ TEST_P(AffineFixture, EightBitCloseToBf16AndFourBitKeepsTop1) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, AffineFixture,
-                         ::testing::Values(AffineCase{"../models/demo/target", 1e-2, 0.98, 0.9},
+                         ::testing::Values(AffineCase{"../models/demo/draft", 1e-2, 0.98, 0.8},
                                            AffineCase{"fixtures/qwen35-dense-tiny", 0.3, 0.6, 0.0},
                                            AffineCase{"fixtures/qwen35-moe-tiny", 0.3, 0.6, 0.0},
                                            AffineCase{"fixtures/qwen3-next-tiny", 0.3, 0.6, 0.0},
@@ -88,9 +90,10 @@ TEST(AffineModel, CpuMatchesRefBackend) {
 // Decode on the demo model, token by token (so every matmul is a GEMV: on AVX-512 VNNI builds the
 // int16-activation kernel for 4 and 8 bits), cpu against ref's exact dequantize-then-f64: the rounding
 // of activations to int16 keeps the greedy token and moves the logits little. Measured (this commit, a
-// VNNI build): 8-bit relative error 3e-3, 4-bit 4e-3, top-1 identical at every position.
+// VNNI build, the bf16 demo draft quantized): 8-bit and 4-bit relative error 8.5e-5, top-1 identical at
+// every position.
 TEST(AffineModel, DecodeOnCpuMatchesRefOnTheDemoModel) {
-  const std::string src = test_data_path("../models/demo/target");
+  const std::string src = test_data_path("../models/demo/draft");
   FixtureReference ref = load_fixture_reference(src);
   for (int bits : {8, 4}) {
     ScratchDir q;
@@ -121,10 +124,10 @@ TEST(AffineModel, DecodeOnCpuMatchesRefOnTheDemoModel) {
   }
 }
 
-// Mixed recipes on the demo model: one module at its own bits and group, the tied embedding (and so
+// Mixed recipes on the demo draft: one module at its own bits and group, the tied embedding (and so
 // the head) kept dense with false, the rest 8-bit.
 TEST(AffineModel, PerModuleOverrides) {
-  const std::string src = test_data_path("../models/demo/target");
+  const std::string src = test_data_path("../models/demo/draft");
   FixtureReference ref = load_fixture_reference(src);
   AffineRecipe recipe{8, 32, {}};
   recipe.modules["model.language_model.layers.0.mlp.down_proj"] = std::pair{4, 64};
@@ -136,7 +139,8 @@ TEST(AffineModel, PerModuleOverrides) {
   const Buffer dense = prompt_logits(src, ref.prompt_ids);
   const Buffer mixed = prompt_logits(q.path(), ref.prompt_ids, &mixed_bytes);
   const Buffer l8 = prompt_logits(all8.path(), ref.prompt_ids, &all8_bytes);
-  // measured: 2.3e-2 against 4.7e-3 for all 8-bit — the 4-bit matrix is read at 4 bits
+  // the 4-bit matrix is read at 4 bits: more error than all 8-bit (on the first edition's target 2.3e-2
+  // against 4.7e-3)
   EXPECT_LE(relative_error(mixed, dense), 5e-2);
   EXPECT_GT(relative_error(mixed, dense), relative_error(l8, dense));
   EXPECT_GT(mixed_bytes, all8_bytes);  // the dense embedding outweighs one 4-bit matrix

@@ -9,21 +9,29 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace kapitsa::testing {
 namespace {
 
 // The shared fixtures were computed by transformers from the bf16 checkpoint loaded in bf16 and cast
 // to float32, which leaves RoPE frequencies bf16-rounded; the demo models' references were loaded in
 // float32 directly. Each case says which (LoadOptions::rope_bf16_frequencies).
+// The demo target ships MLX 4-bit (issue 19): one-row steps run the 4-bit GEMV on activations rounded to
+// int16 (docs/quantization.md), multi-row prompts the dequantized GEMM, so its greedy steps measure up to
+// 2.2e-4 against transformers on the dequantized weights, and pieces or batches against one pass up to
+// 1.2e-4 (this commit): `floor` raises every bound of this file to 1e-3 for it; greedy ids stay exact.
 struct FixtureCase {
   std::string path;  // relative to tests/
   bool rope_bf16 = true;
+  double floor = 0;  // bounds below this are raised to it (quantized weights)
 };
 
 void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
 
 class FixtureTest : public ::testing::TestWithParam<FixtureCase> {
  protected:
+  double bound(double b) const { return std::max(b, GetParam().floor); }
   std::string dir() const { return test_data_path(GetParam().path); }
   Expected<std::unique_ptr<models::Model>> load() const {
     return models::load_model(dir(), models::LoadOptions{GetParam().rope_bf16});
@@ -53,15 +61,15 @@ TEST_P(FixtureTest, PromptLogitsHiddenStatesAndGreedyMatchReference) {
   Buffer hidden = Buffer::allocate(DType::f32, {L + 1, T, info.hidden_size});
   ASSERT_TRUE(model.forward(ref.prompt_ids, *state, logits, hidden).ok());
 
-  EXPECT_LE(relative_error(logits, ref.prompt_logits), 1e-4);
+  EXPECT_LE(relative_error(logits, ref.prompt_logits), bound(1e-4));
   for (int64_t i = 0; i <= L; ++i)
-    EXPECT_LE(relative_error(hidden.tensor().index(i), ref.hidden_states.index(i)), 1e-4) << "hidden-state row " << i;
+    EXPECT_LE(relative_error(hidden.tensor().index(i), ref.hidden_states.index(i)), bound(1e-4)) << "hidden-state row " << i;
 
   // Greedy: row 0 of greedy_logits is the prompt's last row; then one token at a time.
   Buffer step = Buffer::allocate(DType::f32, {1, V});
   ops::copy(logits.tensor().rows(T - 1, T), step);
   for (int64_t i = 0; i < N; ++i) {
-    EXPECT_LE(relative_error(step, ref.greedy_logits.rows(i, i + 1)), 1e-4) << "greedy step " << i;
+    EXPECT_LE(relative_error(step, ref.greedy_logits.rows(i, i + 1)), bound(1e-4)) << "greedy step " << i;
     const int32_t next = argmax(step.f32(), V);
     ASSERT_EQ(next, ref.greedy_ids[static_cast<size_t>(i)]) << "greedy step " << i;
     const int32_t one[] = {next};
@@ -94,7 +102,7 @@ TEST_P(FixtureTest, PromptInPiecesEqualsOnePass) {
     pos += n;
   }
   EXPECT_EQ(state->n_past(), T);
-  EXPECT_LE(relative_error(pieces, whole), 1e-5);
+  EXPECT_LE(relative_error(pieces, whole), bound(1e-5));
 }
 
 // Several sequences in one forward_batch step give the logits each gives alone (prefill chunks of
@@ -124,7 +132,8 @@ TEST_P(FixtureTest, BatchEqualsAlone) {
     items.push_back({prompts[j], batch_states[j].get(), batched[j].tensor()});
   }
   ASSERT_TRUE(model.forward_batch(items).ok());
-  for (size_t j = 0; j < prompts.size(); ++j) EXPECT_LE(relative_error(batched[j], alone[j]), 1e-5) << "sequence " << j;
+  for (size_t j = 0; j < prompts.size(); ++j)
+    EXPECT_LE(relative_error(batched[j], alone[j]), bound(1e-5)) << "sequence " << j;
 
   // One decode step for all, last-row logits only.
   const int32_t next[] = {11, 12, 13, 14};
@@ -138,7 +147,7 @@ TEST_P(FixtureTest, BatchEqualsAlone) {
   }
   ASSERT_TRUE(model.forward_batch(items).ok());
   for (size_t j = 0; j < prompts.size(); ++j) {
-    EXPECT_LE(relative_error(step_batched[j], step_alone[j]), 1e-5) << "sequence " << j;
+    EXPECT_LE(relative_error(step_batched[j], step_alone[j]), bound(1e-5)) << "sequence " << j;
     EXPECT_EQ(batch_states[j]->n_past(), lengths[j] + 1);
   }
 }
@@ -156,12 +165,13 @@ TEST_P(FixtureTest, ReferenceBackendAgrees) {
   const bool ok = (*loaded)->forward(ids, *state, logits).ok();
   ops::set_backend(ops::Backend::cpu);
   ASSERT_TRUE(ok);
-  EXPECT_LE(relative_error(logits, ref.prompt_logits.rows(0, T)), 1e-4);
+  EXPECT_LE(relative_error(logits, ref.prompt_logits.rows(0, T)), bound(1e-4));
 }
 
 // The bundled demo models (models/demo, issue 8) carry references computed by transformers the same way.
 INSTANTIATE_TEST_SUITE_P(Demo, FixtureTest,
-                         ::testing::Values(FixtureCase{"../models/demo/target", false}, FixtureCase{"../models/demo/draft", false}));
+                         ::testing::Values(FixtureCase{"../models/demo/target", false, 1e-3},
+                                           FixtureCase{"../models/demo/draft", false}));
 
 INSTANTIATE_TEST_SUITE_P(Qwen, FixtureTest,
                          ::testing::Values(FixtureCase{"fixtures/qwen35-dense-tiny"}, FixtureCase{"fixtures/qwen35-moe-tiny"},

@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <tuple>
 
 namespace kapitsa::testing {
 namespace {
@@ -39,6 +41,7 @@ struct Case {
   std::string path;  // relative to tests/
   bool rope_bf16 = true;
   DType kv = DType::f32;
+  double floor = 0;  // the 4-bit demo target: bounds raised to 1e-3 (test_fixtures.cpp says why)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.path << " " << dtype_name(c.kv); }
@@ -70,7 +73,7 @@ TEST_P(KvDtypeTest, LogitsWithinBoundAndGreedyIdentical) {
   Buffer logits = Buffer::allocate(DType::f32, {T, V});
   ASSERT_TRUE(model.forward(ref.prompt_ids, *state, logits).ok());
   ASSERT_EQ(pool->k(0).dtype(), c.kv);
-  const Bounds bound = bounds(c.kv);
+  const Bounds bound = {std::max(bounds(c.kv).prompt, c.floor), std::max(bounds(c.kv).greedy, c.floor)};
   const double prompt_error = relative_error(logits, ref.prompt_logits);
   EXPECT_LE(prompt_error, bound.prompt);
 
@@ -91,14 +94,14 @@ TEST_P(KvDtypeTest, LogitsWithinBoundAndGreedyIdentical) {
 }
 
 std::vector<Case> cases() {
-  const std::pair<std::string, bool> fixtures[] = {
-      {"../models/demo/target", false},      {"../models/demo/draft", false},
-      {"fixtures/qwen35-dense-tiny", true},  {"fixtures/qwen35-moe-tiny", true},
-      {"fixtures/qwen3-next-tiny", true},    {"fixtures/nemotron-h-tiny", true},
-      {"fixtures/nemotron-h-latent-tiny", true}};
+  const std::tuple<std::string, bool, double> fixtures[] = {
+      {"../models/demo/target", false, 1e-3},   {"../models/demo/draft", false, 0},
+      {"fixtures/qwen35-dense-tiny", true, 0},  {"fixtures/qwen35-moe-tiny", true, 0},
+      {"fixtures/qwen3-next-tiny", true, 0},    {"fixtures/nemotron-h-tiny", true, 0},
+      {"fixtures/nemotron-h-latent-tiny", true, 0}};
   std::vector<Case> out;
-  for (const auto& [path, rope] : fixtures)
-    for (DType kv : {DType::f32, DType::bf16, DType::f16}) out.push_back({path, rope, kv});
+  for (const auto& [path, rope, floor] : fixtures)
+    for (DType kv : {DType::f32, DType::bf16, DType::f16}) out.push_back({path, rope, kv, floor});
   return out;
 }
 

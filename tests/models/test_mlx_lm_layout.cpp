@@ -74,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Models, MlxLmLayout,
 // printed line); the random fixtures amplify such changes ~10× through flat logits and MoE routing,
 // which is why the exactness tests above use f32 norms.
 TEST(MlxLmLayout, BfloatNormsOnTheDemoModel) {
-  const std::string src = test_data_path("../models/demo/target");
+  const std::string src = test_data_path("../models/demo/draft");  // bf16 (the target ships 4-bit)
   FixtureReference ref = load_fixture_reference(src);
   ScratchDir mlx;
   ASSERT_TRUE(write_mlx_lm_layout(src, mlx.path()).ok());

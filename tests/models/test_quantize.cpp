@@ -302,11 +302,11 @@ TEST(QuantizeCheckpoint, BadInputIsAnError) {
   EXPECT_NE(r.output.find("--bits is required"), std::string::npos) << r.output;
 }
 
-// The table of docs/quantization.md: the demo model (target) per bits and recipe, group 64, against
+// The table of docs/quantization.md: the demo draft (the bf16 demo model) per bits and recipe, group 64, against
 // its bf16 folder on its reference prompt. Not run by ctest (a few seconds per row):
 //   build/release/tests/test_models --gtest_also_run_disabled_tests --gtest_filter='*QuantizationTable*'
 TEST(QuantizeCheckpoint, DISABLED_QuantizationTable) {
-  const std::string src = test_data_path("../models/demo/target");
+  const std::string src = test_data_path("../models/demo/draft");
   FixtureReference ref = load_fixture_reference(src);
   int64_t dense_bytes = 0;
   const Buffer dense = prompt_logits(src, ref.prompt_ids, &dense_bytes);
