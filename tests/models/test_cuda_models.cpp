@@ -16,8 +16,11 @@
 #include "ops/ops.h"
 #include "ops/step_graph.h"
 #include "test_util.h"
+#include "weights/safetensors.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <cctype>
 #include <filesystem>
@@ -28,6 +31,7 @@ namespace {
 struct FixtureCase {
   std::string path;  // relative to tests/
   bool rope_bf16 = true;
+  double floor = 0;  // the 4-bit demo target: bounds raised to 1e-3 (test_fixtures.cpp says why)
 };
 
 void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
@@ -35,6 +39,7 @@ void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
 class CudaFixture : public ::testing::TestWithParam<FixtureCase> {
  protected:
   std::string dir() const { return test_data_path(GetParam().path); }
+  double bound(double b) const { return std::max(b, GetParam().floor); }
   Expected<std::unique_ptr<models::Model>> load(Device device) const {
     models::LoadOptions o{GetParam().rope_bf16};
     o.device = device;
@@ -76,14 +81,14 @@ TEST_P(CudaFixture, MatchesCpuAndReference) {
     return r;
   };
   Run g = prefill(**gpu), c = prefill(**cpu);
-  EXPECT_LE(relative_error(g.logits, c.logits), 1e-4);
-  EXPECT_LE(relative_error(g.logits, ref.prompt_logits), 1e-4);
+  EXPECT_LE(relative_error(g.logits, c.logits), bound(1e-4));
+  EXPECT_LE(relative_error(g.logits, ref.prompt_logits), bound(1e-4));
   for (int64_t i = 0; i <= L; ++i) {
-    EXPECT_LE(relative_error(g.hidden.tensor().index(i), c.hidden.tensor().index(i)), 1e-4) << "hidden-state row " << i;
-    EXPECT_LE(relative_error(g.hidden.tensor().index(i), ref.hidden_states.index(i)), 1e-4) << "hidden-state row " << i;
+    EXPECT_LE(relative_error(g.hidden.tensor().index(i), c.hidden.tensor().index(i)), bound(1e-4)) << "hidden-state row " << i;
+    EXPECT_LE(relative_error(g.hidden.tensor().index(i), ref.hidden_states.index(i)), bound(1e-4)) << "hidden-state row " << i;
   }
   for (int64_t i = 0; i < N; ++i) {
-    EXPECT_LE(relative_error(g.step, c.step), 1e-4) << "greedy step " << i;
+    EXPECT_LE(relative_error(g.step, c.step), bound(1e-4)) << "greedy step " << i;
     const int32_t next = argmax(g.step.f32(), V);
     ASSERT_EQ(next, argmax(c.step.f32(), V)) << "greedy step " << i;
     ASSERT_EQ(next, ref.greedy_ids[static_cast<size_t>(i)]) << "greedy step " << i;
@@ -120,7 +125,8 @@ TEST_P(CudaFixture, BatchEqualsAlone) {
     items.push_back({prompts[j], batch_states[j].get(), batched[j].tensor()});
   }
   ASSERT_TRUE(model.forward_batch(items).ok());
-  for (size_t j = 0; j < prompts.size(); ++j) EXPECT_LE(relative_error(batched[j], alone[j]), 1e-5) << "sequence " << j;
+  for (size_t j = 0; j < prompts.size(); ++j)
+    EXPECT_LE(relative_error(batched[j], alone[j]), bound(1e-5)) << "sequence " << j;
 
   const int32_t next[] = {11, 12, 13, 14};
   items.clear();
@@ -132,7 +138,8 @@ TEST_P(CudaFixture, BatchEqualsAlone) {
     items.push_back({std::span<const int32_t>(&next[j], 1), batch_states[j].get(), step_batched[j].tensor()});
   }
   ASSERT_TRUE(model.forward_batch(items).ok());
-  for (size_t j = 0; j < prompts.size(); ++j) EXPECT_LE(relative_error(step_batched[j], step_alone[j]), 1e-5) << "sequence " << j;
+  for (size_t j = 0; j < prompts.size(); ++j)
+    EXPECT_LE(relative_error(step_batched[j], step_alone[j]), bound(1e-5)) << "sequence " << j;
 }
 
 // KV pages of bf16 on the GPU, with the CPU's bf16 bounds against the reference (test_kv_dtype.cpp:
@@ -253,12 +260,15 @@ TEST_P(CudaAffine, FourBitDecodesAsOnTheCpu) {
   KAPITSA_SKIP_WITHOUT_GPU();
   const std::string src = test_data_path(GetParam());
   FixtureReference ref = load_fixture_reference(src);
+  // The demo target ships 4-bit (group 64) and is decoded as it is; the fixtures are quantized here.
+  const bool shipped_4bit = weights::Checkpoint::open(src).value().contains("model.language_model.embed_tokens.scales");
   ScratchDir q;
-  ASSERT_TRUE(write_affine_checkpoint(src, q.path(), {4, 64, {}}).ok());
+  if (!shipped_4bit) ASSERT_TRUE(write_affine_checkpoint(src, q.path(), {4, 64, {}}).ok());
+  const std::string folder = shipped_4bit ? src : q.path();
   auto decode_logits = [&](Device device) {
     models::LoadOptions o;
     o.device = device;
-    auto model = models::load_model(q.path(), o);
+    auto model = models::load_model(folder, o);
     EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
     const int64_t T = std::min<int64_t>(32, static_cast<int64_t>(ref.prompt_ids.size())), V = (*model)->info().vocab_size;
     auto state = (*model)->new_state(T);
@@ -290,7 +300,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaAffine,
                          });
 
 INSTANTIATE_TEST_SUITE_P(Demo, CudaFixture,
-                         ::testing::Values(FixtureCase{"../models/demo/target", false}, FixtureCase{"../models/demo/draft", false}));
+                         ::testing::Values(FixtureCase{"../models/demo/target", false, 1e-3},
+                                           FixtureCase{"../models/demo/draft", false}));
 INSTANTIATE_TEST_SUITE_P(Qwen, CudaFixture,
                          ::testing::Values(FixtureCase{"fixtures/qwen35-dense-tiny"}, FixtureCase{"fixtures/qwen35-moe-tiny"},
                                            FixtureCase{"fixtures/qwen3-next-tiny"}));
