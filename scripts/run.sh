@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's main command: installs dependencies, builds, and runs Kapitsa on the bundled demo model
-# (models/demo/target, a ~11M-parameter Qwen3.5-architecture model trained on Python code): it
+# (models/demo/target, a 29M-parameter Qwen3.5-architecture model trained on Python code, shipped 4-bit): it
 # completes the start of a Python function, streaming the text to the terminal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
