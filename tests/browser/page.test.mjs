@@ -41,7 +41,8 @@ before(async () => {
   });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  page.setDefaultTimeout(10000);
+  // 30 s: under a parallel ctest -j2 on 2 cores, two canned-stream cases once waited past 10 s (session 13).
+  page.setDefaultTimeout(30000);
   page.on('pageerror', (e) => pageErrors.push(e));
 });
 
