@@ -951,10 +951,11 @@ def write_safetensors(path, tensors, metadata=None):
     """tensors: name -> (torch tensor, safetensors dtype). A plain writer, because torch has no
     uint32 to hand to safetensors: packed codes are int32 tensors written as "U32" (same bits)."""
     import struct
+    import torch
     header, blobs, at = {}, [], 0
     for name in sorted(tensors):
         t, dt = tensors[name]
-        raw = t.detach().cpu().contiguous().view(-1).view(torch_uint8()).numpy().tobytes()
+        raw = t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
         header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
         blobs.append(raw)
         at += len(raw)
@@ -967,11 +968,6 @@ def write_safetensors(path, tensors, metadata=None):
         f.write(h)
         for b in blobs:
             f.write(b)
-
-
-def torch_uint8():
-    import torch
-    return torch.uint8
 
 
 def quantized_tensors(named, prefix_map, bits, group_size):
