@@ -377,6 +377,18 @@ void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutput
   }
 }
 
+Tensor HybridDecoder::mtp_fuse(const Tensor& e, const Tensor& h, const Buffer& norm_e, const Buffer& norm_h,
+                               const Linear& fc, Workspace& ws) const {
+  const int64_t T = e.dim(0), H = info_.hidden_size;
+  const Tensor both = ws.take(DType::f32, {T, 2 * H}), x = ws.take(DType::f32, {T, H});
+  ops::rms_norm(e, norm_e, norm_eps_, norm_weight_offset_, e);
+  ops::rms_norm(h, norm_h, norm_eps_, norm_weight_offset_, h);
+  const Tensor halves[] = {e, h};
+  ops::concat_columns(halves, both);
+  ops::matmul(both, fc, x);
+  return x;
+}
+
 Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const {
   if (info_.mtp_layers == 0)
     return error("{} has no multi-token-prediction head (no mtp.* tensors loaded)", info_.model_type);

@@ -41,6 +41,10 @@ class HybridDecoder : public Model {
   // output. Its attention layers' KV are the layers past the trunk's in kv_layout().
   virtual void mtp_head(const StepBatch& step, const Tensor& e, const Tensor& h, const Tensor& out,
                         ForwardContext& ctx) const;
+  // How both families' heads start: x = fc([norm_e(e) | norm_h(h)]), e and h normalised in place.
+  // e, h: [T, H];  fc: [H, 2H];  returns x: [T, H] (in the workspace).
+  Tensor mtp_fuse(const Tensor& e, const Tensor& h, const Buffer& norm_e, const Buffer& norm_h, const Linear& fc,
+                  Workspace& ws) const;
 
   // Layer `layer`'s block `block` (Qwen: 0 the mixer, 1 the MLP; Nemotron: one block per layer).
   // normed: [n_tokens, H] (the block's input norm applied);  out: [n_tokens, H].

@@ -225,13 +225,8 @@ void NemotronHModel::mtp_head(const StepBatch& step, const Tensor& e, const Tens
   const MtpHead& m = *mtp_;
   Workspace& ws = ctx.workspace;
   const int64_t T = step.n_tokens, H = info_.hidden_size;
-  const Tensor both = ws.take(DType::f32, {T, 2 * H});  // [enorm(e) | hnorm(h)]
-  const Tensor x = ws.take(DType::f32, {T, H}), normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
-  ops::rms_norm(e, m.enorm, norm_eps_, 0.0f, e);
-  ops::rms_norm(h, m.hnorm, norm_eps_, 0.0f, h);
-  const Tensor halves[] = {e, h};
-  ops::concat_columns(halves, both);
-  ops::matmul(both, m.eh_proj, x);
+  const Tensor x = mtp_fuse(e, h, m.enorm, m.hnorm, m.eh_proj, ws);
+  const Tensor normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
   for (size_t i = 0; i < m.layers.size(); ++i) {
     if (i == 0) ops::rms_norm(x, m.norms[0], norm_eps_, 0.0f, normed);
     else ops::add_rms_norm(x, mixed, m.norms[i], norm_eps_, 0.0f, normed);  // x += the previous layer's output

@@ -93,13 +93,8 @@ void Qwen35Model::mtp_head(const StepBatch& step, const Tensor& e, const Tensor&
   const MtpHead& m = *mtp_;
   Workspace& ws = ctx.workspace;
   const int64_t T = step.n_tokens, H = info_.hidden_size;
-  const Tensor both = ws.take(DType::f32, {T, 2 * H});  // [norm(e) | norm(h)]
-  const Tensor x = ws.take(DType::f32, {T, H}), normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
-  ops::rms_norm(e, m.norm_embedding, norm_eps_, norm_weight_offset_, e);
-  ops::rms_norm(h, m.norm_hidden, norm_eps_, norm_weight_offset_, h);
-  const Tensor halves[] = {e, h};
-  ops::concat_columns(halves, both);
-  ops::matmul(both, m.fc, x);
+  const Tensor x = mtp_fuse(e, h, m.norm_embedding, m.norm_hidden, m.fc, ws);
+  const Tensor normed = ws.take(DType::f32, {T, H}), mixed = ws.take(DType::f32, {T, H});
   ops::rms_norm(x, m.input_norm, norm_eps_, norm_weight_offset_, normed);
   attention_forward(attention_config_, *m.layer.attention, m.layer.memory_index, step, normed, mixed, ctx);
   ops::add_rms_norm(x, mixed, m.post_attention_norm, norm_eps_, norm_weight_offset_, normed);
