@@ -144,12 +144,18 @@ int main(int argc, char** argv) {
   // The MTP head's reads per head row: its mtp.* tensors and the (shared) output head.
   double mtp_bytes = 0;
   if (std::find(proposers.begin(), proposers.end(), "mtp") != proposers.end()) {
+    // The head as stored: lm_head, or the tied embedding (with its scales and biases when quantized).
     auto ckpt = weights::Checkpoint::open(model_dir);
-    if (ckpt.ok())
-      for (const std::string& name : ckpt->names())
+    if (ckpt.ok()) {
+      std::string head;
+      for (const std::string& name : ckpt->names()) {
         if (name.rfind("mtp.", 0) == 0) mtp_bytes += static_cast<double>(ckpt->find(name)->nbytes);
-    const models::ModelInfo& info = (*target_info)->info();
-    mtp_bytes += 2.0 * static_cast<double>(info.vocab_size * info.hidden_size);  // the bf16 head
+        if (name.ends_with("lm_head.weight") || (head.empty() && name.ends_with("embed_tokens.weight")))
+          head = name.substr(0, name.size() - std::string_view(".weight").size());
+      }
+      for (const char* part : {".weight", ".scales", ".biases"})
+        if (const auto* e = ckpt->find(head + part)) mtp_bytes += static_cast<double>(e->nbytes);
+    }
   }
   fmt::print("model {} ({:.1f} MB weights read per step), draft {} ({:.1f} MB), MTP head {:.1f} MB per row, greedy, {} "
              "tokens per run\n", model_dir, target_bytes / 1e6, with_draft ? draft_dir : "-", draft_bytes / 1e6,
