@@ -1028,20 +1028,53 @@ def export_quantized(causal, mtp, fp32_dir, out_dir, bits, group_size):
     return info
 
 
-def load_text_model(folder, dev, seed=0):
-    """A Qwen3.5 folder of this script's layout (bf16 model.safetensors or its tracked .xz) as the
-    causal LM it was trained as: the first edition's target, for the same-run baseline."""
+def read_safetensors(raw):
+    """name -> float32 tensor from a safetensors file's bytes (BF16, F16, F32; U32 packed codes stay int32)."""
+    import struct
+    import torch
+    n = struct.unpack("<Q", raw[:8])[0]
+    header, base = json.loads(raw[8:8 + n]), 8 + n
+    kinds = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "U32": torch.int32}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        t = torch.frombuffer(bytearray(raw[base + a:base + b]), dtype=kinds[e["dtype"]]).reshape(e["shape"])
+        out[name] = t if e["dtype"] == "U32" else t.float()
+    return out
+
+
+def load_text_state(folder):
+    """The text model's float weights of a folder this script wrote (model.safetensors or its tracked
+    .xz), names as Qwen3_5ForCausalLM's; MLX affine modules dequantized (bits and group from config.json).
+    Returns (state dict, text config)."""
     import lzma
-    from safetensors.torch import load
+    import affine
     folder = Path(folder)
-    cfg = dict(json.load(open(folder / "config.json"))["text_config"])
+    top = json.load(open(folder / "config.json"))
+    q = top.get("quantization") or {}
     st = folder / "model.safetensors"
     raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model.safetensors.xz").read_bytes())
-    sd = load(raw)
+    sd = read_safetensors(raw)
+    out = {}
+    for k, v in sd.items():
+        if not k.startswith("model.language_model.") or k.endswith((".scales", ".biases")):
+            continue
+        module = k[:-len(".weight")]
+        if module + ".scales" in sd:
+            own = q.get(module) or q
+            v = affine.dequantize(v, sd[module + ".scales"], sd[module + ".biases"], own["group_size"], own["bits"])
+        out["model." + k[len("model.language_model."):]] = v
+    return out, dict(top["text_config"])
+
+
+def load_text_model(folder, dev, seed=0):
+    """An earlier target of this script (bf16, or MLX affine as the second edition ships) as the causal LM
+    it was trained as, on its shipped weights: the baseline measured in the same run."""
+    sd, cfg = load_text_state(folder)
     m = new_causal_lm(cfg, seed, dev)
-    mapped = {("model." + k[len("model.language_model."):]): v.float() for k, v in sd.items()
-              if k.startswith("model.language_model.")}
-    missing, unexpected = m.load_state_dict(mapped, strict=False)
+    missing, unexpected = m.load_state_dict(sd, strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
         raise RuntimeError(f"{folder}: state dict: missing {missing} unexpected {unexpected}")
