@@ -17,6 +17,13 @@
 
 namespace kapitsa::testing {
 
+// The bound every relative-error check of a fixture test is raised to for the demo target, which ships
+// MLX 4-bit (issue 19): one-row steps run the 4-bit GEMV on activations rounded to int16
+// (docs/quantization.md), multi-row prompts the dequantized GEMM, so its greedy steps measure up to
+// 2.2e-4 against transformers on the dequantized weights and pieces or batches against one pass up to
+// 1.2e-4 (session 14). Greedy ids stay exact.
+inline constexpr double kFourBitDemoFloor = 1e-3;
+
 struct FixtureReference {
   weights::Checkpoint file;
   std::vector<int32_t> prompt_ids;

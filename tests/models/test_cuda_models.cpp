@@ -21,7 +21,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <cctype>
 #include <filesystem>
 
@@ -31,7 +30,7 @@ namespace {
 struct FixtureCase {
   std::string path;  // relative to tests/
   bool rope_bf16 = true;
-  double floor = 0;  // the 4-bit demo target: bounds raised to 1e-3 (test_fixtures.cpp says why)
+  double floor = 0;  // bounds below this are raised to it: kFourBitDemoFloor for the 4-bit demo target
 };
 
 void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
@@ -300,7 +299,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaAffine,
                          });
 
 INSTANTIATE_TEST_SUITE_P(Demo, CudaFixture,
-                         ::testing::Values(FixtureCase{"../models/demo/target", false, 1e-3},
+                         ::testing::Values(FixtureCase{"../models/demo/target", false, kFourBitDemoFloor},
                                            FixtureCase{"../models/demo/draft", false}));
 INSTANTIATE_TEST_SUITE_P(Qwen, CudaFixture,
                          ::testing::Values(FixtureCase{"fixtures/qwen35-dense-tiny"}, FixtureCase{"fixtures/qwen35-moe-tiny"},

@@ -17,14 +17,10 @@ namespace {
 // The shared fixtures were computed by transformers from the bf16 checkpoint loaded in bf16 and cast
 // to float32, which leaves RoPE frequencies bf16-rounded; the demo models' references were loaded in
 // float32 directly. Each case says which (LoadOptions::rope_bf16_frequencies).
-// The demo target ships MLX 4-bit (issue 19): one-row steps run the 4-bit GEMV on activations rounded to
-// int16 (docs/quantization.md), multi-row prompts the dequantized GEMM, so its greedy steps measure up to
-// 2.2e-4 against transformers on the dequantized weights, and pieces or batches against one pass up to
-// 1.2e-4 (this commit): `floor` raises every bound of this file to 1e-3 for it; greedy ids stay exact.
 struct FixtureCase {
   std::string path;  // relative to tests/
   bool rope_bf16 = true;
-  double floor = 0;  // bounds below this are raised to it (quantized weights)
+  double floor = 0;  // bounds below this are raised to it: kFourBitDemoFloor for the 4-bit demo target
 };
 
 void PrintTo(const FixtureCase& c, std::ostream* os) { *os << c.path; }
@@ -170,7 +166,7 @@ TEST_P(FixtureTest, ReferenceBackendAgrees) {
 
 // The bundled demo models (models/demo, issue 8) carry references computed by transformers the same way.
 INSTANTIATE_TEST_SUITE_P(Demo, FixtureTest,
-                         ::testing::Values(FixtureCase{"../models/demo/target", false, 1e-3},
+                         ::testing::Values(FixtureCase{"../models/demo/target", false, kFourBitDemoFloor},
                                            FixtureCase{"../models/demo/draft", false}));
 
 INSTANTIATE_TEST_SUITE_P(Qwen, FixtureTest,

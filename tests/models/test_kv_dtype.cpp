@@ -41,7 +41,7 @@ struct Case {
   std::string path;  // relative to tests/
   bool rope_bf16 = true;
   DType kv = DType::f32;
-  double floor = 0;  // the 4-bit demo target: bounds raised to 1e-3 (test_fixtures.cpp says why)
+  double floor = 0;  // bounds below this are raised to it: kFourBitDemoFloor for the 4-bit demo target
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.path << " " << dtype_name(c.kv); }
@@ -95,7 +95,7 @@ TEST_P(KvDtypeTest, LogitsWithinBoundAndGreedyIdentical) {
 
 std::vector<Case> cases() {
   const std::tuple<std::string, bool, double> fixtures[] = {
-      {"../models/demo/target", false, 1e-3},   {"../models/demo/draft", false, 0},
+      {"../models/demo/target", false, kFourBitDemoFloor},   {"../models/demo/draft", false, 0},
       {"fixtures/qwen35-dense-tiny", true, 0},  {"fixtures/qwen35-moe-tiny", true, 0},
       {"fixtures/qwen3-next-tiny", true, 0},    {"fixtures/nemotron-h-tiny", true, 0},
       {"fixtures/nemotron-h-latent-tiny", true, 0}};

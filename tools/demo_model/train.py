@@ -580,6 +580,7 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
     tokens = 0
     last = {}
     qat_steps = 0
+    shipped_weights = ShippedWeights(named, qat[0], qat[1], all=False) if qat is not None else None
     while total is None or step < total:
         lr = lr_at(step, total if total is not None else 10**9, hp["lr"], warmup)
         for g in opt.param_groups:
@@ -589,7 +590,7 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
         x, y = seq[:, :T], seq[:, 1:T + 1]
         shipped = None
         if qat is not None and total is not None and step >= int(total * (1 - qat[2])):
-            shipped = ShippedWeights(named, qat[0], qat[1], all=False).__enter__()
+            shipped = shipped_weights.__enter__()
             qat_steps += 1
         with torch.autocast("cuda", dtype=torch.bfloat16):
             h = model.model(input_ids=x, use_cache=False).last_hidden_state   # [B, T, H], final-normed
