@@ -1,9 +1,11 @@
-// Whole-model benchmark: prefill and batch-1 decode tokens/s of a checkpoint (or of a random one
+// Whole-model benchmark: prefill and decode tokens/s of a checkpoint (or of a random one
 // written from a config.json), printed beside the memory-bandwidth roofline: the machine's measured
 // read bandwidth ÷ the weight bytes one decode step reads (on a GPU: its measured device-to-device copy
 // bandwidth, bytes read plus written). Not a test; run it by hand:
 //   build/release/bench/bench_model --config bench/configs/qwen35-0.8b.json [--prompt 512] [--decode 64]
 //   build/release/bench/bench_model --model models/demo/target --device cuda
+//   --batch N: N sequences decode in lockstep, one forward_batch per step (the model alone, no engine
+//   or sampling: bench_runtime measures those); the aggregate tokens/s is reported beside batch 1.
 #include "base/thread_pool.h"
 #include "models/model.h"
 #include "ops/memory.h"
@@ -66,13 +68,14 @@ double measure_device_bandwidth_gbs(Device device) {
 int main(int argc, char** argv) {
   CLI::App app{"Kapitsa whole-model benchmark: prefill and decode tokens/s beside the bandwidth roofline"};
   std::string config, model_dir;
-  int prompt = 512, decode = 64;
+  int prompt = 512, decode = 64, batch = 1;
   uint64_t seed = 1;
   std::string device_name = "cpu";
   app.add_option("--config", config, "config.json to benchmark a random checkpoint of (written once, cached)");
   app.add_option("--model", model_dir, "Existing model folder (instead of --config)");
   app.add_option("--prompt", prompt, "Prompt tokens for the prefill measurement");
   app.add_option("--decode", decode, "Tokens to decode one at a time");
+  app.add_option("--batch", batch, "Sequences decoding together (aggregate tokens/s)")->check(CLI::Range(1, 256));
   app.add_option("--seed", seed, "Seed of the random checkpoint and prompt");
   app.add_option("--device", device_name, "cpu (default), cuda or cuda:N");
   CLI11_PARSE(app, argc, argv);
@@ -134,6 +137,37 @@ int main(int argc, char** argv) {
   }
   const double decode_s = seconds_since(start);
 
+  // Batched decode: `batch` sequences with a short prompt each, then `decode` steps of one token each.
+  double batch_tps = 0;
+  if (batch > 1) {
+    std::vector<std::unique_ptr<models::SequenceState>> states;
+    std::vector<Buffer> batch_logits;
+    for (int b = 0; b < batch; ++b) {
+      states.push_back(model.new_state(16 + 2 + decode));  // prompt, warm-up, decode
+      batch_logits.push_back(Buffer::allocate(DType::f32, {1, info.vocab_size}));
+    }
+    std::vector<int32_t> next(static_cast<size_t>(batch) * 16);
+    std::vector<models::Model::BatchItem> items(static_cast<size_t>(batch));
+    auto step = [&](size_t tokens) {
+      for (auto& id : next) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(info.vocab_size));
+      for (size_t b = 0; b < items.size(); ++b)
+        items[b] = {std::span<const int32_t>(next).subspan(b * tokens, tokens), states[b].get(), batch_logits[b].tensor()};
+      return model.forward_batch(items);
+    };
+    auto failed = [](const Status& s) {
+      if (s.ok()) return false;
+      fmt::print(stderr, "bench_model: batched decode: {}\n", s.error().message);
+      return true;
+    };
+    if (failed(step(16))) return 1;  // the prompts
+    for (int i = 0; i < 2; ++i)
+      if (failed(step(1))) return 1;  // warm-up: first steps of this batch size (graph capture on cuda)
+    start = Clock::now();
+    for (int i = 0; i < decode; ++i)
+      if (failed(step(1))) return 1;
+    batch_tps = batch * decode / seconds_since(start);
+  }
+
   const bool gpu = spec->device != Device::cpu;
   const double bandwidth = gpu ? measure_device_bandwidth_gbs(spec->device) : measure_read_bandwidth_gbs();
   const double bytes = static_cast<double>(info.weight_bytes_per_token);
@@ -151,5 +185,8 @@ int main(int argc, char** argv) {
   fmt::print("| prefill ({:5d} tok)  | {:8.1f} |                 - |           - |\n", prompt, prompt / prefill_s);
   fmt::print("| decode  (batch 1)    | {:8.2f} | {:17.2f} | {:10.0f}% |\n", decode_tps, roofline,
              roofline > 0 ? 100 * decode_tps / roofline : 0);
+  if (batch > 1)
+    fmt::print("| decode  (batch {:3d})  | {:8.2f} | {:>17} | {:>11} |  aggregate, {:.2f}x batch 1\n", batch, batch_tps,
+               "-", "-", batch_tps / decode_tps);
   return 0;
 }

@@ -5,6 +5,9 @@
 # time (environment switches: VARIANTS below), optionally Nsight Compute over one decode step
 # (PROFILE=1). Carried with tests/models/device_setup.sh, its binaries (stripped), lib/ and configs/ as
 # .device/gpu/bin.tar.xz.
+# BATCHES="8 16": each bench config is also decoded by that many sequences in lockstep (bench_model --batch,
+# the model alone) and through the engine (bench_runtime --concurrency 1 BATCHES; sampling included);
+# PROFILE_BATCH=16: the profiled step is a decode step of that many sequences.
 # QUANT_BITS="4 8": each bench config is also quantized (kapitsa quantize, MLX affine) and benched per
 # variant; PROFILE_MODEL=DIR: the profiled model (with STEP_MARKER=dequantize_affine when quantized); MODELS=0: no model tests; BENCH_OPS=1: bench_ops_cuda per variant; MEMCHECK_FILTER: the memcheck's gtest filter.
 # Usage (device run, carry [".device/gpu"]):
@@ -47,7 +50,15 @@ for c in ${BENCH_CONFIGS:-qwen35-4b qwen35-0.8b}; do
     name=${v%%=*}; vars=${v#*=}
     step bench_${c}_$name.log 240 env ${vars//,/ } "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 128
     echo "  $c $name ($vars):"; grep -E "bandwidth|weights|prefill|decode" "$OUT/bench_${c}_$name.log"
+    for b in ${BATCHES:-}; do
+      step bench_${c}_${name}_b$b.log 240 env ${vars//,/ } "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 16 --decode 64 --batch "$b"
+      grep -E "batch +$b" "$OUT/bench_${c}_${name}_b$b.log"
+    done
   done
+  if [ -n "${BATCHES:-}" ]; then
+    step runtime_$c.log 300 "$DEV/bench_runtime" --config "$DEV/configs/$c.json" --device cuda --concurrency 1 $BATCHES --turn1 0 --decode 64
+    echo "  $c through the engine:"; tail -n +2 "$OUT/runtime_$c.log"
+  fi
   for bits in ${QUANT_BITS:-}; do
     q=/tmp/kapitsa-bench/$c-q$bits
     [ -d "$q" ] || step quantize_${c}_$bits.log 300 "$DEV/kapitsa" quantize "/tmp/kapitsa-bench/$c" "$q" --bits "$bits"
@@ -62,9 +73,9 @@ if [ "${PROFILE:-0}" = 1 ]; then
   profiled=(--config "$DEV/configs/qwen35-4b.json")
   [ -n "${PROFILE_MODEL:-}" ] && profiled=(--model "$PROFILE_MODEL")
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  step ncu_4b.log 300 env KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none --cache-control none --csv --page raw \
+  step ncu_4b.log 420 env KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none --cache-control none --csv --page raw \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    "$DEV/bench_model" "${profiled[@]}" --device cuda --prompt 1 --decode 2
+    "$DEV/bench_model" "${profiled[@]}" --device cuda --prompt 1 --decode "$([ -n "${PROFILE_BATCH:-}" ] && echo 1 || echo 2)" --batch "${PROFILE_BATCH:-1}"
   python3 "$DEV/profile_step.py" "$OUT/ncu_4b.log" > "$OUT/profile_4b.txt" 2>&1
   head -45 "$OUT/profile_4b.txt"
 fi

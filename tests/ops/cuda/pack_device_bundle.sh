@@ -6,11 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build/release}
-cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models kapitsa bench_model
+cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models kapitsa bench_model bench_runtime
 stage=$(mktemp -d)
 mkdir -p "$stage/lib" "$stage/configs"
 for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models kapitsa \
-         bench/bench_model; do
+         bench/bench_model bench/bench_runtime; do
   strip -o "$stage/$(basename "$b")" "$B/$b"
 done
 cp bench/configs/*.json "$stage/configs/"
