@@ -1,7 +1,7 @@
 // Replays of real agent traffic (issue 17 part 3): sessions of opencode, Claude Code, Codex and pi,
 // recorded against `kapitsa serve` on the demo model (tests/agents/record_session.mjs; two user turns,
 // each a forced read-tool call, its result and a one-sentence answer), are sent again, request by
-// request and with the agent's session headers, through the server on the real demo model. Each reply
+// request and with the agent's session headers, through the server on a real demo model (server_test_model_dir). Each reply
 // is forced to the recorded one (a grammar for its exact text), so the agent's next request — recorded
 // with its echo of that reply — follows what the server generated. From the second turn of the main
 // conversation (the requests that offer tools) on, the test asserts from the engine's counters that the
@@ -33,7 +33,7 @@ class RecordedSession : public ::testing::Test {
     std::vector<Recorded> session = load_session(data_path("fixtures/agents/" + agent + ".jsonl"));
     replay::shrink_session(session);
     ASSERT_GE(session.size(), 4u);
-    auto model = models::load_model(data_path("../models/demo/target"));
+    auto model = models::load_model(server_test_model_dir());
     ASSERT_TRUE(model.ok()) << model.error().message;
     runtime::EngineOptions eo;
     eo.context_tokens = 32768;

@@ -1,5 +1,5 @@
 // A restarted server resumes a conversation from the disk prefix cache (runtime/disk_cache.h): turn 1
-// through a Service over the real demo model whose engine keeps snapshots in a folder; that service and
+// through a Service over a real demo model (server_test_model_dir) whose engine keeps snapshots in a folder; that service and
 // engine are gone; turn 2 through a new one over the same folder reports the history as cached prompt
 // tokens in usage and answers exactly as a server without the cache. The same through two `kapitsa serve`
 // processes: disk_cache_serve_cli.cpp.
@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::shared_ptr<runtime::Engine> demo_engine(const std::string& cache_dir) {
-  const std::string dir = data_path("../models/demo/target");
+  const std::string dir = server_test_model_dir();
   auto model = models::load_model(dir);
   if (!model.ok()) throw std::runtime_error(model.error().message);
   runtime::EngineOptions o;

@@ -1,4 +1,4 @@
-// Every token prefilled once, through the server on the real demo model: after a reply, the server
+// Every token prefilled once, through the server on a real demo model (server_test_model_dir): after a reply, the server
 // preloads the conversation as the next request will render it (Qwen3.5 and Nemotron 3 drop an earlier
 // reply's reasoning; tool calls in their history form), so turn 2 — the client's echo of the reply
 // plus a new user message or the tool's result — reuses every token before the new message and
@@ -29,7 +29,7 @@ const char* api_name(Api a) { return a == Api::chat ? "chat" : a == Api::respons
 using Recorder = LoggingEngine;
 
 std::shared_ptr<Recorder> demo_engine() {
-  auto model = models::load_model(data_path("../models/demo/target"));
+  auto model = models::load_model(server_test_model_dir());
   if (!model.ok()) throw std::runtime_error(model.error().message);
   runtime::EngineOptions o;
   o.context_tokens = 4096;

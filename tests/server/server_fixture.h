@@ -26,6 +26,13 @@ inline std::shared_ptr<const text::Tokenizer> demo_tokenizer() {
   return tok;
 }
 
+// The model of the server tests that run a real engine (recorded agent sessions, the soak, next-turn
+// prefill counts, the disk cache): the demo draft — trained, the target's tokenizer and hybrid layout
+// (DeltaNet + attention) at a tenth of its compute — so these long sessions take seconds, not minutes,
+// under the sanitizers. What they check (prefill counts, cache hits, forced replies, no leaks) does
+// not depend on the model's quality; the target itself is served end to end by the agent tests.
+inline std::string server_test_model_dir() { return data_path("../models/demo/draft"); }
+
 inline std::shared_ptr<const text::ChatTemplate> load_template(const std::string& name) {
   auto t = text::ChatTemplate::from_file(data_path("text/data/templates/" + name));
   if (!t.ok()) throw std::runtime_error(t.error().message);

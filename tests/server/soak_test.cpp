@@ -1,4 +1,4 @@
-// A bounded soak: the demo model behind a live HttpServer, clients on several threads sending a random
+// A bounded soak: a demo model (server_test_model_dir) behind a live HttpServer, clients on several threads sending a random
 // mix for a fixed time — streams read to the end, streams hung up on mid-way, plain replies, malformed
 // or out-of-range requests, requests cut off half-sent, connections opened and dropped. Two rounds of
 // the same mix; afterwards no sequence is running or queued, what stays in the KV pool is only what the
@@ -121,7 +121,7 @@ void one_action(int port, std::mt19937& rng, Tally& t) {
 class Soak : public ::testing::Test {};
 
 TEST_F(Soak, ManyClientsLeaveNothingBehind) {
-  auto model = models::load_model(data_path("../models/demo/target"));
+  auto model = models::load_model(server_test_model_dir());
   ASSERT_TRUE(model.ok()) << model.error().message;
   runtime::EngineOptions o;
   o.context_tokens = 2048;
