@@ -6,6 +6,7 @@
 #include "runtime/engine.h"
 
 #include "base/log.h"
+#include "base/thread_pool.h"
 #include "runtime/engine_memory.h"
 #include "runtime/generation.h"
 #include "runtime/scheduler.h"
@@ -292,6 +293,17 @@ class EngineImpl final : public Engine {
       std::lock_guard lock(counters_mu_);
       counters_.prompt_tokens_prefilled += *prefilled;
     }
+    // The next token of every sequence without a draft, chosen in parallel: each reads only its own
+    // logits row, sampler and grammar matcher, and a choice over a 248k vocabulary (a grammar mask,
+    // a temperature draw, logprobs) costs up to milliseconds of host time that the device waits out.
+    std::vector<size_t> plain;
+    for (size_t i = 0; i < work.size(); ++i)
+      if (work[i].samples && seqs_.at(work[i].id)->draft.empty()) plain.push_back(i);
+    std::vector<std::variant<TokenEvent, Ending>> choices(work.size());
+    parallel_for(plain.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t k = begin; k < end; ++k)
+        choices[plain[k]] = choose_token(*seqs_.at(work[plain[k]].id), executor_.logits(plain[k]));
+    });
     for (size_t i = 0; i < work.size(); ++i) {
       if (!work[i].samples) continue;
       Sequence& seq = *seqs_.at(work[i].id);
@@ -299,7 +311,7 @@ class EngineImpl final : public Engine {
         verified(seq, verify_draft(seq, executor_, i, emitter_, options_.spec_tokens));
         continue;
       }
-      std::variant<TokenEvent, Ending> choice = choose_token(seq, executor_.logits(i));
+      const std::variant<TokenEvent, Ending>& choice = choices[i];
       if (const Ending* ending = std::get_if<Ending>(&choice)) {
         finish(seq, *ending);
         continue;

@@ -46,10 +46,14 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  // Logit bias or a penalty is set: the logits are adjusted (in a copy) before anything else.
+  bool adjusts_logits() const;
   // Applies bias and penalties to a copy of the logits, in work_.
   void prepare(std::span<const float> logits);
   // The candidates left after temperature/top-k/top-p/min-p, with their unnormalised weights.
   void truncate();
+  // truncate(), then a seeded draw among the candidates (work_ prepared).
+  int32_t draw_truncated();
 
   SamplingParams params_;
   std::mt19937_64 rng_;

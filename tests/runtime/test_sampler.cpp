@@ -90,6 +90,72 @@ TEST(Sampler, GreedyIsArgmaxFirstMaximum) {
   EXPECT_EQ(s.sample(ties), 1);
 }
 
+// The greedy fast path (no copy, a lane-wise maximum) against the plain scan on fresh random logits of
+// a real vocabulary's size: ties, NaNs (never chosen; one at id 0 stays), -inf and all-equal rows,
+// with and without a grammar mask, and with a penalty (the adjusted copy's path).
+TEST(Sampler, GreedyEqualsThePlainScanOnLargeVocabularies) {
+  auto plain_argmax = [](const std::vector<float>& x, const std::vector<uint8_t>& allowed) {
+    auto v = [&](size_t i) { return allowed.empty() || allowed[i] ? x[i] : -INFINITY; };
+    size_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i)
+      if (v(i) > v(best)) best = i;
+    if (!allowed.empty() && !allowed[best]) best = static_cast<size_t>(std::find(allowed.begin(), allowed.end(), 1) - allowed.begin());
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937_64 rng(std::random_device{}());
+  SamplingParams p;
+  p.temperature = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const size_t V = 248320 - static_cast<size_t>(rng() % 37);  // odd tails past the 16 lanes
+    std::vector<float> x(V);
+    std::normal_distribution<float> normal(0, 4);
+    for (float& v : x) v = std::round(normal(rng) * 4) / 4;  // coarse: many ties at the top
+    if (trial % 3 == 1)
+      for (int k = 0; k < 50; ++k) x[rng() % V] = NAN;
+    if (trial % 5 == 2) x[0] = NAN;
+    if (trial % 7 == 3) std::fill(x.begin(), x.end(), -INFINITY);
+    if (trial % 11 == 4) std::fill(x.begin(), x.end(), 1.5f);
+    if (trial % 4 == 0) x[V - 1 - rng() % 16] = 1e9f;  // the maximum in the tail
+    std::vector<uint8_t> allowed;
+    if (trial % 2 == 1) {
+      allowed.resize(V);
+      for (auto& a : allowed) a = rng() % 8 == 0;
+      allowed[rng() % V] = 1;
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    Sampler greedy(p, 1);
+    EXPECT_EQ(greedy.sample(x, -1, nullptr, allowed), plain_argmax(x, allowed));
+    // A repetition penalty of a token nobody scores: the adjusted copy's path, the same answer.
+    SamplingParams penalised = p;
+    penalised.repetition_penalty = 1.5f;
+    Sampler copied(penalised, 1);
+    EXPECT_EQ(copied.sample(x, -1, nullptr, allowed), plain_argmax(x, allowed));
+  }
+}
+
+// Candidates are the tokens within 40 nats of the best after temperature (sampler.cpp): one 39 nats
+// below keeps its exact probability, one 41 below has none; the rest of the distribution is as computed
+// here over every token.
+TEST(Sampler, TokensFortyNatsBelowTheBestAreNoCandidates) {
+  SamplingParams p;
+  p.temperature = 0.5f;
+  std::vector<float> logits(1000, -30.0f);  // 60 nats below the best after temperature
+  logits[3] = 10.0f;
+  logits[500] = 9.0f;
+  logits[7] = 10.0f - 39 * 0.5f;
+  logits[999] = 10.0f - 41 * 0.5f;
+  Sampler s(p, 1);
+  std::vector<float> probs;
+  s.distribution(logits, {}, probs);
+  const double z = 1 + std::exp(-2.0) + std::exp(-39.0);
+  EXPECT_NEAR(probs[3], 1 / z, 1e-7);
+  EXPECT_NEAR(probs[500], std::exp(-2.0) / z, 1e-7);
+  EXPECT_GT(probs[7], 0.0f);
+  EXPECT_NEAR(probs[7] / (std::exp(-39.0) / z), 1.0, 1e-5);
+  EXPECT_EQ(probs[999], 0.0f);
+  EXPECT_EQ(probs[0], 0.0f);
+}
+
 TEST(Sampler, TemperatureChiSquare) {
   for (float t : {1.0f, 0.5f, 1.7f}) {
     SamplingParams p;
