@@ -3,6 +3,7 @@
 
 #include "base/log.h"
 #include "models/hybrid_state.h"
+#include "models/layers/moe.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
 
@@ -189,7 +190,10 @@ namespace {
 // A plain decode step: one new token per sequence (at most kMaxGraphTokens), logits of each token and
 // nothing else. Such a step computes the head over its rows into the workspace and copies each row
 // out, and on cuda may run as a graph (graphs on or off, the same ops in the same order).
-constexpr size_t kMaxGraphTokens = 8;  // the decode GEMV's rows (larger batches go to cuBLAS)
+// Up to 16: the GEMV takes 1-8 rows, cuBLAS (its own fixed workspace) 9-16, and routed MoE layers keep
+// the router's choices on the device up to kDeviceRoutedMaxTokens (16) — beyond, they wait for them on
+// the host, which a graph cannot repeat.
+constexpr size_t kMaxGraphTokens = static_cast<size_t>(kDeviceRoutedMaxTokens);
 bool plain_decode(const ForwardBatch& batch, const ForwardOutputs& outputs) {
   if (batch.sequences.size() > kMaxGraphTokens || !outputs.hidden.empty() || !outputs.all_layers.empty() ||
       !outputs.checkpoints.empty() || outputs.logits.size() != batch.sequences.size())

@@ -191,8 +191,9 @@ TEST_P(CudaFixture, DecodeStepsAllocateNothing) {
 
 // Decode steps replayed as CUDA graphs give bit-identical logits (hence ids) to the same steps run op
 // by op: three sequences decoding together (one of them crossing a KV page boundary, so its block table
-// grows under a replayed graph), then the first alone; greedy ids fed back. The graph run must have
-// launched graphs and the eager run none.
+// grows under a replayed graph), then the first alone; greedy ids fed back; then the same with twelve
+// sequences (their projections through cuBLAS inside the graph). The graph run must have launched
+// graphs and the eager run none.
 TEST_P(CudaFixture, GraphDecodeEqualsEager) {
   KAPITSA_SKIP_WITHOUT_GPU();
   auto loaded = load(Device::cuda);
@@ -205,11 +206,13 @@ TEST_P(CudaFixture, GraphDecodeEqualsEager) {
     std::vector<Buffer> logits;
     uint64_t launches = 0;
   };
-  auto run = [&](bool graphs) {
+  // Three sequences (the GEMV's rows), then twelve (cuBLAS's, in the graph with its fixed workspace).
+  auto run = [&](bool graphs, size_t n_seqs) {
     ops::set_step_graphs(graphs);
     const uint64_t launches0 = ops::step_graph_launches();
     Run r;
-    const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7, 6, 5, 4, 3, 2, 1}, {3, 1, 4}};
+    std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7, 6, 5, 4, 3, 2, 1}, {3, 1, 4}};
+    for (int32_t j = 3; j < static_cast<int32_t>(n_seqs); ++j) prompts.push_back({j, 2 * j + 1, 5, j % 7});
     std::vector<std::unique_ptr<models::SequenceState>> states;
     std::vector<int32_t> next(prompts.size());
     for (size_t j = 0; j < prompts.size(); ++j) {
@@ -234,14 +237,17 @@ TEST_P(CudaFixture, GraphDecodeEqualsEager) {
     r.launches = ops::step_graph_launches() - launches0;
     return r;
   };
-  const Run eager = run(false), graph = run(true);
+  for (size_t n_seqs : {size_t{3}, size_t{12}}) {
+    SCOPED_TRACE(::testing::Message() << n_seqs << " sequences");
+    const Run eager = run(false, n_seqs), graph = run(true, n_seqs);
+    EXPECT_EQ(eager.launches, 0u);
+    EXPECT_GT(graph.launches, 0u) << "no decode step was replayed as a graph";
+    EXPECT_EQ(graph.ids, eager.ids);
+    ASSERT_EQ(graph.logits.size(), eager.logits.size());
+    for (size_t i = 0; i < eager.logits.size(); ++i)
+      ASSERT_EQ(max_abs_diff(graph.logits[i], eager.logits[i]), 0.0) << "logits row " << i;
+  }
   ops::set_step_graphs(was_enabled);
-  EXPECT_EQ(eager.launches, 0u);
-  EXPECT_GT(graph.launches, 0u) << "no decode step was replayed as a graph";
-  EXPECT_EQ(graph.ids, eager.ids);
-  ASSERT_EQ(graph.logits.size(), eager.logits.size());
-  for (size_t i = 0; i < eager.logits.size(); ++i)
-    ASSERT_EQ(max_abs_diff(graph.logits[i], eager.logits[i]), 0.0) << "logits row " << i;
 }
 
 // A model quantized to MLX 4 bits (group 64: the GPU's int16-activation GEMV, several weights in one

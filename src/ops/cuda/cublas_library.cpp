@@ -74,6 +74,11 @@ cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t handle, cudaStream
   return f(handle, stream);
 }
 
+cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
+  static auto* f = symbol<decltype(cublasSetWorkspace_v2)>("cublasSetWorkspace_v2");
+  return f(handle, workspace, bytes);
+}
+
 cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
   static auto* f = symbol<decltype(cublasSetMathMode)>("cublasSetMathMode");
   return f(handle, mode);

@@ -77,6 +77,13 @@ cublasHandle_t cublas() {
     cublasHandle_t created = nullptr;
     check(cublasCreate(&created), "cublasCreate");
     check(cublasSetStream(created, stream()), "cublasSetStream");
+    // A workspace of its own, allocated once (32 MiB: cuBLAS's recommendation for Hopper), so that a
+    // GEMM captured into a decode step's graph (9-16 sequences) never allocates while capturing and
+    // every replay finds its workspace where the capture put it.
+    constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+    void* workspace = nullptr;
+    check(cudaMalloc(&workspace, kWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
+    check(cublasSetWorkspace(created, workspace, kWorkspaceBytes), "cublasSetWorkspace");
     // Default math: f32 GEMMs stay plain f32 (TF32 only when asked for), bf16/f16 ones use tensor cores.
     check(cublasSetMathMode(created, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     return created;
