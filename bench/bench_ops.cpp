@@ -97,6 +97,11 @@ BENCHMARK(BM_MatmulAffine)
     ->Args({1, 248320, 1024, 4})
     ->Args({64, 4096, 1024, 4})
     ->Args({512, 4096, 1024, 4})
+    // The demo target's MLP gate (hidden 384 → 1152) at the row counts of speculative verification.
+    ->Args({1, 1152, 384, 4})
+    ->Args({2, 1152, 384, 4})
+    ->Args({4, 1152, 384, 4})
+    ->Args({8, 1152, 384, 4})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -221,6 +221,31 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
       }
 }
 
+// Each row of a matmul over T tokens equals, bit for bit, the same token's row alone: speculative
+// verification (the last accepted token plus k proposals in one forward) then gives exactly the logits
+// plain decoding gives, so greedy output cannot change with speculation. The MLX default shapes (groups
+// of 64, K a multiple of 128: the cpu's plane kernel) and 8 bits, 1-8 tokens, fresh random data.
+TEST_P(OnBackend, AffineRowsOfSeveralTokensEqualEachTokenAlone) {
+  if (backend().name == "cuda") GTEST_SKIP() << "the cpu kernels' property (the cuda GEMV sums tokens in other orders)";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (int bits : {4, 8})
+    for (int64_t K : {128, 384, 1152}) {
+      const int64_t N = 1 + static_cast<int64_t>(r.gen() % 70);
+      RandomAffine a(r, N, K, bits, 64, DType::bf16);
+      for (int64_t T = 2; T <= 8; ++T) {
+        SCOPED_TRACE(fmt::format("bits {} K={} N={} T={}", bits, K, N, T));
+        Buffer x = test::random_f32(r, {T, K});
+        Buffer y = Buffer::allocate(DType::f32, {T, N}), alone = Buffer::allocate(DType::f32, {1, N});
+        test::run(backend(), matmul, x, a.w, y);
+        for (int64_t t = 0; t < T; ++t) {
+          test::run(backend(), matmul, x.tensor().rows(t, t + 1), a.w, alone);
+          for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.f32()[t * N + n], alone.f32()[n]) << "t=" << t << " n=" << n;
+        }
+      }
+    }
+}
+
 // |y − ref| allowed for output n of a matmul over `a` with x_t: [K]: f32 accumulation (relative to
 // Σ|x·w|), plus, for a backend rounding x to int16 per 64 inputs (sx = max|x|/32767), Σ_k |s·q_k|·sx/2.
 double affine_bound(const RandomAffine& a, const float* x_t, int64_t n, int64_t K, int gs) {

@@ -9,7 +9,8 @@
 // 4-bit rows are read 32 bytes (64 codes) at a time and split into low and high nibbles — codes in the
 // order [even codes of block 0, of block 1, odd codes of block 0, of block 1] — so x is stored in that
 // order once per call instead of permuting codes per row.
-// One token, 4 bits, groups of 64, K a multiple of 128 (the MLX default, batch-1 decode): the "plane"
+// 1-8 tokens, 4 bits, groups of 64, K a multiple of 128 (the MLX default: decode, and the rows of a
+// speculative verification, each token's sums formed exactly as if alone): the "plane"
 // kernel reads 128 codes (64 bytes) as 32 16-bit words and takes nibble p of every word (a shift and a
 // mask, no widening shuffle), so 4 VPDPWSSD cover 128 codes; int32 lanes 0–7 then hold the first group's
 // sums and 8–15 the second's, and one multiply-add applies both groups' s·sx (built for 16 groups at a
@@ -27,6 +28,13 @@
 #include <vector>
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// GCC 12 reports its own _mm512_undefined_*() (self-initialised on purpose, inside intrinsics such as
+// _mm512_cvtepi32_ps) as uninitialised once the multi-token plane kernel's loops are unrolled: a known
+// false positive in its headers, silenced in this file.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define KAPITSA_AFFINE_INT16 1
 #elif defined(__aarch64__)
@@ -280,57 +288,93 @@ bool prefetch_enabled() {
   return on;
 }
 
-// N: where the calling thread's rows end (nothing is prefetched past it).
-template <class Param, int RB>
-void rows_dot_planes(const Operands& o, int64_t n0, float* y, int64_t N) {
+// y[t, n0 + r] for the TB tokens and the RB rows from n0. n1: where the calling thread's rows end
+// (nothing is prefetched past it); N: the row stride of y. The nibble planes of a row's 128 codes are
+// extracted once and serve every token; per (token, row) the float operations are those of TB = 1 in
+// the same order, so a verification row (speculative decoding) gives bit for bit what the row alone gives.
+template <class Param, int TB, int RB>
+void rows_dot_planes(const Operands& o, int64_t n0, float* y, int64_t n1, int64_t N) {
   const int64_t G = o.G, row_bytes = o.K / 2;
-  if (RB > 1 && n0 + kPrefetchRows + RB <= N && prefetch_enabled()) {
+  if (RB > 1 && n0 + kPrefetchRows + RB <= n1 && prefetch_enabled()) {
     const char* ahead = reinterpret_cast<const char*>(o.codes + (n0 + kPrefetchRows) * row_bytes);
     for (int64_t b = 0; b < RB * row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
   }
   const __m512i nibble = _mm512_set1_epi16(0x000f);
-  __m512 acc[RB];
-  for (int r = 0; r < RB; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 acc[TB][RB];
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < RB; ++r) acc[t][r] = _mm512_setzero_ps();
   for (int64_t gb = 0; gb < G; gb += 16) {
     const int64_t ng = std::min<int64_t>(16, G - gb);
     const __mmask16 mask = ng == 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << ng) - 1);
-    const __m512 sx = _mm512_maskz_loadu_ps(mask, o.sx + gb);
-    const __m512 xsum = _mm512_maskz_loadu_ps(mask, o.xsum + gb);
-    __m512 scale[RB];  // s·sx of 16 groups
+    __m512 scale[TB][RB];  // s·sx of 16 groups
     for (int r = 0; r < RB; ++r) {
-      scale[r] = _mm512_mul_ps(Param::load16(o.scales, (n0 + r) * G + gb, mask), sx);
-      // The bias term b·Σx of the same 16 groups, read beside the scales (the lanes are summed at the end).
-      acc[r] = _mm512_fmadd_ps(Param::load16(o.biases, (n0 + r) * G + gb, mask), xsum, acc[r]);
+      const __m512 s = Param::load16(o.scales, (n0 + r) * G + gb, mask), b = Param::load16(o.biases, (n0 + r) * G + gb, mask);
+      for (int t = 0; t < TB; ++t) {
+        scale[t][r] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(mask, o.sx + t * G + gb));
+        // The bias term b·Σx of the same 16 groups, read beside the scales (the lanes are summed at the end).
+        acc[t][r] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(mask, o.xsum + t * G + gb), acc[t][r]);
+      }
     }
     for (int64_t q = 0; q < ng / 2; ++q) {
       const int64_t chunk = gb / 2 + q;  // 128 codes
-      const int16_t* xq = o.q + chunk * 128;
-      const __m512i x0 = _mm512_loadu_si512(xq), x1 = _mm512_loadu_si512(xq + 32), x2 = _mm512_loadu_si512(xq + 64),
-                    x3 = _mm512_loadu_si512(xq + 96);
       const __m512i lanes = _mm512_load_si512(kPairLanes.idx[q]);
+      __m512i w[RB][4];  // the nibble planes of each row's 128 codes
+#pragma GCC unroll 4
       for (int r = 0; r < RB; ++r) {
-        const __m512i w = _mm512_loadu_si512(o.codes + (n0 + r) * row_bytes + chunk * 64);
-        __m512i d = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, nibble), x0);
-        d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble), x1);
-        d = _mm512_dpwssd_epi32(d, _mm512_and_si512(_mm512_srli_epi16(w, 8), nibble), x2);
-        d = _mm512_dpwssd_epi32(d, _mm512_srli_epi16(w, 12), x3);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(lanes, scale[r]), acc[r]);
+        const __m512i v = _mm512_loadu_si512(o.codes + (n0 + r) * row_bytes + chunk * 64);
+        w[r][0] = _mm512_and_si512(v, nibble), w[r][1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        w[r][2] = _mm512_and_si512(_mm512_srli_epi16(v, 8), nibble), w[r][3] = _mm512_srli_epi16(v, 12);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < TB; ++t) {
+        const int16_t* xq = o.q + t * o.K + chunk * 128;
+        const __m512i x0 = _mm512_loadu_si512(xq), x1 = _mm512_loadu_si512(xq + 32), x2 = _mm512_loadu_si512(xq + 64),
+                      x3 = _mm512_loadu_si512(xq + 96);
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; ++r) {
+          __m512i d = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w[r][0], x0);
+          d = _mm512_dpwssd_epi32(d, w[r][1], x1);
+          d = _mm512_dpwssd_epi32(d, w[r][2], x2);
+          d = _mm512_dpwssd_epi32(d, w[r][3], x3);
+          acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(lanes, scale[t][r]), acc[t][r]);
+        }
       }
     }
   }
-  for (int r = 0; r < RB; ++r) y[n0 + r] = _mm512_reduce_add_ps(acc[r]);
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < RB; ++r) y[t * N + n0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+}
+
+// Rows a pass for TB tokens: kRowsPlanes for one, fewer beyond, so that the rows' nibble planes (4 a
+// row) and the accumulators and scales of the TB · RB (token, row) pairs stay in the 32 registers.
+template <int TB>
+constexpr int kRowsPlanesFor = TB == 1 ? kRowsPlanes : TB <= 4 ? 2 : 1;
+
+template <class Param, int TB>
+void rows_planes(const Operands& o, float* y, int64_t N) {
+  constexpr int RB = kRowsPlanesFor<TB>;
+  const int64_t tasks = (N + RB - 1) / RB;
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, RB * o.K / 2)));
+  parallel_for(static_cast<size_t>(tasks), grain, [&](size_t begin, size_t end) {
+    const int64_t n1 = std::min<int64_t>(N, static_cast<int64_t>(end) * RB);
+    int64_t n = static_cast<int64_t>(begin) * RB;
+    for (; n + RB <= n1; n += RB) rows_dot_planes<Param, TB, RB>(o, n, y, n1, N);
+    for (; n < n1; ++n) rows_dot_planes<Param, TB, 1>(o, n, y, n1, N);
+  });
 }
 
 template <class Param>
-void rows_planes(const Operands& o, float* y, int64_t N) {
-  const int64_t tasks = (N + kRowsPlanes - 1) / kRowsPlanes;
-  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, kRowsPlanes * o.K / 2)));
-  parallel_for(static_cast<size_t>(tasks), grain, [&](size_t begin, size_t end) {
-    const int64_t n1 = std::min<int64_t>(N, static_cast<int64_t>(end) * kRowsPlanes);
-    int64_t n = static_cast<int64_t>(begin) * kRowsPlanes;
-    for (; n + kRowsPlanes <= n1; n += kRowsPlanes) rows_dot_planes<Param, kRowsPlanes>(o, n, y, n1);
-    for (; n < n1; ++n) rows_dot_planes<Param, 1>(o, n, y, n1);
-  });
+void rows_planes_for_tokens(const Operands& o, float* y, int64_t N, int64_t T) {
+  switch (T) {
+    case 1: return rows_planes<Param, 1>(o, y, N);
+    case 2: return rows_planes<Param, 2>(o, y, N);
+    case 3: return rows_planes<Param, 3>(o, y, N);
+    case 4: return rows_planes<Param, 4>(o, y, N);
+    case 5: return rows_planes<Param, 5>(o, y, N);
+    case 6: return rows_planes<Param, 6>(o, y, N);
+    case 7: return rows_planes<Param, 7>(o, y, N);
+    default: return rows_planes<Param, 8>(o, y, N);
+  }
 }
 #endif  // KAPITSA_AFFINE_INT16_NEON
 
@@ -384,7 +428,7 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
 #if defined(KAPITSA_AFFINE_INT16_NEON)
   const bool planes = false;  // the plane kernel is AVX-512's
 #else
-  const bool planes = BITS == 4 && T == 1 && gs == kActBlock && K % 128 == 0 && planes_enabled();
+  const bool planes = BITS == 4 && gs == kActBlock && K % 128 == 0 && planes_enabled();
 #endif
   quantize_activations<BITS>(x.f32(), T, K, gs, q.data(), sx.data(), xsum.data(), planes);
   const Operands o{w.weight().data_as<const uint8_t>(), w.scales().data(), w.biases().data(), q.data(), sx.data(),
@@ -392,9 +436,9 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
 #if !defined(KAPITSA_AFFINE_INT16_NEON)
   if (planes) {
     switch (w.scales().dtype()) {
-      case DType::bf16: return rows_planes<Bf16Param>(o, y.f32(), N);
-      case DType::f16: return rows_planes<F16Param>(o, y.f32(), N);
-      default: return rows_planes<F32Param>(o, y.f32(), N);
+      case DType::bf16: return rows_planes_for_tokens<Bf16Param>(o, y.f32(), N, T);
+      case DType::f16: return rows_planes_for_tokens<F16Param>(o, y.f32(), N, T);
+      default: return rows_planes_for_tokens<F32Param>(o, y.f32(), N, T);
     }
   }
 #endif
