@@ -7,7 +7,8 @@
 # .device/gpu/bin.tar.xz.
 # BATCHES="8 16": each bench config is also decoded by that many sequences in lockstep (bench_model --batch,
 # the model alone) and through the engine (bench_runtime --concurrency 1 BATCHES; sampling included);
-# PROFILE_BATCH=16: the profiled step is a decode step of that many sequences.
+# PROFILE_BATCH=16: the profiled step is a decode step of that many sequences; PROFILE_PROMPT=512: the
+# profiled step is the prefill of that many tokens (the step before the one decode step).
 # QUANT_BITS="4 8": each bench config is also quantized (kapitsa quantize, MLX affine) and benched per
 # variant; PROFILE_MODEL=DIR: the profiled model (with STEP_MARKER=dequantize_affine when quantized); MODELS=0: no model tests; BENCH_OPS=1: bench_ops_cuda per variant; MEMCHECK_FILTER: the memcheck's gtest filter.
 # Usage (device run, carry [".device/gpu"]):
@@ -75,7 +76,8 @@ if [ "${PROFILE:-0}" = 1 ]; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   step ncu_4b.log 420 env KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none --cache-control none --csv --page raw \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    "$DEV/bench_model" "${profiled[@]}" --device cuda --prompt 1 --decode "$([ -n "${PROFILE_BATCH:-}" ] && echo 1 || echo 2)" --batch "${PROFILE_BATCH:-1}"
+    "$DEV/bench_model" "${profiled[@]}" --device cuda --prompt "${PROFILE_PROMPT:-1}" \
+    --decode "$([ -n "${PROFILE_BATCH:-}${PROFILE_PROMPT:-}" ] && echo 1 || echo 2)" --batch "${PROFILE_BATCH:-1}"
   python3 "$DEV/profile_step.py" "$OUT/ncu_4b.log" > "$OUT/profile_4b.txt" 2>&1
   head -45 "$OUT/profile_4b.txt"
 fi
