@@ -144,6 +144,34 @@ TEST(ForwardOutputs, ChosenRowsOfSeveralSequences) {
 
 // The demo target's MTP head (tools/demo_model/train.py --mtp-head) against that script's own PyTorch
 // forward: row i takes token ids[i+1] and the target's final-normed hidden row i at position i.
+// Speculative verification folds the last accepted token and k guesses in one forward: on the demo
+// target (MLX 4-bit) the logits of each of those rows equal, bit for bit, the logits of decoding the same
+// tokens one at a time, so greedy output cannot depend on speculation (each kernel the model runs forms
+// a row's sums alike for 1-8 rows: the 4-bit plane kernel of AVX-512 VNNI since session 15, the f32
+// affine path of the lower levels, which this test also passes under KAPITSA_CPU_ISA=avx2|baseline).
+TEST(Verification, DemoTargetRowsEqualTheTokensDecodedOneByOne) {
+  auto loaded = models::load_model(test_data_path("../models/demo/target"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  const int64_t V = model.info().vocab_size;
+  const std::vector<int32_t> context = prompt(23, V);
+  for (int rows = 2; rows <= 8; ++rows) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    std::vector<int32_t> guesses(static_cast<size_t>(rows));
+    for (int i = 0; i < rows; ++i) guesses[static_cast<size_t>(i)] = static_cast<int32_t>((i * 104729 + rows * 31) % V);
+    auto together = model.new_state(64), alone = model.new_state(64);
+    Buffer last = Buffer::allocate(DType::f32, {1, V}), all = Buffer::allocate(DType::f32, {rows, V});
+    ASSERT_TRUE(model.forward(context, *together, last).ok());
+    ASSERT_TRUE(model.forward(context, *alone, last).ok());
+    ASSERT_TRUE(model.forward(guesses, *together, all).ok());
+    for (int i = 0; i < rows; ++i) {
+      ASSERT_TRUE(model.forward(std::span<const int32_t>(&guesses[static_cast<size_t>(i)], 1), *alone, last).ok());
+      for (int64_t v = 0; v < V; ++v)
+        ASSERT_EQ(all.f32()[i * V + v], last.f32()[v]) << "row " << i << " id " << v;
+    }
+  }
+}
+
 TEST(MtpHead, DemoHeadMatchesThePyTorchReference) {
   const std::string dir = test_data_path("../models/demo/target");
   auto loaded = models::load_model(dir);
