@@ -2,7 +2,9 @@
 # Packs what a GPU-machine call needs into .device/gpu/ (git-excluded; carry [".device"]): the stripped
 # test and bench binaries of a CUDA build, the shared libraries the GPU machine lacks, the bench configs,
 # and the driver scripts (decode_speed_run.sh, device_setup.sh, profile_step.py). docs/cuda.md shows the
-# call. Usage: bash tests/ops/cuda/pack_device_bundle.sh [BUILD_DIR]   (default build/release)
+# call. Usage: [BINARIES="bench_model test_ops"] bash tests/ops/cuda/pack_device_bundle.sh [BUILD_DIR]
+# (default build/release; BINARIES: a subset of the list below, when the tracked tree and the bundle
+# would pass the device's 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build/release}
@@ -11,7 +13,9 @@ stage=$(mktemp -d)
 mkdir -p "$stage/lib" "$stage/configs"
 for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models kapitsa \
          bench/bench_model bench/bench_runtime; do
-  strip -o "$stage/$(basename "$b")" "$B/$b"
+  name=$(basename "$b")
+  [ -z "${BINARIES:-}" ] || [[ " $BINARIES " == *" $name "* ]] || continue
+  strip -o "$stage/$name" "$B/$b"
 done
 cp bench/configs/*.json "$stage/configs/"
 for l in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libsimdjson.so.14 libssl.so.3 \
