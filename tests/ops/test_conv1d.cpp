@@ -83,6 +83,11 @@ TEST_P(OnBackend, Conv1dMatchesRef) {
               EXPECT_LE(relative_error(yc, yr), 1e-6);
             }
             EXPECT_TRUE(test::bit_equal(win_c, win_r));
+            // In place (y = x: the op allows it): the same outputs and window as into a separate y.
+            Buffer in_place = test::clone(x), win_i = test::clone(win);
+            test::run(backend(), conv1d_causal, in_place, w, bias, win_i, silu, in_place);
+            EXPECT_TRUE(test::bit_equal(in_place, yc)) << "in place";
+            EXPECT_TRUE(test::bit_equal(win_i, win_c)) << "in place";
           }
 }
 

@@ -4,6 +4,8 @@
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
 
+#include <algorithm>
+
 namespace kapitsa::ops::cuda {
 using detail::check_f32;
 
@@ -33,7 +35,7 @@ void conv1d_causal(const Tensor& x, const Tensor& w, const Tensor& bias, const T
                 C);
   if (K > 1) check_f32(window, "conv1d_causal", "window");
   kernels::conv1d_causal(x.f32(), w.f32(), bias.empty() ? nullptr : bias.f32(), K > 1 ? window.f32() : nullptr, silu,
-                         y.f32(), detail::rows_of(x), C, K, kernels::Seqs{}, detail::stream());
+                         y.f32(), detail::rows_of(x), C, K, kernels::Seqs{}, detail::rows_of(x), detail::stream());
   detail::check_launch("conv1d_causal");
 }
 
@@ -45,8 +47,11 @@ void conv1d_causal_varlen(const Tensor& x, const Tensor& w, const Tensor& bias, 
   detail::HostPack pack;
   const detail::SeqsInPack at = detail::add_seqs(pack, batch);
   pack.upload();
+  int64_t longest = 0;
+  for (int64_t i = 0; i < batch.n_seqs(); ++i) longest = std::max(longest, batch.rows(i));
   kernels::conv1d_causal(x.f32(), w.f32(), bias.empty() ? nullptr : bias.f32(), K > 1 ? windows.f32() : nullptr, silu,
-                         y.f32(), detail::rows_of(x), C, K, detail::device_seqs(pack, at, batch), detail::stream());
+                         y.f32(), detail::rows_of(x), C, K, detail::device_seqs(pack, at, batch), longest,
+                         detail::stream());
   detail::check_launch("conv1d_causal_varlen");
 }
 

@@ -171,8 +171,9 @@ struct Seqs {
 
 // conv1d.cu — x, y: [T, C];  w: [C, K];  bias: [C] or nullptr;  windows: [n_slots, K-1, C] in/out.
 constexpr int64_t kConvMaxWidth = 8;
+// longest: the most rows of one sequence (T for one sequence).
 void conv1d_causal(const float* x, const float* w, const float* bias, float* windows, bool silu, float* y, int64_t T,
-                   int64_t C, int64_t K, const Seqs& seqs, cudaStream_t s);
+                   int64_t C, int64_t K, const Seqs& seqs, int64_t longest, cudaStream_t s);
 
 // gated_delta_rule.cu
 // a, b, g, beta: [n / Hv, Hv];  A_log, dt_bias: [Hv].

@@ -1,4 +1,4 @@
-// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for up to kGemvMaxTokens rows (decode; f32 accumulation, reads
+// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for one row of dense weights and up to kGemvMaxTokens of affine ones (decode; f32 accumulation, reads
 // the weight once), cuBLAS above that, always with x in full f32 precision (the op's contract, as ref
 // and cpu). f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16 product,
 // so x is split exactly into three bf16 parts (hi + mid + lo) and one bf16 GEMM of 3T rows on the tensor
@@ -11,7 +11,6 @@
 #include "ops/cuda/runtime.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
 namespace kapitsa::ops::cuda {
@@ -25,16 +24,8 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Dense weights: the GEMV for up to this many rows, cuBLAS above (KAPITSA_GEMV_MAX_TOKENS=1…8, read
-// once; for measuring where the GEMV stops paying).
-int64_t gemv_max_tokens() {
-  static const int64_t limit = [] {
-    const char* v = std::getenv("KAPITSA_GEMV_MAX_TOKENS");
-    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : kernels::kGemvMaxTokens;
-    return n >= 1 && n <= kernels::kGemvMaxTokens ? static_cast<int64_t>(n) : kernels::kGemvMaxTokens;
-  }();
-  return limit;
-}
+// Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15).
+constexpr int64_t kDenseGemvMaxTokens = 1;
 
 // x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
 // (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
@@ -108,7 +99,7 @@ bool affine_int16_many(const Tensor& x, std::span<const Linear> w, std::span<con
 void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
   check_f32(x, "matmul_many", "x");
   const int64_t T = detail::rows_of(x), K = x.dim(-1);
-  bool one_launch = T >= 1 && T <= gemv_max_tokens() && !w.empty();
+  bool one_launch = T >= 1 && T <= kDenseGemvMaxTokens && !w.empty();
   for (const Linear& l : w)
     one_launch = one_launch && l.format() == WeightFormat::dense && l.weight().dtype() == w[0].weight().dtype();
   if (!one_launch) {
@@ -174,7 +165,7 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
                 x.shape().str(), w.shape().str(), y.shape().str());
   KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
   if (T == 0 || N == 0) return;
-  if (T <= gemv_max_tokens() || K == 0) {
+  if (T <= kDenseGemvMaxTokens || K == 0) {
     kernels::gemv(x.f32(), w.data(), detail::elem_type(w.dtype()), y.f32(), T, K, N, stream());
     check_launch("matmul (gemv)");
     return;

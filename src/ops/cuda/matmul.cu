@@ -2,8 +2,9 @@
 // kGemvMaxTokens rows of x, over up to kGemvMaxParts weights sharing x in one launch (fewer, fuller
 // launches per decode step). One warp per output feature n: lanes stride over K (coalesced weight
 // reads), accumulate in f32 for every token, then a warp sum. When rows are 16-byte aligned each lane reads 16 bytes of
-// the weight at a time (8 bf16/f16 or 4 f32), and for 2 or more tokens a warp computes 4 outputs so each
-// x load serves 4 weight rows; otherwise one element. Larger T goes to cuBLAS (matmul.cpp).
+// the weight at a time (8 bf16/f16 or 4 f32); otherwise one element. matmul.cpp sends dense weights here
+// for one token only: from 2 tokens on cuBLAS was faster (session 15, 4B shape: 2-8 sequences
+// 407/583/727/1299 tok/s through cuBLAS against 365/448/510/643 through a 4-rows-a-warp GEMV, removed).
 #include "ops/cuda/kernel_util.cuh"
 
 #include <cstdlib>
@@ -110,7 +111,7 @@ __global__ void gemv_kernel(const float* x, const Job<W> job, int64_t T, int64_t
 // 16-byte weight loads (predicated on k < K) before using any: a row of K = 2560 bf16 is 10 loads a
 // lane, all in flight at once, so a warp waits on memory latency once per row instead of once per 4
 // loads (with 4 in flight, decode GEMVs of 20-50 MB reached 2.1-2.9 TB/s, the lm head 4.4). Launched with
-// one token; 2 … kGemvMaxTokens tokens go to gemv_rows_kernel.
+// one token.
 // At most 102 registers (5 blocks an SM): a 2560-row projection's 640 blocks fit in one wave.
 template <typename W>
 __global__ void __launch_bounds__(kVecWarps * 32, 5) gemv_vec_kernel(const float* x, const Job<W> job, int64_t K) {
@@ -206,61 +207,6 @@ bool gemv_pair_enabled() {
   return on;
 }
 
-// 2 … kGemvMaxTokens tokens: each warp computes kRows consecutive outputs, so every float4 of x it loads
-// serves kRows weight rows (with one row per warp the x reads, T floats per weight element, bound the
-// kernel at a fraction of the weight bandwidth). Same per-lane order of accumulation as above.
-constexpr int kRows = 4;
-template <typename W>
-__global__ void gemv_rows_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
-  pdl_trigger();
-  pdl_wait();
-  constexpr int kVec = 16 / sizeof(W), kStep = 32 * kVec;
-  const Part<W> part = part_of(job);
-  const W* __restrict__ w = part.w;
-  const int lane = threadIdx.x & 31;
-  const int64_t N = part.N, n0 = (part.block * int64_t{kWarps} + (threadIdx.x >> 5)) * kRows;
-  if (n0 >= N) return;
-  const int rows = N - n0 < kRows ? static_cast<int>(N - n0) : kRows;
-  float acc[kRows][kGemvMaxTokens] = {};
-  for (int64_t k = int64_t{lane} * kVec; k < K; k += kStep) {
-    float wk[kRows][kVec];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r < rows) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w + (n0 + r) * K + k));
-        const W* v = reinterpret_cast<const W*>(&raw);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) wk[r][i] = widen(v[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) wk[r][i] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kGemvMaxTokens; ++t) {
-      if (t < T) {
-#pragma unroll
-        for (int i = 0; i < kVec; i += 4) {
-          const float4 xv = *reinterpret_cast<const float4*>(x + t * K + k + i);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            acc[r][t] += xv.x * wk[r][i] + xv.y * wk[r][i + 1] + xv.z * wk[r][i + 2] + xv.w * wk[r][i + 3];
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < kGemvMaxTokens; ++t) {
-      if (t < T) {
-        const float sum = warp_sum(acc[r][t]);
-        if (lane == 0 && r < rows) part.y[t * N + n0 + r] = sum;
-      }
-    }
-  }
-}
-
 // parts: 1 … kGemvMaxParts weights of type W, one launch.
 template <typename W>
 void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, int64_t K, cudaStream_t s) {
@@ -270,7 +216,8 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   // 4B shape): two rows a warp (gemv_pair_kernel).
   const bool pair = aligned && T == 1 && K <= int64_t{kSwigluUnroll} * 32 * (16 / static_cast<int64_t>(sizeof(W))) &&
                     gemv_pair_enabled();
-  const int64_t per_block = !aligned ? kWarps : T > 1 ? int64_t{kWarps} * kRows : pair ? 2 * kVecWarps : kVecWarps;
+  const bool generic = !aligned || T > 1;  // (matmul.cpp sends dense weights here for one token only)
+  const int64_t per_block = generic ? kWarps : pair ? 2 * kVecWarps : kVecWarps;
   Job<W> job{};
   unsigned blocks = 0;
   for (int p = 0; p < n_parts; ++p) {
@@ -280,10 +227,9 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   }
   job.parts = n_parts;
   if (blocks == 0) return;
-  if (!aligned) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
+  if (generic) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
   else if (pair) launch(gemv_pair_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
-  else if (T == 1) launch(gemv_vec_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
-  else launch(gemv_rows_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
+  else launch(gemv_vec_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
 }
 
 __global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {
