@@ -190,7 +190,7 @@ namespace {
 // A plain decode step: one new token per sequence (at most kMaxGraphTokens), logits of each token and
 // nothing else. Such a step computes the head over its rows into the workspace and copies each row
 // out, and on cuda may run as a graph (graphs on or off, the same ops in the same order).
-// Up to 16: the GEMV takes 1-8 rows, cuBLAS (its own fixed workspace) 9-16, and routed MoE layers keep
+// Up to 16: dense matmuls of 2+ rows run in cuBLAS (its own fixed workspace), and routed MoE layers keep
 // the router's choices on the device up to kDeviceRoutedMaxTokens (16) — beyond, they wait for them on
 // the host, which a graph cannot repeat.
 constexpr size_t kMaxGraphTokens = static_cast<size_t>(kDeviceRoutedMaxTokens);
