@@ -62,6 +62,30 @@ int main() {
                   static_cast<long>(K));
     report(name, time_us([&] { ops::cuda::matmul(x, Linear(w.tensor()), y); }), 2.0 * N * K + 4.0 * T * (K + N), 2.0 * T * N * K);
   }
+  // One-token GEMVs of the Qwen3.5-4B shape (down, attention o / GDN out, GDN q/k/v/z/b/a, lm head) and its
+  // MLP gate+up with SwiGLU. Each call reads the next of several copies of the weight (≥ 256 MB in all),
+  // so the 50 MB L2 holds none of it, as in a decode step.
+  for (auto [N, K, swiglu] : std::vector<std::array<int64_t, 3>>{
+           {2560, 9216, 0}, {2560, 4096, 0}, {12352, 2560, 0}, {248320, 2560, 0}, {9216, 2560, 1}}) {
+    const int64_t parts = swiglu ? 2 : 1, bytes = 2 * N * K * parts;
+    const int64_t copies = std::max<int64_t>(1, (int64_t{256} << 20) / bytes);
+    std::vector<DeviceBuffer> w;
+    for (int64_t i = 0; i < copies * parts; ++i) w.push_back(random_device(DType::bf16, {N, K}));
+    auto x = random_device(DType::f32, {1, K});
+    auto y = DeviceBuffer::allocate(DType::f32, {1, N}), up = DeviceBuffer::allocate(DType::f32, {1, N});
+    int64_t next = 0;
+    char name[96];
+    std::snprintf(name, sizeof name, "%s bf16 T=1 N=%ld K=%ld (4B decode, cold)", swiglu ? "matmul_swiglu" : "matmul",
+                  static_cast<long>(N), static_cast<long>(K));
+    report(name, time_us([&] {
+             const int64_t c = next++ % copies;
+             if (swiglu)
+               ops::cuda::matmul_swiglu(x, Linear(w[2 * c].tensor()), Linear(w[2 * c + 1].tensor()), up, y);
+             else
+               ops::cuda::matmul(x, Linear(w[c].tensor()), y);
+           }),
+           static_cast<double>(bytes) + 4.0 * (K + N), 2.0 * N * K * parts);
+  }
   // MLX affine (group 64, bf16 scales and biases): the fused dequantize-GEMV; bytes are codes + scales + biases.
   for (auto [T, N, K, bits] : std::vector<std::array<int64_t, 4>>{{1, 4096, 4096, 4}, {1, 12288, 4096, 4},
                                                                    {1, 2560, 9216, 4}, {1, 151936, 2560, 4},
