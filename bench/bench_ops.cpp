@@ -61,6 +61,8 @@ BENCHMARK(BM_Matmul)
     ->Args({64, 4096, 1024, 1})
     ->Args({64, 248320, 1024, 1})
     ->Args({512, 4096, 1024, 1})
+    ->Args({512, 9216, 2560, 1})  // Qwen3.5-4B MLP up, down
+    ->Args({512, 2560, 9216, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -66,6 +66,8 @@ int run_doctor(const DoctorOptions& o) {
   // Warnings a person can act on.
   // The cpu kernels' level (ops/cpu/cpu.h): the best this CPU runs, or what KAPITSA_CPU_ISA chose.
   const std::string kernels(ops::cpu::level_name(ops::cpu::selected_level()));
+  // Intel AMX for bf16 prefill (ops/cpu/amx.h): "usable", or why not.
+  const std::string amx = KAPITSA_CPU_AT(ops::cpu::selected_level(), amx_status)();
 #if defined(__x86_64__)
   if (cpu.arch == "x86_64" && ops::cpu::best_level() == ops::cpu::Level::baseline)
     warnings.push_back(fmt::format("This CPU lacks {}: the CPU kernels run their plain versions and decode will be slow.",
@@ -100,7 +102,7 @@ int run_doctor(const DoctorOptions& o) {
     for (const doctor::AgentInfo& a : agents)
       agent_list.push_back({{"name", a.name}, {"installed", !a.path.empty()}, {"path", a.path}, {"version", a.version}});
     const Json out = {
-        {"cpu", {{"model", cpu.model}, {"arch", cpu.arch}, {"features", cpu.features}, {"kernels", kernels},
+        {"cpu", {{"model", cpu.model}, {"arch", cpu.arch}, {"features", cpu.features}, {"kernels", kernels}, {"amx", amx},
                  {"logical_cores", cpu.logical_cores}, {"usable_cores", cpu.usable_cores}}},
         {"memory", {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}}},
         {"bandwidth", {{"read_bytes_per_s", bandwidth}, {"threads", cpu.usable_cores}, {"seconds", o.seconds}}},
@@ -120,6 +122,8 @@ int run_doctor(const DoctorOptions& o) {
   std::printf("Features   %s\n", cpu.features.empty() ? "(none of interest)" : join(cpu.features, " ").c_str());
   std::printf("Kernels    %s (the best level this CPU runs of baseline, avx2, avx512; KAPITSA_CPU_ISA picks a lower one)\n",
               kernels.c_str());
+  std::printf("AMX        %s\n", amx == "usable" ? "usable: bf16 prefill matmuls run on AMX tiles (KAPITSA_AMX=0 turns it off)"
+                                                 : amx.c_str());
   std::printf("Memory     %s total, %s available\n", gib(double(mem.total_bytes)).c_str(),
               gib(double(mem.available_bytes)).c_str());
   std::printf("Bandwidth  %.1f GB/s read (%d threads, %.1f s streaming read)\n", bandwidth / 1e9, cpu.usable_cores, o.seconds);

@@ -142,6 +142,44 @@ TEST_P(OnBackend, MatmulSwigluMatchesRef) {
       }
 }
 
+// The AMX bf16 GEMM (the cpu's avx512 level on Intel CPUs with AMX, matmul_amx.cpp) called directly,
+// against ref: token counts around its 16-token tiles and 64-token work items, rows around its 16-row
+// tiles (a zero-padded last block, a single block), K of one and of many 32-wide steps; matmul's
+// tolerances (x is split into three bf16 parts, so the f32 accuracy holds). Skips, saying why, on a CPU
+// without usable AMX (every AMD CPU, Intel before Sapphire Rapids) — CI's machine; the GPU machine's
+// Xeon has it (docs/decisions.md "AMX").
+TEST(AmxBf16, GemmMatchesRef) {
+#if defined(__x86_64__)
+  using cpu::Level;
+  if (cpu::backend_for(Level::avx512) == nullptr)
+    GTEST_SKIP() << "this CPU runs no avx512 level (it lacks " << cpu::missing_features(Level::avx512) << ")";
+  if (!KAPITSA_CPU_AT(Level::avx512, amx_bf16_usable)())
+    GTEST_SKIP() << "AMX not usable here: " << KAPITSA_CPU_AT(Level::avx512, amx_status)();
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  struct Case {
+    int64_t T, K, N;
+  };
+  for (const Case& c : std::vector<Case>{{16, 32, 16}, {17, 64, 33}, {64, 2560, 47}, {100, 96, 5}, {130, 1024, 100},
+                                         {33, 4096, 64}, {1, 64, 20}}) {
+    SCOPED_TRACE(fmt::format("T={} K={} N={}", c.T, c.K, c.N));
+    const Buffer x = test::random_f32(r, {c.T, c.K});
+    const Buffer w = kapitsa::testing::random_buffer(r.gen, DType::bf16, {c.N, c.K});
+    Buffer yr = Buffer::zeros(DType::f32, {c.T, c.N});
+    Buffer ya = Buffer::allocate(DType::f32, {c.T, c.N});
+    for (int64_t i = 0; i < c.T * c.N; ++i) ya.f32()[i] = std::nanf("");  // every output must be written
+    test::run(test::ref(), matmul, x, Linear(w), yr);
+    KAPITSA_CPU_AT(Level::avx512, matmul_amx_bf16)(x.f32(), w.tensor().data_as<const uint16_t>(), ya.f32(), c.T, c.K, c.N);
+    if (c.T * c.N >= 64) {
+      EXPECT_LE(relative_error(ya, yr), 2e-6);
+    }
+    EXPECT_LE(kapitsa::testing::max_abs_diff(ya, yr) / (std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3), 1e-5);
+  }
+#else
+  GTEST_SKIP() << "AMX is x86-64 only";
+#endif
+}
+
 TEST_P(OnBackend, MatmulAcceptsFlattenedLeadingDims) {
   Rng r;
   SCOPED_TRACE(r.trace());

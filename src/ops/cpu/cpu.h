@@ -73,7 +73,10 @@ inline constexpr int kActMaxTokens = 8;
   bool ggml_int8_has_vnni();                                                                       \
   void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vnni);              \
   void matmul_ggml_packed(const Tensor& x, const Linear& w, const Tensor& y);                       \
-  bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens);
+  bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens);                      \
+  bool amx_bf16_usable();                                                                          \
+  std::string amx_status();                                                                        \
+  void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t K, int64_t N);
 // clang-format off
 namespace kapitsa::ops::cpu::baseline {
 #include "ops/op_list.inc"

@@ -4,10 +4,12 @@
 // kGemvRows weight rows against the cached x. T > 1 works on (row block × token chunk) tasks, so
 // each weight row is read from memory once per token chunk, not once per token: small T with
 // dot-product register tiles, larger T (prefill) with the classic packed outer-product kernel
-// (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast).
+// (kPackRows weight rows widened and transposed to [K, kPackRows], tokens broadcast); bf16 weights go to
+// the AMX tiles instead where the CPU has them (matmul_amx.cpp).
 #include "base/thread_pool.h"
 #include "ops/composed/composed.h"
 #include "ops/cpu/affine.h"
+#include "ops/cpu/amx.h"
 #include "ops/cpu/ggml.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/dot_tile.h"
@@ -268,6 +270,8 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
     gemv<WL>(x, wt, y, K, N);
   else if (T < 2 * kPackTokens)
     gemm_small<WL>(x, wt, y, T, K, N);
+  else if (std::is_same_v<WL, simd::LoadBF16> && K % 32 == 0 && amx_bf16_usable())
+    matmul_amx_bf16(x, reinterpret_cast<const uint16_t*>(w), y, T, K, N);
   else
     gemm_packed(x, DenseRows<WL>{wt, K}, y, T, K, N);
 }

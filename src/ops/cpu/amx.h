@@ -1,0 +1,22 @@
+// Intel AMX on the cpu backend (internal to ops/cpu; matmul_amx.cpp): the bf16-weight GEMM of prefill on
+// AMX tiles, for the avx512 level on Linux x86-64. Other levels and platforms compile stubs (never usable).
+#pragma once
+
+#include "ops/cpu/level.h"
+
+#include <cstdint>
+
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
+
+// matmul.cpp hands bf16 weights to the AMX GEMM where it would run its packed GEMM (from 2·kPackTokens
+// tokens), so the token counts whose rows equal one-token rows (the dot tiles) stay the same.
+// Declared for every level in cpu.h (tests and `kapitsa doctor` call them):
+// amx_bf16_usable: this level compiled the AMX kernel, the CPU lists amx_tile and amx_bf16, the OS saves
+// tile state (XCR0), Linux granted this process tile data (arch_prctl ARCH_REQ_XCOMP_PERM), a probe of
+// the tile instructions ran to completion in a child process (a CPU may list AMX and still fault on it),
+// and KAPITSA_AMX is not "0". Decided once. amx_status: why not, or "usable".
+// matmul_amx_bf16: y = x·wᵀ on AMX for bf16 w [N, K], K % 32 == 0, any T ≥ 1, only where
+// amx_bf16_usable(). x is split into three bf16 parts (hi + mid + lo = x exactly for normal floats), each
+// part's products accumulated in f32 by the tiles: the f32 accuracy of the other kernels, not bf16's.
+
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL
