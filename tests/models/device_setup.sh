@@ -3,7 +3,7 @@
 # in), DEV (the carried folder: binaries, lib/) and REPO (the checkout on the GPU machine); BUILD_SUBDIR
 # names the build folder whose `kapitsa` the test binaries run (KAPITSA_BIN; default build/release).
 # The test binaries have their build worktree compiled in (KAPITSA_TEST_DATA, KAPITSA_BIN): that path is
-# recreated as links to this checkout, and the compressed fixtures are unpacked.
+# recreated as links to this checkout, and the compressed fixtures (.xz, .zst) are unpacked.
 export LD_LIBRARY_PATH=$DEV/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 for b in "$DEV"/test_* "$DEV"/bench_* "$DEV"/kapitsa; do
@@ -21,6 +21,9 @@ for xz in list(root.glob("tests/fixtures/*/*.xz")) + list(root.glob("models/demo
     if not out.exists():
         out.write_bytes(lzma.decompress(xz.read_bytes()))
 PY
+for z in "$REPO"/tests/fixtures/*/*.zst; do  # (zstd-packed fixtures: the GGUF files)
+  [ -e "${z%.zst}" ] || zstd -q -d -k "$z" -o "${z%.zst}" || echo "could not unpack $z (zstd missing?)"
+done
 step() {  # step LOG TIMEOUT CMD...: output into $OUT/LOG; rc and time on stdout
   local log=$1 limit=$2 t=$(date +%s%N); shift 2
   timeout "$limit" "$@" > "$OUT/$log" 2>&1

@@ -7,8 +7,8 @@
 // bf16(x − hi − mid): their sum is x for normal floats) whose tile products accumulate in the same C,
 // so y keeps the f32 accuracy of the other kernels for 3× the tile work.
 // Tiles: C 2 × 2 (tmm0-3: 32 weight rows × 32 tokens), A 2 (tmm4-5), B 2 (tmm6-7). Work items are
-// (a block of row pairs, 64 tokens), row-block major, split across threads; each thread loads the tile
-// configuration for its share and releases it after.
+// (a block of row pairs, 32 or 64 tokens), row-block major, split across threads; each thread loads the
+// tile configuration for its share and releases it after.
 // The tile instructions are inline assembly (GNU as and clang's assembler know them), so the file needs
 // no AMX compiler flags; they run only where amx_bf16_usable() says so.
 #include "base/check.h"
@@ -28,6 +28,7 @@
 #if defined(__x86_64__) && defined(__linux__) && defined(__AVX512F__)
 #define KAPITSA_AMX 1
 #include <cpuid.h>
+#include <immintrin.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,41 +103,79 @@ const std::string& status() {
   return s;
 }
 
-inline uint16_t bf16_rne(float f) {  // finite f
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_value(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 constexpr int kParts = 3;              // bf16 parts of x
 constexpr int64_t kTileElems = 512;    // bf16 elements of a 16 × 64-byte tile
-constexpr int64_t kChunkTokens = 64;   // tokens of a work item
+
+// bf16(v) rounded to nearest even, in the low half of each 32-bit lane (finite v).
+inline __m512i bf16_bits(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  return _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+}
+inline __m512 bf16_value(__m512i bits) { return _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16)); }
+
+// In-register transpose of a 16 × 16 matrix of 32-bit words (rows r[0..15] become columns).
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + c], 128-bit lane L: column 4L + c of rows 4g … 4g + 3.
+  __m512i u[16];
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // Column 4L + c = lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
+  for (int c = 0; c < 4; ++c) {
+    const __m512i ab_lo = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i ab_hi = _mm512_shuffle_i32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i cd_lo = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i cd_hi = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 2, 3, 2));
+    r[c] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
+    r[4 + c] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
+    r[8 + c] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
+    r[12 + c] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
 
 // x [T, K] f32 → B tiles [T/16 blocks][K/32][kParts][16 pairs of k][16 tokens][2], tokens past T zero.
+// Per (16 tokens, 32 k): each token's 32 values split into three bf16 parts (hi, then the rounded
+// remainder twice) and paired along k — 16 words a token — then each part's 16 × 16 words transposed so
+// a tile row holds one pair of k for all 16 tokens.
 void pack_x(const float* x, int64_t T, int64_t K, std::vector<uint16_t>& xp) {
   const int64_t blocks = (T + 15) / 16, kb = K / 32;
-  xp.assign(static_cast<size_t>(blocks * kb * kParts * kTileElems), 0);
-  parallel_for(static_cast<size_t>(blocks), 1, [&](size_t begin, size_t end) {
-    for (int64_t tb = static_cast<int64_t>(begin); tb < static_cast<int64_t>(end); ++tb)
-      for (int64_t t = 0; t < 16 && tb * 16 + t < T; ++t) {
-        const float* xt = x + (tb * 16 + t) * K;
-        for (int64_t k = 0; k < K; ++k) {
-          const float v = xt[k];
-          const uint16_t h = bf16_rne(v);
-          const float r1 = v - bf16_value(h);
-          const uint16_t m = bf16_rne(r1);
-          const uint16_t l = bf16_rne(r1 - bf16_value(m));
-          uint16_t* tile = xp.data() + ((tb * kb + k / 32) * kParts) * kTileElems + ((k % 32) / 2) * 32 + t * 2 + (k % 2);
-          tile[0] = h, tile[kTileElems] = m, tile[2 * kTileElems] = l;
+  xp.resize(static_cast<size_t>(blocks * kb * kParts * kTileElems));
+  // Elements 0-15 are the even 16-bit halves of a (k 0-15), 16-31 those of b (k 16-31).
+  alignas(64) int16_t order[32];
+  for (int e = 0; e < 32; ++e) order[e] = static_cast<int16_t>(e < 16 ? 2 * e : 32 + 2 * (e - 16));
+  const __m512i pair_order = _mm512_load_si512(order);
+  parallel_for(static_cast<size_t>(blocks * kb), 16, [&](size_t begin, size_t end) {
+    __m512i words[kParts][16];
+    for (size_t item = begin; item < end; ++item) {
+      const int64_t tb = static_cast<int64_t>(item) / kb, k0 = (static_cast<int64_t>(item) % kb) * 32;
+      for (int t = 0; t < 16; ++t) {
+        if (tb * 16 + t >= T) {
+          for (int p = 0; p < kParts; ++p) words[p][t] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* xt = x + (tb * 16 + t) * K + k0;
+        __m512 a = _mm512_loadu_ps(xt), b = _mm512_loadu_ps(xt + 16);
+        for (int p = 0; p < kParts; ++p) {
+          const __m512i ha = bf16_bits(a), hb = bf16_bits(b);
+          words[p][t] = _mm512_permutex2var_epi16(ha, pair_order, hb);
+          a = _mm512_sub_ps(a, bf16_value(ha)), b = _mm512_sub_ps(b, bf16_value(hb));  // exact remainders
         }
       }
+      uint16_t* tiles = xp.data() + static_cast<int64_t>(item) * kParts * kTileElems;
+      for (int p = 0; p < kParts; ++p) {
+        transpose16(words[p]);
+        for (int r = 0; r < 16; ++r) _mm512_storeu_si512(tiles + p * kTileElems + r * 32, words[p][r]);
+      }
+    }
   });
 }
 
@@ -158,7 +197,10 @@ void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int
   const int64_t kb = K / 32, blocks = (T + 15) / 16;
   thread_local std::vector<uint16_t> xp;
   pack_x(x, T, K, xp);
-  const int64_t row_pairs = (N + 31) / 32, chunks = (T + kChunkTokens - 1) / kChunkTokens;
+  // Tokens of a work item: their B tiles (K · 6 bytes a token) stay in a core's L2 (2 MiB on Sapphire
+  // Rapids) while the item's weight rows pass through.
+  const int64_t chunk_tokens = K <= 4096 ? 64 : 32;
+  const int64_t row_pairs = (N + 31) / 32, chunks = (T + chunk_tokens - 1) / chunk_tokens;
   // Row-pair blocks: enough work items for every thread (4 each), else ~256 KiB of weights each.
   const int64_t threads = static_cast<int64_t>(default_thread_pool().size());
   int64_t per_item = std::max<int64_t>(1, (256 << 10) / (64 * K));
@@ -172,14 +214,14 @@ void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int
     tiles_on();
     for (size_t item = begin; item < end; ++item) {
       const int64_t nb = static_cast<int64_t>(item) / chunks, ch = static_cast<int64_t>(item) % chunks;
-      const int64_t tb_end = std::min(blocks, (ch + 1) * kChunkTokens / 16);
+      const int64_t tb_end = std::min(blocks, (ch + 1) * chunk_tokens / 16);
       for (int64_t rp = nb * per_item; rp < std::min(row_pairs, (nb + 1) * per_item); ++rp) {
         const int64_t n0 = rp * 32;
         const bool two_rows = n0 + 16 < N;
         const uint16_t* a0 = row_block(w, n0, N, K, pad0);
         const uint16_t* a1 = two_rows ? row_block(w, n0 + 16, N, K, pad1) : nullptr;
         const int64_t lda = K * 2;
-        for (int64_t tb = ch * kChunkTokens / 16; tb < tb_end; tb += 2) {
+        for (int64_t tb = ch * chunk_tokens / 16; tb < tb_end; tb += 2) {
           const bool two_tokens = tb + 1 < tb_end;
           const uint16_t* b0 = xt + tb * kb * kParts * kTileElems;
           const uint16_t* b1 = b0 + kb * kParts * kTileElems;

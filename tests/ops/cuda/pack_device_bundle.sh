@@ -19,7 +19,7 @@ for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cu
 done
 cp bench/configs/*.json "$stage/configs/"
 for l in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libsimdjson.so.14 libssl.so.3 \
-         libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
+         libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 libbenchmark.so.1debian; do
   cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
 done
 mkdir -p .device/gpu
