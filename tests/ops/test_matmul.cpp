@@ -33,7 +33,7 @@ TEST_P(OnBackend, MatmulMatchesRef) {
   };
   const std::vector<Case> cases = {{1, 1, 1},    {1, 15, 3},   {1, 64, 17},   {1, 1031, 130}, {2, 33, 9},
                                    {3, 256, 31}, {7, 100, 65}, {8, 64, 64},   {16, 1000, 23}, {65, 129, 67},
-                                   {64, 1024, 40}, {130, 48, 5}, {1, 4096, 300}, {1, 9224, 33}};
+                                   {64, 1024, 40}, {130, 48, 5}, {1, 4096, 300}, {1, 9224, 33}, {40, 2100, 35}};
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (const Case& c : cases) {
       SCOPED_TRACE(fmt::format("{} T={} K={} N={}", dtype_name(dt), c.T, c.K, c.N));

@@ -195,12 +195,24 @@ void pack_panel(const Rows& w, int64_t n0, int rows, int64_t K, float* panel, st
     for (int j = 0; j < kPackRows; ++j) panel[k * kPackRows + j] = buf[j * K + k];
 }
 
-// y[t, 0:cols] = Σ_k x[t, k] · panel[k, 0:cols] for t < MR.
+// y[t, 0:cols] = Σ_k x[t, k] · panel[k, 0:cols] for t < MR; with `accumulate`, the sums continue from
+// y's values (a later block of k: the same chain of additions as one pass over all k).
 template <int MR>
-void packed_tile(const float* x, int64_t ldx, const float* panel, int64_t K, float* y, int64_t ldy, int cols) {
+void packed_tile(const float* x, int64_t ldx, const float* panel, int64_t K, float* y, int64_t ldy, int cols,
+                 bool accumulate) {
   using namespace simd;
   vf acc[MR][2];
-  for (int t = 0; t < MR; ++t) acc[t][0] = acc[t][1] = zero();
+  for (int t = 0; t < MR; ++t) {
+    if (!accumulate) {
+      acc[t][0] = acc[t][1] = zero();
+    } else if (cols == kPackRows) {
+      acc[t][0] = load(y + t * ldy), acc[t][1] = load(y + t * ldy + kW);
+    } else {
+      alignas(64) float tmp[kPackRows] = {};
+      for (int j = 0; j < cols; ++j) tmp[j] = y[t * ldy + j];
+      acc[t][0] = load(tmp), acc[t][1] = load(tmp + kW);
+    }
+  }
   for (int64_t k = 0; k < K; ++k) {
     const vf w0 = load(panel + k * kPackRows), w1 = load(panel + k * kPackRows + kW);
     for (int t = 0; t < MR; ++t) {
@@ -222,17 +234,25 @@ void packed_tile(const float* x, int64_t ldx, const float* panel, int64_t K, flo
   }
 }
 
-using PackedTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int);
+using PackedTileFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int, bool);
 template <size_t... I>
 constexpr std::array<PackedTileFn, sizeof...(I)> make_packed_tiles(std::index_sequence<I...>) {
   return {&packed_tile<static_cast<int>(I) + 1>...};
 }
 constexpr auto kPackedTiles = make_packed_tiles(std::make_index_sequence<kPackTokens>{});
 
+// k per pass over a token chunk: the panel's slice (kPackKBlock · kPackRows floats, 128 KiB) stays in L2
+// while every token tile of the chunk reads it. Without it a K = 9216 panel (1.2 MiB) came from L3 for
+// each tile, and the L2-sized token chunk shrank to 8 tokens, so each panel was widened again every 8
+// tokens: 4× slower than at K = 2560 (docs/decisions.md "AMX").
+constexpr int64_t kPackKBlock = 1024;
+
 template <class Rows>
 void gemm_packed(const float* x, const Rows& w, float* y, int64_t T, int64_t K, int64_t N) {
-  // Token chunk: x chunk ≈ 512 KiB (L2), up to 256 tokens, so packing is amortised over many tiles.
-  int64_t tc = std::max<int64_t>(kPackTokens, ((512 << 10) / (4 * K)) / kPackTokens * kPackTokens);
+  // Token chunk: the x slice of one k block ≈ 512 KiB (L2), up to 256 tokens, so packing is amortised
+  // over many tiles.
+  const int64_t kblock = std::min(K, kPackKBlock);
+  int64_t tc = std::max<int64_t>(kPackTokens, ((512 << 10) / (4 * kblock)) / kPackTokens * kPackTokens);
   tc = std::min<int64_t>(tc, 256 / kPackTokens * kPackTokens);
   if (T <= tc) tc = T;
   const int64_t n_tc = (T + tc - 1) / tc;
@@ -253,11 +273,15 @@ void gemm_packed(const float* x, const Rows& w, float* y, int64_t T, int64_t K, 
         const int cols = static_cast<int>(std::min<int64_t>(kPackRows, N - n0));
         panel.resize(static_cast<size_t>(K * kPackRows));
         pack_panel(w, n0, cols, K, panel.data(), row);
-        int64_t t0 = t_begin;
-        for (; t0 + kPackTokens <= t_end; t0 += kPackTokens)
-          packed_tile<kPackTokens>(x + t0 * K, K, panel.data(), K, y + t0 * N + n0, N, cols);
-        if (t0 < t_end)
-          kPackedTiles[static_cast<size_t>(t_end - t0 - 1)](x + t0 * K, K, panel.data(), K, y + t0 * N + n0, N, cols);
+        for (int64_t k0 = 0; k0 < K; k0 += kblock) {
+          const int64_t kl = std::min(kblock, K - k0);
+          const float* pk = panel.data() + k0 * kPackRows;
+          int64_t t0 = t_begin;
+          for (; t0 + kPackTokens <= t_end; t0 += kPackTokens)
+            packed_tile<kPackTokens>(x + t0 * K + k0, K, pk, kl, y + t0 * N + n0, N, cols, k0 > 0);
+          if (t0 < t_end)
+            kPackedTiles[static_cast<size_t>(t_end - t0 - 1)](x + t0 * K + k0, K, pk, kl, y + t0 * N + n0, N, cols, k0 > 0);
+        }
       }
     }
   });
