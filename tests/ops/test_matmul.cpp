@@ -180,6 +180,29 @@ TEST(AmxBf16, GemmMatchesRef) {
 #endif
 }
 
+// Each row of a matmul over T < 64 tokens equals, bit for bit, the same token's row alone, for every
+// dense weight dtype (cpu: the GEMV and the dot-product tiles sum each output in one order), so a
+// speculative step of up to 63 rows gives exactly the logits of plain decoding. K and N off every
+// vector and tile width.
+TEST_P(OnBackend, DenseRowsOfSeveralTokensEqualEachTokenAlone) {
+  if (backend().name == "cuda") GTEST_SKIP() << "the cpu kernels' property (the cuda GEMV and cuBLAS sum in other orders)";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (DType dt : {DType::bf16, DType::f32, DType::f16})
+    for (int64_t T : {2, 5, 16, 17, 33, 63}) {
+      const int64_t K = 64 + static_cast<int64_t>(r.gen() % 1100), N = 1 + static_cast<int64_t>(r.gen() % 70);
+      SCOPED_TRACE(fmt::format("{} T={} K={} N={}", dtype_name(dt), T, K, N));
+      const Buffer x = test::random_f32(r, {T, K});
+      const Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
+      Buffer y = Buffer::allocate(DType::f32, {T, N}), alone = Buffer::allocate(DType::f32, {1, N});
+      test::run(backend(), matmul, x, Linear(w), y);
+      for (int64_t t = 0; t < T; ++t) {
+        test::run(backend(), matmul, x.tensor().rows(t, t + 1), Linear(w), alone);
+        for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.f32()[t * N + n], alone.f32()[n]) << "t=" << t << " n=" << n;
+      }
+    }
+}
+
 TEST_P(OnBackend, MatmulAcceptsFlattenedLeadingDims) {
   Rng r;
   SCOPED_TRACE(r.trace());

@@ -8,8 +8,8 @@
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
-// matmul.cpp hands bf16 weights to the AMX GEMM where it would run its packed GEMM (from 2·kPackTokens
-// tokens), so the token counts whose rows equal one-token rows (the dot tiles) stay the same.
+// matmul.cpp hands bf16 weights to the AMX GEMM where it would run its packed GEMM (from 64 tokens,
+// kInvariantTokens), so the token counts whose rows equal one-token rows (the dot tiles) stay the same.
 // Declared for every level in cpu.h (tests and `kapitsa doctor` call them):
 // amx_bf16_usable: this level compiled the AMX kernel, the CPU lists amx_tile and amx_bf16, the OS saves
 // tile state (XCR0), Linux granted this process tile data (arch_prctl ARCH_REQ_XCOMP_PERM), a probe of

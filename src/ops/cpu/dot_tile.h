@@ -6,6 +6,7 @@
 #include "ops/cpu/simd.h"
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -39,7 +40,14 @@ inline void dot_tile(const float* x, int64_t ldx, const typename WL::T* w, int64
   for (int t = 0; t < TB; ++t)
     for (int r = 0; r < RB; ++r) {
       float s = reduce_add(acc[t][r]);
+      // The tail as explicit fused multiply-adds where the level has them: left to the compiler, `s +=
+      // x·w` was contracted in some tile shapes and vectorised as multiply-then-add across rows in others,
+      // so a row's sums depended on the tile (DenseRowsOfSeveralTokensEqualEachTokenAlone).
+#if defined(__FMA__) || defined(__aarch64__)
+      for (int64_t kk = k; kk < K; ++kk) s = std::fma(x[t * ldx + kk], WL::scalar(w + r * ldw + kk), s);
+#else
       for (int64_t kk = k; kk < K; ++kk) s += x[t * ldx + kk] * WL::scalar(w + r * ldw + kk);
+#endif
       out[t * ldo + r] = s;
     }
 }
