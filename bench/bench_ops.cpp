@@ -126,7 +126,8 @@ void BM_Attention(benchmark::State& state) {
 // the packed GEMM (rows decoded to f32 panels) from 16 tokens on.
 // Shapes: Qwen3.5-4B's MLP (2560 → 9728 → 2560), 0.8B's (1024 → 3584 → 1024) and its tied head
 // (248320 × 1024, 270 MB at Q8_0: no cache holds it).
-// args: T, N, K, type (8 Q8_0, 12 Q4_K, 14 Q6_K), packed (1: the packed GEMM, for comparison)
+// args: T, N, K, type (8 Q8_0, 12 Q4_K, 14 Q6_K; 1000 F8_E4M3_32, 1001 FP4_E2M1_32), packed (1: the
+// packed GEMM, for comparison)
 void BM_MatmulGgml(benchmark::State& state) {
   const int64_t T = state.range(0), N = state.range(1), K = state.range(2);
   const auto type = static_cast<GgmlType>(state.range(3));
@@ -138,7 +139,10 @@ void BM_MatmulGgml(benchmark::State& state) {
   std::mt19937 rng(3);
   for (int64_t i = 0; i < N * row_bytes; ++i) b[i] = static_cast<uint8_t>(rng());
   const uint16_t scale = f32_to_f16(1.0f / 1024);
-  for (int64_t at = 0; at < N * row_bytes; at += info.block_bytes)
+  const float scale32 = 1.0f / 1024;  // Kapitsa's FP8 / FP4 blocks: f32 scales first
+  for (int64_t at = 0; at < N * row_bytes && ggml_type_internal(type); at += info.block_bytes)
+    for (int64_t h = 0; h < (type == GgmlType::fp4_e2m1_32 ? 8 : 4); h += 4) std::memcpy(b + at + h, &scale32, 4);
+  for (int64_t at = 0; at < N * row_bytes && !ggml_type_internal(type); at += info.block_bytes)
     for (int64_t h : type == GgmlType::q6_k ? std::vector<int64_t>{208} : type == GgmlType::q8_0 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2})
       std::memcpy(b + at + h, &scale, 2);
   const Linear w = Linear::ggml(blocks, type, K);
@@ -156,6 +160,11 @@ void BM_MatmulGgml(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulGgml)
     ->ArgNames({"T", "N", "K", "type", "packed"})
+    ->Args({1, 4096, 1024, 1000, 0})  // Kapitsa's F8_E4M3_32 (FP8 checkpoints), beside BM_Matmul's bf16 row
+    ->Args({1, 4096, 1024, 1001, 0})  // FP4_E2M1_32 (NVFP4)
+    ->Args({1, 248320, 1024, 1000, 0})  // memory-bound, beside BM_Matmul's bf16 head
+    ->Args({1, 248320, 1024, 1001, 0})
+    ->Args({512, 4096, 1024, 1000, 0})
     ->Args({1, 9728, 2560, 8, 0})
     ->Args({1, 2560, 9728, 8, 0})
     ->Args({1, 9728, 2560, 12, 0})

@@ -63,6 +63,26 @@ Buffer dequantize_block_float(BlockFloat f, const uint8_t* codes, const uint8_t*
   return out;
 }
 
+Buffer block_float_to_blocks(BlockFloat f, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t K,
+                             float global) {
+  const BlockFloatInfo info = block_float_info(f);
+  const bool fp4 = info.bits == 4;
+  const int64_t blocks = K / 32, block_bytes = fp4 ? 24 : 36, code_bytes = fp4 ? 16 : 32, per_block = 32 / info.group;
+  Buffer out = Buffer::allocate(DType::u8, {rows, blocks * block_bytes});
+  uint8_t* dst = out.tensor().data_as<uint8_t>();
+  parallel_for(static_cast<size_t>(rows), 16, [&](size_t begin, size_t end) {
+    for (int64_t b = static_cast<int64_t>(begin) * blocks; b < static_cast<int64_t>(end) * blocks; ++b) {
+      uint8_t* blk = dst + b * block_bytes;
+      for (int64_t g = 0; g < per_block; ++g) {
+        const float d = block_scale_to_f32(f, scales[b * per_block + g]) * global;
+        std::memcpy(blk + 4 * g, &d, 4);
+      }
+      std::memcpy(blk + 4 * per_block, codes + b * code_bytes, static_cast<size_t>(code_bytes));
+    }
+  });
+  return out;
+}
+
 Buffer mxfp4_to_ggml_blocks(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t K) {
   const int64_t blocks = K / 32;
   Buffer out = Buffer::allocate(DType::u8, {rows, blocks * 17});

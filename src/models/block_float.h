@@ -7,8 +7,9 @@
 // 4-bit codes are packed two per byte along the inputs, input 2i in the low nibble of byte i (ModelOpt's
 // U8 [N, K/2]; mlx's U32 [N, K/8] words hold the same little-endian bytes). Value of input k of a row:
 // code(k) · scale(k / group) · global, in f32 in that order.
-// NVFP4 and MXFP8 are dequantized once at load to bf16 (each value rounded once): 2 bytes per weight
-// resident, not 0.56 / 1.03. MXFP4 is repacked into llama.cpp's MXFP4 blocks (identical values: ggml's
+// On the cpu NVFP4 and MXFP8 are repacked into Kapitsa's own blocks of 32 (codes as stored, f32 scales:
+// 0.75 / 1.125 bytes per weight resident, block_float_to_blocks); on the GPU they are dequantized once at
+// load to bf16 (each value rounded once). MXFP4 is repacked into llama.cpp's MXFP4 blocks (identical values: ggml's
 // block is the same E8M0 byte plus 16 bytes of E2M1 codes, input j in the low nibble of byte j and
 // input 16 + j in its high nibble), so the GGUF kernels (ref and cpu, tests/ops/test_ggml.cpp) run it
 // at 4.25 bits per weight.
@@ -48,6 +49,11 @@ int64_t first_nonfinite_scale(BlockFloat f, const uint8_t* scales, int64_t n);
 Buffer dequantize_block_float(BlockFloat f, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t K,
                               float global);
 
+// NVFP4 / MXFP8 rows (codes and scales as above, K % 32 == 0) as Kapitsa's FP4_E2M1_32 / F8_E4M3_32 blocks
+// (tensor/ggml_type.h): u8 [rows, K / 32 · 24 | 36], the codes as stored and each group's scale as f32
+// (NVFP4: the E4M3 scale times global; MXFP8: 2^(e − 127)). What the cpu keeps: 0.75 / 1.125 bytes per weight.
+Buffer block_float_to_blocks(BlockFloat f, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t K,
+                             float global);
 // MXFP4 rows (codes and E8M0 scales as above) as llama.cpp MXFP4 blocks: u8 [rows, K / 32 · 17].
 Buffer mxfp4_to_ggml_blocks(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t K);
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace kapitsa::models {
 
 Expected<Fp8Layout> fp8_layout(const std::vector<int64_t>& s, int64_t N, int64_t K, std::array<int64_t, 2> block) {
@@ -33,6 +35,33 @@ Buffer dequantize_fp8(const Tensor& w, const std::vector<float>& scales, const F
     }
   });
   return out;
+}
+
+bool fp8_blocks_fit(const Fp8Layout& layout, int64_t K) { return K % 32 == 0 && layout.block_cols % 32 == 0; }
+
+Buffer fp8_to_blocks(const Tensor& w, const std::vector<float>& scales, const Fp8Layout& layout) {
+  const int64_t N = w.dim(0), K = w.dim(1), scale_cols = (K + layout.block_cols - 1) / layout.block_cols;
+  const int64_t blocks = K / 32;
+  Buffer out = Buffer::allocate(DType::u8, {N, blocks * 36});
+  const uint8_t* codes = w.data_as<const uint8_t>();
+  uint8_t* dst = out.tensor().data_as<uint8_t>();
+  parallel_for(static_cast<size_t>(N), 16, [&](size_t begin, size_t end) {
+    for (int64_t n = static_cast<int64_t>(begin); n < static_cast<int64_t>(end); ++n) {
+      const float* row_scales = scales.data() + (n / layout.block_rows) * scale_cols;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* blk = dst + (n * blocks + b) * 36;
+        std::memcpy(blk, &row_scales[b * 32 / layout.block_cols], 4);
+        std::memcpy(blk + 4, codes + n * K + b * 32, 32);
+      }
+    }
+  });
+  return out;
+}
+
+int64_t first_nan_e4m3(const uint8_t* codes, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if ((codes[i] & 0x7F) == 0x7F) return i;
+  return -1;
 }
 
 }  // namespace kapitsa::models

@@ -116,7 +116,13 @@ Expected<Linear> WeightLoader::fp8(const std::string& name, const std::string& m
   KAPITSA_RETURN_IF_ERROR(check_finite(*scale, scale_file, scale_name));
   std::vector<float> scales(static_cast<size_t>(scale->numel()));
   weights::convert_to_f32(*scale, scales.data());
-  const Linear l(own(dequantize_fp8(w, scales, *layout)));  // bf16 [N, K]
+  if (const int64_t i = first_nan_e4m3(w.data_as<const uint8_t>(), w.numel()); i >= 0)
+    return error("{}: tensor '{}' has a NaN code (E4M3 0x{:02X}) at row {}, input {}", file, name,
+                 w.data_as<const uint8_t>()[i], i / shape[1], i % shape[1]);
+  // On the cpu the codes stay 1 byte (+ an f32 scale per 32); the GPU has no kernels for them yet.
+  const bool blocks = device_ == Device::cpu && fp8_blocks_fit(*layout, shape[1]);
+  const Linear l = blocks ? Linear::ggml(own(fp8_to_blocks(w, scales, *layout)), GgmlType::f8_e4m3_32, shape[1])
+                          : Linear(own(dequantize_fp8(w, scales, *layout)));  // bf16 [N, K]
   count(l);
   return l;
 }
@@ -145,6 +151,18 @@ Expected<Linear> WeightLoader::mlx_block_float(const std::string& name, const st
     Buffer blocks = mxfp4_to_ggml_blocks(codes, s, rows, K);  // u8 [rows, K/32 · 17]
     blocks.tensor() = blocks.tensor().reshape(with_last(shape, K / 32 * 17));
     const Linear l = Linear::ggml(own(std::move(blocks)), GgmlType::mxfp4, K);
+    count(l);
+    return l;
+  }
+  if (f == BlockFloat::mxfp8)
+    if (const int64_t i = first_nan_e4m3(codes, rows * K); i >= 0)
+      return error("{}: tensor '{}' has a NaN code (E4M3 0x{:02X}) at flat index {}", checkpoint_.file_of(name), name,
+                   codes[i], i);
+  if (device_ == Device::cpu && K % 32 == 0) {  // codes as stored, f32 scales (the GPU has no kernels for them yet)
+    Buffer blocks = block_float_to_blocks(f, codes, s, rows, K, 1.0f);
+    const GgmlType type = f == BlockFloat::nvfp4 ? GgmlType::fp4_e2m1_32 : GgmlType::f8_e4m3_32;
+    blocks.tensor() = blocks.tensor().reshape(with_last(shape, blocks.tensor().dim(-1)));
+    const Linear l = Linear::ggml(own(std::move(blocks)), type, K);
     count(l);
     return l;
   }
@@ -184,8 +202,12 @@ Expected<Linear> WeightLoader::nvfp4(const std::string& name, const std::string&
   KAPITSA_RETURN_IF_ERROR(check_finite(global, global_file, global_name));
   float g = 0;
   weights::convert_to_f32(global, &g);
-  const Linear l(own(dequantize_block_float(BlockFloat::nvfp4, codes.data_as<const uint8_t>(),
-                                            scales.data_as<const uint8_t>(), N, K, g)));  // bf16 [N, K]
+  const auto* c = codes.data_as<const uint8_t>();
+  const auto* sc = scales.data_as<const uint8_t>();
+  // On the cpu 4-bit codes as stored + two f32 scales per 32 inputs; the GPU has no kernels for them yet.
+  const Linear l = device_ == Device::cpu && K % 32 == 0
+                       ? Linear::ggml(own(block_float_to_blocks(BlockFloat::nvfp4, c, sc, N, K, g)), GgmlType::fp4_e2m1_32, K)
+                       : Linear(own(dequantize_block_float(BlockFloat::nvfp4, c, sc, N, K, g)));  // bf16 [N, K]
   count(l);
   return l;
 }

@@ -15,6 +15,12 @@ enum class GgmlType : uint32_t {
   q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15,
   iq2_xxs = 16, iq2_xs = 17, iq3_xxs = 18, iq1_s = 19, iq4_nl = 20, iq3_s = 21, iq2_s = 22, iq4_xs = 23,
   i8 = 24, i16 = 25, i32 = 26, i64 = 27, f64 = 28, iq1_m = 29, bf16 = 30, tq1_0 = 34, tq2_0 = 35, mxfp4 = 39,
+  // Kapitsa's own block types (no ggml number: a GGUF file naming them is refused, ggml_type_internal),
+  // for checkpoints whose weights are floating-point codes with scales (FP8, NVFP4, MXFP8), kept at about
+  // their stored size instead of widened to bf16 (docs/quantization.md):
+  f8_e4m3_32 = 1000,  // f32 scale, then 32 FP8 E4M3 codes (36 bytes): w = e4m3(code) · scale
+  fp4_e2m1_32 = 1001, // f32 scales of inputs 0-15 and 16-31, then 16 bytes of FP4 E2M1 codes, input 2i
+                      // in the low nibble of byte i (24 bytes): w = e2m1(code) · scale of its half
 };
 
 struct GgmlTypeInfo {
@@ -58,9 +64,14 @@ inline std::optional<GgmlTypeInfo> ggml_type_info(uint32_t type) {
     case GgmlType::tq1_0: return GgmlTypeInfo{"TQ1_0", 256, 54};
     case GgmlType::tq2_0: return GgmlTypeInfo{"TQ2_0", 256, 66};
     case GgmlType::mxfp4: return GgmlTypeInfo{"MXFP4", 32, 17};
+    case GgmlType::f8_e4m3_32: return GgmlTypeInfo{"F8_E4M3_32", 32, 36};
+    case GgmlType::fp4_e2m1_32: return GgmlTypeInfo{"FP4_E2M1_32", 32, 24};
   }
   return std::nullopt;
 }
+
+// Kapitsa's own block types (above): never read from a file.
+inline bool ggml_type_internal(GgmlType t) { return t == GgmlType::f8_e4m3_32 || t == GgmlType::fp4_e2m1_32; }
 
 inline std::string_view ggml_type_name(GgmlType t) {
   const auto info = ggml_type_info(static_cast<uint32_t>(t));
@@ -74,6 +85,7 @@ inline bool ggml_type_supported(GgmlType t) {
     case GgmlType::q4_0: case GgmlType::q4_1: case GgmlType::q5_0: case GgmlType::q5_1: case GgmlType::q8_0:
     case GgmlType::q2_k: case GgmlType::q3_k: case GgmlType::q4_k: case GgmlType::q5_k: case GgmlType::q6_k:
     case GgmlType::iq4_nl: case GgmlType::iq4_xs: case GgmlType::mxfp4:
+    case GgmlType::f8_e4m3_32: case GgmlType::fp4_e2m1_32:
       return true;
     default: return false;
   }

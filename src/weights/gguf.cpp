@@ -222,7 +222,8 @@ Expected<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
     }
     KAPITSA_TRY(const uint32_t type, r.read<uint32_t>(fmt::format("the type of tensor '{}'", t.name)));
     const auto ti = ggml_type_info(type);
-    if (!ti) return error("{}: tensor '{}' has unknown ggml type {}", path, t.name, type);
+    if (!ti || ggml_type_internal(static_cast<GgmlType>(type)))
+      return error("{}: tensor '{}' has unknown ggml type {}", path, t.name, type);
     t.type = static_cast<GgmlType>(type);
     if (t.shape.back() % ti->block_size != 0)
       return error("{}: tensor '{}' {} of type {}: rows of {} values are not whole blocks of {}", path, t.name,

@@ -9,6 +9,7 @@
 #include "demo_draft.h"
 #include "fixture_reference.h"
 #include "float_codes.h"
+#include "linear_values.h"
 #include "model_logits.h"
 #include "models/quantization.h"
 #include "models/weight_list.h"
@@ -64,15 +65,29 @@ class BlockFloatLoad : public ::testing::Test {
     loader_ = std::make_unique<models::WeightLoader>(*ckpt_, *q);
     return loader_->linear("m.weight", shape);
   }
-  // Every value of a loaded bf16 weight [N, K] against `expected(n, k)` rounded once to bf16.
-  void expect_values(const Linear& l, int64_t N, int64_t K, const std::function<float(int64_t, int64_t)>& expected) {
-    ASSERT_TRUE(l.is_dense());
-    ASSERT_EQ(l.weight().dtype(), DType::bf16);
-    ASSERT_EQ(l.weight().shape(), (Shape{N, K}));
+  // Every value of a loaded weight [N, K] against `expected(n, k)`: on the cpu with K % 32 == 0,
+  // Kapitsa's blocks of `blocks` type (codes as stored, f32 scales) giving the f32 value exactly; else a
+  // bf16 copy, the value rounded once to bf16.
+  void expect_values(const Linear& l, int64_t N, int64_t K, const std::function<float(int64_t, int64_t)>& expected,
+                     GgmlType blocks) {
+    ASSERT_EQ(l.rows(), N);
+    ASSERT_EQ(l.cols(), K);
+    if (K % 32 == 0) {
+      ASSERT_EQ(l.format(), WeightFormat::ggml);
+      ASSERT_EQ(l.ggml_type(), blocks);
+      EXPECT_EQ(l.nbytes(), static_cast<size_t>(N * K / 32 * ggml_type_info(static_cast<uint32_t>(blocks))->block_bytes));
+    } else {
+      ASSERT_TRUE(l.is_dense());
+      ASSERT_EQ(l.weight().dtype(), DType::bf16);
+    }
+    values_ = testing::linear_values(l);
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k)
-        ASSERT_EQ(l.weight().data_as<uint16_t>()[n * K + k], f32_to_bf16(expected(n, k))) << n << ", " << k;
+      for (int64_t k = 0; k < K; ++k) {
+        const float want = l.is_dense() ? bf16_to_f32(f32_to_bf16(expected(n, k))) : expected(n, k);
+        ASSERT_EQ(values_[static_cast<size_t>(n * K + k)], want) << n << ", " << k;
+      }
   }
+  std::vector<float> values_;  // of the last expect_values
   std::string error_of(const Expected<Linear>& l) { return l.ok() ? std::string("(loaded)") : l.error().message; }
   ScratchDir dir_;
   std::string path_;
@@ -106,9 +121,10 @@ TEST_F(BlockFloatLoad, ModeloptNvfp4EveryCodeAndExtremeScales) {
                    {"m.input_scale", filled(DType::f32, {}, std::vector<float>{7.0f})}},  // ignored (weight-only)
                   {kN, kK}, kModelopt);
     ASSERT_TRUE(l.ok()) << l.error().message;
-    expect_values(*l, kN, kK, [&](int64_t n, int64_t k) {
-      return e2m1(codes[n * kK + k]) * e4m3(kE4m3Scales[n * 4 + k / 16]) * g;
-    });
+    // The blocks keep scale · g as one f32 per 16 inputs: the value is code · (scale · g).
+    expect_values(
+        *l, kN, kK, [&](int64_t n, int64_t k) { return e2m1(codes[n * kK + k]) * (e4m3(kE4m3Scales[n * 4 + k / 16]) * g); },
+        GgmlType::fp4_e2m1_32);
   }
   // By hand, with g = 0.5: row 0's group 0 has scale 448: code 7 (6) → 1344, code 15 → −1344; group 2
   // (2^-9): code 1 (0.5) → 2^-11; group 3 (scale 0): 0 for every code.
@@ -117,7 +133,8 @@ TEST_F(BlockFloatLoad, ModeloptNvfp4EveryCodeAndExtremeScales) {
                  {"m.weight_scale_2", filled(DType::f32, {1}, std::vector<float>{0.5f})}},
                 {kN, kK}, kModelopt);
   ASSERT_TRUE(l.ok()) << l.error().message;
-  const auto at = [&](int64_t k) { return bf16_to_f32(l->weight().data_as<uint16_t>()[k]); };
+  const std::vector<float> v = testing::linear_values(*l);
+  const auto at = [&](int64_t k) { return v[static_cast<size_t>(k)]; };
   for (int64_t k = 0; k < 16; ++k) {
     if (codes[k] == 7) EXPECT_EQ(at(k), 1344.0f);  // 6 · 448 · 0.5
     if (codes[k] == 15) EXPECT_EQ(at(k), -1344.0f);
@@ -132,7 +149,9 @@ TEST_F(BlockFloatLoad, MlxNvfp4AndMxfp8EveryCode) {
                  {"m.scales", filled(DType::u8, {kN, kK / 16}, kE4m3Scales)}},
                 {kN, kK}, mlx_mode("nvfp4", 16, 4));
   ASSERT_TRUE(l.ok()) << l.error().message;
-  expect_values(*l, kN, kK, [&](int64_t n, int64_t k) { return e2m1(codes[n * kK + k]) * e4m3(kE4m3Scales[n * 4 + k / 16]); });
+  expect_values(
+      *l, kN, kK, [&](int64_t n, int64_t k) { return e2m1(codes[n * kK + k]) * e4m3(kE4m3Scales[n * 4 + k / 16]); },
+      GgmlType::fp4_e2m1_32);
 
   // mxfp8: every finite E4M3 code (the two NaN codes replaced by 0) with E8M0 scales 2^-127 (code 0) … 2^73.
   const int64_t N = 2, K = 128;
@@ -142,9 +161,11 @@ TEST_F(BlockFloatLoad, MlxNvfp4AndMxfp8EveryCode) {
   l = load({{"m.weight", filled(DType::u32, {N, K / 4}, pack_words(codes, 8))}, {"m.scales", filled(DType::u8, {N, K / 32}, e8)}},
            {N, K}, mlx_mode("mxfp8", 32, 8));
   ASSERT_TRUE(l.ok()) << l.error().message;
-  expect_values(*l, N, K, [&](int64_t n, int64_t k) { return e4m3(codes[n * K + k]) * e8m0(e8[n * 4 + k / 32]); });
+  expect_values(
+      *l, N, K, [&](int64_t n, int64_t k) { return e4m3(codes[n * K + k]) * e8m0(e8[n * 4 + k / 32]); },
+      GgmlType::f8_e4m3_32);
   // By hand: value i has code i, scale e8[i / 32]: 0x38 (1) · 2^-126, 0x7E (448) · 2^1, 0xFE (−448) · 2^-124.
-  const auto at = [&](int64_t i) { return bf16_to_f32(l->weight().data_as<uint16_t>()[i]); };
+  const auto at = [&](int64_t i) { return values_[static_cast<size_t>(i)]; };
   EXPECT_EQ(at(0x38), std::ldexp(1.0f, -126));
   EXPECT_EQ(at(0x7E), 896.0f);
   EXPECT_EQ(at(0xFE), -448.0f * std::ldexp(1.0f, -124));

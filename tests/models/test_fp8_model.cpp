@@ -8,6 +8,7 @@
 #include "demo_draft.h"
 #include "fixture_reference.h"
 #include "float_codes.h"
+#include "linear_values.h"
 #include "model_logits.h"
 #include "models/quantization.h"
 #include "models/weight_list.h"
@@ -53,16 +54,29 @@ class Fp8Load : public ::testing::Test {
     loader_ = std::make_unique<models::WeightLoader>(*ckpt_, q.ok() ? *q : models::Quantization{});
     return loader_->linear("m.weight", {N, K});
   }
-  // Every value of a loaded bf16 weight against `expected(n, k)` rounded to bf16.
+  // Every value of a loaded weight against `expected(n, k)`: on the cpu, where 32 inputs share a scale,
+  // Kapitsa's F8_E4M3_32 blocks (codes as stored, 1.125 bytes a weight) giving the f32 product exactly;
+  // else a bf16 copy, the product rounded once to bf16.
   template <class F>
   void expect_values(const Linear& l, int64_t N, int64_t K, F expected) {
-    ASSERT_TRUE(l.is_dense());
-    ASSERT_EQ(l.weight().dtype(), DType::bf16);
-    ASSERT_EQ(l.weight().shape(), (Shape{N, K}));
+    ASSERT_EQ(l.rows(), N);
+    ASSERT_EQ(l.cols(), K);
+    if (K % 32 == 0) {
+      ASSERT_EQ(l.format(), WeightFormat::ggml);
+      ASSERT_EQ(l.ggml_type(), GgmlType::f8_e4m3_32);
+      EXPECT_EQ(l.nbytes(), static_cast<size_t>(N * K / 32 * 36));
+    } else {
+      ASSERT_TRUE(l.is_dense());
+      ASSERT_EQ(l.weight().dtype(), DType::bf16);
+    }
+    values_ = testing::linear_values(l);
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k)
-        ASSERT_EQ(l.weight().data_as<uint16_t>()[n * K + k], f32_to_bf16(expected(n, k))) << n << ", " << k;
+      for (int64_t k = 0; k < K; ++k) {
+        const float want = l.is_dense() ? bf16_to_f32(f32_to_bf16(expected(n, k))) : expected(n, k);
+        ASSERT_EQ(values_[static_cast<size_t>(n * K + k)], want) << n << ", " << k;
+      }
   }
+  std::vector<float> values_;  // of the last expect_values
   ScratchDir dir_;
   std::string path_;
   int files_ = 0;
@@ -78,13 +92,13 @@ TEST_F(Fp8Load, EveryCodeWithAPerTensorScale) {
   auto l = load({{"m.weight", f8(2, 128, codes)}, {"m.weight_scale", f32({1}, {0.5f})}}, 2, 128);
   ASSERT_TRUE(l.ok()) << l.error().message;
   expect_values(*l, 2, 128, [&](int64_t n, int64_t k) { return e4m3(codes[n * 128 + k]) * 0.5f; });
-  const uint16_t* w = l->weight().data_as<uint16_t>();
-  EXPECT_EQ(bf16_to_f32(w[0x38]), 0.5f);
-  EXPECT_EQ(bf16_to_f32(w[0x7e]), 224.0f);
-  EXPECT_EQ(bf16_to_f32(w[0xfe]), -224.0f);
-  EXPECT_EQ(bf16_to_f32(w[0x01]), std::ldexp(1.0f, -10));
-  EXPECT_EQ(bf16_to_f32(w[0x08]), std::ldexp(1.0f, -7));
-  EXPECT_EQ(bf16_to_f32(w[0x80]), 0.0f);
+  const std::vector<float>& w = values_;
+  EXPECT_EQ(w[0x38], 0.5f);
+  EXPECT_EQ(w[0x7e], 224.0f);
+  EXPECT_EQ(w[0xfe], -224.0f);
+  EXPECT_EQ(w[0x01], std::ldexp(1.0f, -10));
+  EXPECT_EQ(w[0x08], std::ldexp(1.0f, -7));
+  EXPECT_EQ(w[0x80], 0.0f);
 }
 
 // One scale per row ([N, 1], compressed-tensors' "channel" strategy).

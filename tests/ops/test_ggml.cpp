@@ -243,6 +243,49 @@ TEST(Ggml, Mxfp4HandBuilt) {
   }
 }
 
+// Kapitsa's F8_E4M3_32 {float d; q[32]} (FP8 checkpoints kept as stored on the cpu): every one of the
+// 254 finite E4M3 codes — bit 7 the sign, bits 3..6 the exponent E (bias 7), bits 0..2 the mantissa M:
+// (E == 0 ? M/8 · 2^−6 : (1 + M/8) · 2^(E−7)) — computed here in double from the bits, times scales
+// from 2^-20 to 2^20 with odd mantissas; the f32 product rounded once is what both decoders give.
+TEST(Ggml, F8E4m3BlocksHandBuilt) {
+  for (float d : {1.0f, 0.3f, -1.7e-6f, 9.1e5f}) {
+    std::vector<int> finite;
+    for (int c = 0; c < 256; ++c)
+      if ((c & 0x7F) != 0x7F) finite.push_back(c);
+    const int64_t K = static_cast<int64_t>((finite.size() + 31) / 32 * 32);
+    std::vector<uint8_t> b(static_cast<size_t>(K / 32 * 36), 0);
+    for (int64_t i = 0; i < K; ++i) {
+      uint8_t* blk = b.data() + (i / 32) * 36;
+      std::memcpy(blk, &d, 4);
+      blk[4 + i % 32] = static_cast<uint8_t>(finite[static_cast<size_t>(i) % finite.size()]);
+    }
+    const std::vector<float> got = dequant(GgmlType::f8_e4m3_32, b, K);
+    for (int64_t i = 0; i < K; ++i) {
+      const int c = finite[static_cast<size_t>(i) % finite.size()], E = (c >> 3) & 15, M = c & 7;
+      const double mag = E == 0 ? M / 8.0 * std::ldexp(1.0, -6) : (1 + M / 8.0) * std::ldexp(1.0, E - 7);
+      const double want = (c & 0x80 ? -mag : mag) * static_cast<double>(d);
+      ASSERT_EQ(got[static_cast<size_t>(i)], static_cast<float>(want)) << "code 0x" << std::hex << c << " d " << d;
+    }
+  }
+}
+
+// Kapitsa's FP4_E2M1_32 {float d[2]; qs[16]} (NVFP4 on the cpu): input 2i in the low nibble of byte i,
+// 2i + 1 in the high one (NVFP4's own order, unlike MXFP4's), d[0] for inputs 0-15, d[1] for 16-31.
+TEST(Ggml, Fp4E2m1BlocksHandBuilt) {
+  const float d[2] = {0.75f, -3.0e-3f};
+  const std::vector<int> q = codes(32, 15, 7);
+  std::vector<uint8_t> b(24, 0);
+  std::memcpy(b.data(), d, 8);
+  for (int j = 0; j < 32; ++j) b[8 + static_cast<size_t>(j / 2)] |= static_cast<uint8_t>(q[static_cast<size_t>(j)] << (4 * (j % 2)));
+  const std::vector<float> got = dequant(GgmlType::fp4_e2m1_32, b, 32);
+  for (int j = 0; j < 32; ++j) {
+    const int v = q[static_cast<size_t>(j)], E = (v >> 1) & 3, M = v & 1;
+    const double mag = E == 0 ? M / 2.0 : (1 + M / 2.0) * std::ldexp(1.0, E - 1);
+    const double want = (v & 8 ? -mag : mag) * static_cast<double>(d[j / 16]);
+    ASSERT_EQ(got[static_cast<size_t>(j)], static_cast<float>(want)) << "value " << j << " code " << v;
+  }
+}
+
 TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
   std::vector<uint8_t> b(66);  // one IQ2_XXS block: a type ref does not decode
   EXPECT_DEATH((void)Linear::ggml(Tensor(DType::u8, {1, 66}, b.data()), GgmlType::iq2_xxs, 256), "IQ2_XXS");
@@ -264,6 +307,20 @@ std::vector<uint8_t> random_blocks(Rng& r, GgmlType type, int64_t N, int64_t K) 
     case GgmlType::iq4_nl: case GgmlType::iq4_xs: halves = {0}; break;
     case GgmlType::mxfp4:  // no f16 field: the E8M0 scale byte within 2^±8
       for (int64_t blk = 0; blk < total; ++blk) bytes[static_cast<size_t>(blk * info.block_bytes)] = static_cast<uint8_t>(119 + r.gen() % 17);
+      break;
+    case GgmlType::f8_e4m3_32:
+    case GgmlType::fp4_e2m1_32:  // f32 scales (one, or two), codes without NaN (E4M3 0x7F / 0xFF)
+      for (int64_t blk = 0; blk < total; ++blk) {
+        uint8_t* p = bytes.data() + blk * info.block_bytes;
+        const int scales = type == GgmlType::f8_e4m3_32 ? 1 : 2;
+        for (int i = 0; i < scales; ++i) {
+          const float v = std::exp2(mag(r.gen)) * (r.gen() % 2 ? 1.0f : -1.0f);
+          std::memcpy(p + 4 * i, &v, 4);
+        }
+        if (type == GgmlType::f8_e4m3_32)
+          for (int j = 4; j < 36; ++j)
+            if ((p[j] & 0x7F) == 0x7F) p[j] ^= 1;
+      }
       break;
     default: halves = {0, 2}; break;  // q4_1, q5_1 (d, m); q4_k, q5_k (d, dmin)
   }
@@ -291,7 +348,7 @@ double int8_rounding_bound(const float* x, const float* w, int64_t K, int64_t B)
 constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,   GgmlType::q5_1,
                                GgmlType::q8_0, GgmlType::q2_k, GgmlType::q3_k,   GgmlType::q4_k,
                                GgmlType::q5_k, GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs,
-                               GgmlType::mxfp4};
+                               GgmlType::mxfp4, GgmlType::f8_e4m3_32, GgmlType::fp4_e2m1_32};
 
 // Every backend against ref on fresh random blocks: matmul for several token counts (relative to
 // Σ|x·w| per output: f32 accumulation against ref's f64; plus the int8 rounding bound where the cpu

@@ -7,6 +7,8 @@
 #include "test_util.h"
 #include "weights/gguf.h"
 
+#include <fmt/format.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -181,6 +183,12 @@ TEST_F(GgufTest, UnknownTypeAndPartialBlocks) {
   Builder b = valid();
   b.tensor("weird", {32}, 77, 32);
   expect_error(b.bytes(), {"'weird'", "unknown ggml type 77"});
+  // Kapitsa's own block types (F8_E4M3_32 = 1000, FP4_E2M1_32 = 1001) exist only in memory.
+  for (uint32_t own : {1000u, 1001u}) {
+    Builder k = valid();
+    k.tensor("ours", {32}, own, 36);
+    expect_error(k.bytes(), {"'ours'", fmt::format("unknown ggml type {}", own)});
+  }
   Builder c = valid();
   c.tensor("ragged", {100, 2}, 12, 0);  // Q4_K rows of 100 values
   expect_error(c.bytes(), {"'ragged'", "Q4_K", "not whole blocks of 256"});

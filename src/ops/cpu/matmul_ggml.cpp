@@ -12,8 +12,13 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 namespace {
@@ -158,9 +163,111 @@ void unpack(GgmlType type, const uint8_t* b, Unpacked& u) {
       u.direct = true;
       return;
     }
+    case GgmlType::f8_e4m3_32: {  // Kapitsa's FP8 blocks (ggml_type.h): values directly
+      static const auto kE4m3 = [] {
+        std::array<float, 256> t{};
+        for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = f8_e4m3_to_f32(static_cast<uint8_t>(c));
+        return t;
+      }();
+      float d;
+      std::memcpy(&d, b, 4);
+      for (int j = 0; j < 32; ++j) u.values[j] = kE4m3[b[4 + j]] * d;
+      u.direct = true;
+      return;
+    }
+    case GgmlType::fp4_e2m1_32: {  // Kapitsa's FP4 blocks (ggml_type.h): values directly
+      static constexpr float kE2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+      float d[2];
+      std::memcpy(d, b, 8);
+      for (int j = 0; j < 32; ++j) u.values[j] = kE2m1[(b[8 + j / 2] >> (4 * (j & 1))) & 0xF] * d[j / 16];
+      u.direct = true;
+      return;
+    }
     default: KAPITSA_CHECK(false, "cpu: ggml type {} is not decoded", ggml_type_name(type));
   }
 }
+
+// ---- Kapitsa's float blocks (F8_E4M3_32, FP4_E2M1_32) for few tokens: one row dotted with one token's
+// x, the codes widened in registers (the generic path above decodes each block into a struct first:
+// ~16× slower than a bf16 GEMV). Per block the 32 products are summed, then times the block's scale.
+// E4M3 → f16 by bits: sign-extended code << 7, masked to 0xBF80, is the f16 with the same sign, mantissa
+// and (exponent − 8) — subnormals included — so the f16 value times 2^8 is the E4M3 value (its NaN codes
+// are refused at load). E2M1 magnitudes from an 8-entry table, bit 3 the sign.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__) && defined(__FMA__))
+#define KAPITSA_FLOAT_BLOCKS 1
+#if defined(__AVX512F__)
+using FV = __m512;
+constexpr int kFW = 16;
+inline FV f8_widen(const uint8_t* c) {  // 16 codes
+  const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
+  return _mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<short>(0xBF80))));
+}
+inline FV fp4_widen(const uint8_t* c) {  // 16 codes from 8 bytes, input 2i in the low nibble of byte i
+  const __m128i bytes = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)),
+                                         _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+  const __m512i n = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(bytes), _mm512_set4_epi32(4, 0, 4, 0)),
+                                     _mm512_set1_epi32(15));
+  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6);
+  return _mm512_permutexvar_ps(n, table);
+}
+inline FV fzero() { return _mm512_setzero_ps(); }
+inline FV fload(const float* p) { return _mm512_loadu_ps(p); }
+inline FV ffma(FV a, FV b, FV c) { return _mm512_fmadd_ps(a, b, c); }
+inline FV fset1(float v) { return _mm512_set1_ps(v); }
+inline float fsum(FV v) { return _mm512_reduce_add_ps(v); }
+#else
+using FV = __m256;
+constexpr int kFW = 8;
+inline FV f8_widen(const uint8_t* c) {  // 8 codes
+  const __m128i s = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16(static_cast<short>(0xBF80))));
+}
+inline FV fp4_widen(const uint8_t* c) {  // 8 codes from 4 bytes
+  int32_t four;
+  std::memcpy(&four, c, 4);
+  const __m128i bytes = _mm_shuffle_epi8(_mm_cvtsi32_si128(four), _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+  const __m256i n = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+  const __m256 magnitude = _mm256_permutevar8x32_ps(_mm256_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6), n);  // low 3 bits
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(n, 28), _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  return _mm256_xor_ps(magnitude, _mm256_castsi256_ps(sign));
+}
+inline FV fzero() { return _mm256_setzero_ps(); }
+inline FV fload(const float* p) { return _mm256_loadu_ps(p); }
+inline FV ffma(FV a, FV b, FV c) { return _mm256_fmadd_ps(a, b, c); }
+inline FV fset1(float v) { return _mm256_set1_ps(v); }
+inline float fsum(FV v) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+#endif
+
+// Σ_k x[k] · w[k] over one row of `blocks` blocks.
+float dot_f8_row(const uint8_t* row, const float* x, int64_t blocks) {
+  FV acc = fzero();
+  for (int64_t b = 0; b < blocks; ++b, row += 36, x += 32) {
+    float d;
+    std::memcpy(&d, row, 4);
+    FV p = fzero();
+    for (int j = 0; j < 32; j += kFW) p = ffma(f8_widen(row + 4 + j), fload(x + j), p);
+    acc = ffma(p, fset1(d * 256.0f), acc);  // (2^8: the f16 reading of the codes, exact)
+  }
+  return fsum(acc);
+}
+float dot_fp4_row(const uint8_t* row, const float* x, int64_t blocks) {
+  FV acc = fzero();
+  for (int64_t b = 0; b < blocks; ++b, row += 24, x += 32) {
+    float d[2];
+    std::memcpy(d, row, 8);
+    for (int h = 0; h < 2; ++h) {
+      FV p = fzero();
+      for (int j = 0; j < 16; j += kFW) p = ffma(fp4_widen(row + 8 + (16 * h + j) / 2), fload(x + 16 * h + j), p);
+      acc = ffma(p, fset1(d[h]), acc);
+    }
+  }
+  return fsum(acc);
+}
+#endif
 
 }  // namespace
 
@@ -185,11 +292,24 @@ void matmul_ggml(const Tensor& x, const Linear& w, const Tensor& y) {
   const int64_t N = w.rows(), K = w.cols(), T = K == 0 ? 0 : x.numel() / K;
   if (T == 0 || N == 0) return;
   if (ggml_int8_activations(w.ggml_type(), T)) return matmul_ggml_int8(x, w, y, true);
-  if (ggml_packed_gemm(T)) return matmul_ggml_packed(x, w, y);
   const auto* blocks = w.weight().data_as<const uint8_t>();
   const int64_t row_bytes = w.weight().dim(-1);
   const float* px = x.f32();
   float* py = y.f32();
+#if defined(KAPITSA_FLOAT_BLOCKS)
+  // Kapitsa's float blocks, up to 8 tokens: each token's row as the one-token GEMV computes it.
+  if (ggml_type_internal(w.ggml_type()) && T <= 8) {
+    const auto dot = w.ggml_type() == GgmlType::f8_e4m3_32 ? dot_f8_row : dot_fp4_row;
+    const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, row_bytes)));
+    parallel_for(static_cast<size_t>(N), grain, [&](size_t begin, size_t end) {
+      for (size_t n = begin; n < end; ++n)
+        for (int64_t t = 0; t < T; ++t)
+          py[t * N + static_cast<int64_t>(n)] = dot(blocks + static_cast<int64_t>(n) * row_bytes, px + t * K, K / 32);
+    });
+    return;
+  }
+#endif
+  if (ggml_packed_gemm(T)) return matmul_ggml_packed(x, w, y);
   const int64_t panels = (N + kTileR - 1) / kTileR;
   parallel_for(static_cast<size_t>(panels), 1, [&](size_t begin, size_t end) {
     thread_local std::vector<float> panel;

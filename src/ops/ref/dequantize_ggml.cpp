@@ -229,6 +229,22 @@ void mxfp4(const uint8_t* b, float* y) {
   }
 }
 
+// Kapitsa's F8_E4M3_32 {float d; uint8 q[32]}: FP8 E4M3 codes (tensor/dtype.h) times d.
+void f8_e4m3_32(const uint8_t* b, float* y) {
+  float d;
+  std::memcpy(&d, b, 4);
+  for (int j = 0; j < 32; ++j) y[j] = f8_e4m3_to_f32(b[4 + j]) * d;
+}
+
+// Kapitsa's FP4_E2M1_32 {float d[2]; uint8 qs[16]}: input 2i in the low nibble of byte i, 2i + 1 in the
+// high one, each an FP4 E2M1 value (0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 the sign) times d[input / 16].
+void fp4_e2m1_32(const uint8_t* b, float* y) {
+  static constexpr float kE2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  float d[2];
+  std::memcpy(d, b, 8);
+  for (int j = 0; j < 32; ++j) y[j] = kE2m1[(b[8 + j / 2] >> (4 * (j & 1))) & 0xF] * d[j / 16];
+}
+
 }  // namespace
 
 void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t K, float* out) {
@@ -249,6 +265,8 @@ void dequantize_ggml(GgmlType type, const uint8_t* blocks, int64_t K, float* out
     case GgmlType::iq4_nl: block = iq4_nl; break;
     case GgmlType::iq4_xs: block = iq4_xs; break;
     case GgmlType::mxfp4: block = mxfp4; break;
+    case GgmlType::f8_e4m3_32: block = f8_e4m3_32; break;
+    case GgmlType::fp4_e2m1_32: block = fp4_e2m1_32; break;
     default: KAPITSA_CHECK(false, "dequantize: ggml type {}", ggml_type_name(type));
   }
   for (int64_t i = 0; i < K / info->block_size; ++i) block(blocks + i * info->block_bytes, out + i * info->block_size);
