@@ -14,8 +14,8 @@ source "$DEV/device_setup.sh"
 cd "$BUILT_IN"
 lscpu | grep -E "Model name|^CPU\(s\)"; lscpu | grep -o "amx[a-z_0-9]*" | sort -u | tr '\n' ' '; echo
 "$DEV/kapitsa" doctor 2>&1 | grep -E "Kernels|AMX"
-echo "== op tests: AMX and matmul on every cpu level"
-step amx_ops.log 300 "$DEV/test_ops" --gtest_filter='AmxBf16.*:*Matmul*:*Moe*:-*/cuda'; summ $OUT/amx_ops.log
+echo "== op tests: AMX, matmul (dense and block weights) on every cpu level"
+step amx_ops.log 300 "$DEV/test_ops" --gtest_filter='AmxBf16.*:*Matmul*:*Moe*:*DenseRows*:*Ggml*:-*/cuda'; summ $OUT/amx_ops.log
 grep -B3 -A12 "Failure" $OUT/amx_ops.log | head -60
 if [ "${MODELS:-1}" = 1 ]; then
   echo "== model tests on the cpu (prefill matmuls through AMX)"
