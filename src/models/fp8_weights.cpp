@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace kapitsa::models {
@@ -59,8 +60,23 @@ Buffer fp8_to_blocks(const Tensor& w, const std::vector<float>& scales, const Fp
 }
 
 int64_t first_nan_e4m3(const uint8_t* codes, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if ((codes[i] & 0x7F) == 0x7F) return i;
+  // Every code of a large checkpoint passes here once, at load: scanned in parallel chunks, the first
+  // NaN of each chunk kept, the lowest of those returned.
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<int64_t> first(static_cast<size_t>(chunks), -1);
+  parallel_for(static_cast<size_t>(chunks), 1, [&](size_t begin, size_t end) {
+    for (size_t c = begin; c < end; ++c) {
+      const int64_t lo = static_cast<int64_t>(c) * kChunk, hi = std::min(n, lo + kChunk);
+      for (int64_t i = lo; i < hi; ++i)
+        if ((codes[i] & 0x7F) == 0x7F) {
+          first[c] = i;
+          break;
+        }
+    }
+  });
+  for (int64_t i : first)
+    if (i >= 0) return i;
   return -1;
 }
 

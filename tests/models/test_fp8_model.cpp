@@ -159,6 +159,23 @@ TEST_F(Fp8Load, BadScalesAreErrorsNamingFileAndTensor) {
   EXPECT_NE(l.error().message.find("m.weight"), std::string::npos) << l.error().message;
 }
 
+// A NaN code (0x7F or 0xFF) is an error naming the file, tensor, row and input: the first one, also when
+// it lies past the loader's first million codes (the scan runs in parallel chunks).
+TEST_F(Fp8Load, NaNCodesAreErrorsNamingRowAndInput) {
+  const int64_t N = 1200, K = 1024;  // 1.2 M codes: two chunks of the scan
+  std::vector<uint8_t> codes(static_cast<size_t>(N * K), 0x38);
+  codes[static_cast<size_t>(1100 * K + 7)] = 0xFF;
+  codes[static_cast<size_t>(1150 * K + 3)] = 0x7F;
+  auto l = load({{"m.weight", f8(N, K, codes)}, {"m.weight_scale", f32({1}, {1.0f})}}, N, K);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.error().message.find(path_ + ": tensor 'm.weight' has a NaN code (E4M3 0xFF) at row 1100, input 7"),
+            std::string::npos) << l.error().message;
+  codes[static_cast<size_t>(5)] = 0x7F;
+  l = load({{"m.weight", f8(N, K, codes)}, {"m.weight_scale", f32({1}, {1.0f})}}, N, K);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.error().message.find("NaN code (E4M3 0x7F) at row 0, input 5"), std::string::npos) << l.error().message;
+}
+
 TEST(Fp8Config, MethodsAndBadFields) {
   auto parse = [](const Json& qc) {
     return models::parse_quantization(weights::HfConfig::from_json(Json{{"quantization_config", qc}}, "x/config.json"));

@@ -189,7 +189,10 @@ const uint16_t* row_block(const uint16_t* w, int64_t n0, int64_t N, int64_t K, s
 
 }  // namespace
 
-bool amx_bf16_usable() { return status() == "usable"; }
+bool amx_bf16_usable() {  // asked on every bf16 prefill matmul: the answer kept as a bool
+  static const bool usable = status() == "usable";
+  return usable;
+}
 std::string amx_status() { return status(); }
 
 void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t K, int64_t N) {
