@@ -231,8 +231,10 @@ TEST_P(OnBackend, WritePagedRowsEqualsRef) {
 
 // KV cache in bf16 / f16: the same history written by write_paged_rows into pages of that dtype. The
 // backend on those pages against ref on the same pages (same rounded data) ≤ 1e-5; against f32 pages,
-// the rounding of K and V bounds the difference: relative error ≤ 1e-2 for bf16, ≤ 4e-3 for f16
-// (largest measured over these cases and 3 seeds: bf16 2.6e-3, f16 1.1e-3).
+// the rounding of K and V bounds the difference. The output is an average of V rows (|v| ≤ 1), so the
+// bound is on the largest absolute difference, in units of max |v| = 1: ≤ 1e-2 for bf16, ≤ 4e-3 for f16
+// (largest over 100 seeds × these cases × the three cpu levels: bf16 3.4e-3, f16 4.3e-4).
+// (A relative norm failed once in CI: at D = 1 the averages can nearly cancel, leaving ‖o‖ tiny.)
 TEST_P(OnBackend, AttentionPagedKvDtypes) {
   Rng r;
   SCOPED_TRACE(r.trace());
@@ -267,9 +269,9 @@ TEST_P(OnBackend, AttentionPagedKvDtypes) {
       test::run(test::ref(), attention_paged, q, k32, v32, table, n_kv, c.q_pos0, scale, o32);
       test::run(test::ref(), attention_paged, q, kh, vh, table, n_kv, c.q_pos0, scale, o_ref);
       test::run(backend(), attention_paged, q, kh, vh, table, n_kv, c.q_pos0, scale, o);
-      EXPECT_LE(relative_error(o, o_ref), 1e-5);
+      EXPECT_LE(kapitsa::testing::max_abs_diff(o, o_ref), 1e-5);
       const double bound = dt == DType::bf16 ? 1e-2 : 4e-3;
-      EXPECT_LE(relative_error(o, o32), bound);
+      EXPECT_LE(kapitsa::testing::max_abs_diff(o, o32), bound);
       EXPECT_GT(relative_error(o, o32), 0.0) << "the pages were not rounded";
     }
 }
