@@ -120,7 +120,7 @@ int run_doctor(const DoctorOptions& o) {
   std::printf("CPU        %s (%s), %d cores usable of %d\n", cpu.model.c_str(), cpu.arch.c_str(), cpu.usable_cores,
               cpu.logical_cores);
   std::printf("Features   %s\n", cpu.features.empty() ? "(none of interest)" : join(cpu.features, " ").c_str());
-  std::printf("Kernels    %s (the best level this CPU runs of baseline, avx2, avx512; KAPITSA_CPU_ISA picks a lower one)\n",
+  std::printf("Kernels    %s (the best level this CPU runs of baseline, avx2, avxvnni, avx512; KAPITSA_CPU_ISA picks another)\n",
               kernels.c_str());
   std::printf("AMX        %s\n", amx == "usable" ? "usable: bf16 prefill matmuls run on AMX tiles (KAPITSA_AMX=0 turns it off)"
                                                  : amx.c_str());

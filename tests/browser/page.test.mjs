@@ -32,7 +32,7 @@ async function setSetting(id, value) {  // through the settings panel, as a user
 }
 
 before(async () => {
-  server = spawn(KAPITSA, ['serve', '--port', '0', '--alias', 'kapitsa-test', '--ctx', '2048', '--parallel', '2', '--api-key', KEY],
+  server = spawn(KAPITSA, ['serve', '--port', '0', '--alias', 'kapitsa-test', '--ctx', '4096', '--parallel', '2', '--api-key', KEY],
                  { stdio: ['ignore', 'pipe', 'inherit'] });
   base = await new Promise((resolve, reject) => {
     let out = '';
@@ -98,13 +98,15 @@ test('the second turn reuses the cached prompt', async () => {
 
 test('stops a long reply', async () => {
   await page.click('#new-chat');
-  await setSetting('max-tokens', '1500');  // greedy (set above): the demo model repeats without end
+  // Greedy (set above): the demo model repeats without end. ~1000 tok/s on 2 cores: 3500 tokens leave
+  // the page a few seconds to click Stop before the reply would end by itself, even under a loaded ctest.
+  await setSetting('max-tokens', '3500');
   await page.fill('#input', 'Write a long story.');
   await page.press('#input', 'Enter');
   await lastReply().locator('.content pre').waitFor();  // text streams in (a code block)
   assert.equal(await page.locator('#stop').isVisible(), true);
   await page.click('#stop');
-  await lastReply().locator('.stats', { hasText: 'stopped' }).waitFor({ timeout: 5000 });
+  await lastReply().locator('.stats', { hasText: 'stopped' }).waitFor();
   assert.equal(await page.locator('#send').isVisible(), true);
   assert.match(await lastReply().locator('.stats').textContent(), /^~\d+ tokens .*· stopped$/);
   // The server notices the hang-up at its next write and cancels the generation.

@@ -13,11 +13,11 @@ command -v objdump >/dev/null || { echo "SKIP: objdump not found"; exit 77; }
 found=$(objdump -d -C --no-show-raw-insn "$binary" | awk '
   /^[0-9a-f]+ <.*>:$/ { name = $0; sub(/^[0-9a-f]+ </, "", name); sub(/>:$/, "", name); next }
   $2 ~ /^v[a-z]/ || $2 ~ /^(shlx|shrx|sarx|rorx|bzhi|pdep|pext|mulx|andn|blsi|blsr|blsmsk|lzcnt|movbe)$/ {
-    if (name !~ /ops::cpu::(avx2|avx512)::/ && !(name in seen)) { seen[name] = 1; print name " (" $2 ")" }
+    if (name !~ /ops::cpu::(avx2|avxvnni|avx512)::/ && !(name in seen)) { seen[name] = 1; print name " (" $2 ")" }
   }')
 if [[ -n "$found" ]]; then
-  echo "Functions outside ops::cpu::avx2 / ops::cpu::avx512 with AVX/BMI instructions in $binary:"
+  echo "Functions outside ops::cpu::avx2 / avxvnni / avx512 with AVX/BMI instructions in $binary:"
   echo "$found" | head -40
   exit 1
 fi
-echo "OK: AVX/BMI instructions only inside ops::cpu::avx2 and ops::cpu::avx512 in $binary"
+echo "OK: AVX/BMI instructions only inside ops::cpu::avx2, avxvnni and avx512 in $binary"

@@ -60,7 +60,7 @@ inline Buffer random_f32(Rng& r, Shape s, float lo = -1.0f, float hi = 1.0f) {
 inline const BackendTable& ref() { return *find_backend("ref"); }
 
 // Every registered backend but ref, and the cpu backend's other levels this CPU runs ("cpu_avx2",
-// "cpu_baseline" beside the selected "cpu"; ops/cpu/cpu.h): what the op tests compare against ref.
+// "cpu_avxvnni", "cpu_baseline" beside the selected "cpu"; ops/cpu/cpu.h): what the op tests compare against ref.
 inline std::vector<const BackendTable*> backends_under_test() {
   std::vector<const BackendTable*> v;
   for (const BackendTable* b : backends())

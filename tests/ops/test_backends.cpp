@@ -131,7 +131,13 @@ TEST(CpuLevels, BestLevelIsWhatProcCpuinfoLists) {
   // Not "abm" (LZCNT), which the dispatcher also needs: some hypervisors' guests do not list it.
   const bool v3 = has({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe"});
   const bool v4 = v3 && has({"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_vnni"});
-  const cpu::Level want = v4 ? cpu::Level::avx512 : v3 ? cpu::Level::avx2 : cpu::Level::baseline;
+  const bool vnni = v3 && has({"avx_vnni"});
+  const cpu::Level want = v4     ? cpu::Level::avx512
+                          : vnni ? cpu::Level::avxvnni
+                          : v3   ? cpu::Level::avx2
+                                 : cpu::Level::baseline;
+  // avxvnni is not below avx512 (cpu.h): the CPU runs it exactly when it lists avx_vnni beside x86-64-v3.
+  EXPECT_EQ(cpu::missing_features(cpu::Level::avxvnni).empty(), vnni) << flags;
 #elif defined(__aarch64__) && defined(__linux__)
   const cpu::Level want = has({"asimddp"}) ? cpu::Level::dotprod : cpu::Level::baseline;
 #else
@@ -144,13 +150,13 @@ TEST(CpuLevels, BestLevelIsWhatProcCpuinfoLists) {
   }
 }
 
-// Every level up to the best has its own table (the selected one is "cpu"), none above it.
+// Every level the CPU runs has its own table (the selected one is "cpu"), no other level has one.
 TEST(CpuLevels, EachLevelTheCpuRunsHasATable) {
   EXPECT_EQ(cpu::backend(), find_backend("cpu"));
   EXPECT_EQ(cpu::backend_for(cpu::selected_level()), cpu::backend());
   for (cpu::Level l : cpu::kLevels) {
     const BackendTable* t = cpu::backend_for(l);
-    const bool runs = cpu::level_compiled(l) && static_cast<int>(l) <= static_cast<int>(cpu::best_level());
+    const bool runs = cpu::level_compiled(l) && cpu::missing_features(l).empty();
     ASSERT_EQ(t != nullptr, runs) << cpu::level_name(l);
     if (t == nullptr) continue;
     EXPECT_EQ(cpu::level_of(*t), l);

@@ -15,11 +15,12 @@ void matmul_affine(const Tensor& x, const Linear& w, const Tensor& y);
 // table: affine [V, H];  out: [T, H] f32 (rows dequantized).
 void embedding_affine(const Linear& table, std::span<const int32_t> ids, const Tensor& out);
 
-// The int16-activation GEMV (matmul_affine_vnni.cpp): x rounded to int16 per kActBlock inputs, each
+// The int16-activation GEMV (matmul_affine_int16.cpp): x rounded to int16 per kActBlock inputs, each
 // block with one scale max|x| / kActMax (constants in cpu.h).
 // affine_int16_activations (declared for every level in cpu.h): whether matmul_affine takes the
 // int16-activation path for these weights and token count — 4 or 8 bits, groups of a multiple of 64,
-// at most 8 tokens, on a level with AVX-512 VNNI or on AArch64 (NEON, every level).
+// at most 8 tokens, on the avx512 level or on AArch64 (NEON, every level); 4 bits only on the avx2 and
+// avxvnni levels.
 // y = x·wᵀ with x rounded to int16; only where affine_int16_activations(…, T) holds.
 void matmul_affine_int16(const Tensor& x, const Linear& w, const Tensor& y, int64_t T);
 

@@ -1,7 +1,7 @@
 // The CPU backend: SIMD kernels and threads from base/thread_pool, same functions as ops/ref, file for
 // file; tests compare the two on random inputs. One binary runs on every x86-64 (and AArch64, where the
 // op tests run under qemu): the kernel files are compiled once per instruction-set level, each copy in
-// its own namespace (cpu::baseline, cpu::avx2, cpu::avx512 on x86-64; cpu::baseline, cpu::dotprod on
+// its own namespace (cpu::baseline, cpu::avx2, cpu::avxvnni, cpu::avx512 on x86-64; cpu::baseline, cpu::dotprod on
 // AArch64; src/ops/cpu/CMakeLists.txt), and backend() hands out the table of the best level this CPU
 // runs, chosen once at start (dispatch.cpp; docs/decisions.md "One binary for every x86-64").
 #pragma once
@@ -22,9 +22,13 @@ struct BackendTable;
 
 namespace kapitsa::ops::cpu {
 
-// The levels, lowest first; each level's enumerator is its namespace's name (KAPITSA_CPU_LEVEL).
+// The levels, in the order of preference (the last one the CPU runs is chosen); each level's enumerator
+// is its namespace's name (KAPITSA_CPU_LEVEL).
 // x86-64 — baseline: the build's own flags (plain x86-64, SSE2); avx2: x86-64-v3 (AVX2, FMA, F16C,
-// BMI1/2); avx512: x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) plus AVX-512 VNNI.
+// BMI1/2); avxvnni: x86-64-v3 plus AVX-VNNI (the 256-bit VPDPBUSD / VPDPWSSD of Alder Lake and later
+// client CPUs, which have no AVX-512); avx512: x86-64-v4 (AVX-512 F/BW/CD/DQ/VL) plus AVX-512 VNNI.
+// Not a chain: an Ice Lake or Zen 4 runs avx512 but not avxvnni (no AVX-VNNI), so each level states
+// everything it needs and a CPU may run a level without running every level listed before it.
 // AArch64 — baseline: ARMv8.0-A with Advanced SIMD (NEON, mandatory there); dotprod: + the int8 dot
 // product (SDOT/UDOT, ARMv8.2's FEAT_DotProd). (No i8mm level yet: no kernel uses SMMLA.)
 // On other architectures only baseline is compiled (plain C++).
@@ -32,8 +36,8 @@ namespace kapitsa::ops::cpu {
 enum class Level { baseline, dotprod };
 inline constexpr Level kLevels[] = {Level::baseline, Level::dotprod};
 #else
-enum class Level { baseline, avx2, avx512 };
-inline constexpr Level kLevels[] = {Level::baseline, Level::avx2, Level::avx512};
+enum class Level { baseline, avx2, avxvnni, avx512 };
+inline constexpr Level kLevels[] = {Level::baseline, Level::avx2, Level::avxvnni, Level::avx512};
 #endif
 
 std::string_view level_name(Level level);
@@ -41,10 +45,10 @@ std::string_view level_name(Level level);
 bool level_compiled(Level level);
 // The best level this CPU and OS run (x86-64: CPUID and XGETBV, the OS must save the AVX / AVX-512
 // registers; AArch64 Linux: the kernel's hwcaps), and what a level needs that this CPU lacks ("" when
-// nothing), e.g. "avx512_vnni" or "asimddp".
+// it runs the level), e.g. "avx512_vnni", "avx_vnni" or "asimddp".
 Level best_level();
 std::string missing_features(Level level);
-// best_level(), or the lower level named by KAPITSA_CPU_ISA (a level_name); a name this CPU cannot run,
+// best_level(), or the level named by KAPITSA_CPU_ISA (a level_name); a name this CPU cannot run,
 // or no such name, ends the process with a message that says which (exit code 2).
 Level selected_level();
 
@@ -87,14 +91,19 @@ namespace kapitsa::ops::cpu::avx2 {
 #include "ops/op_list.inc"
 KAPITSA_CPU_DECLARE_LEVEL
 }  // namespace kapitsa::ops::cpu::avx2
+namespace kapitsa::ops::cpu::avxvnni {
+#include "ops/op_list.inc"
+KAPITSA_CPU_DECLARE_LEVEL
+}  // namespace kapitsa::ops::cpu::avxvnni
 namespace kapitsa::ops::cpu::avx512 {
 #include "ops/op_list.inc"
 KAPITSA_CPU_DECLARE_LEVEL
 }  // namespace kapitsa::ops::cpu::avx512
-#define KAPITSA_CPU_AT(level, fn)                                                    \
-  ((level) == ::kapitsa::ops::cpu::Level::avx512 ? &::kapitsa::ops::cpu::avx512::fn \
-   : (level) == ::kapitsa::ops::cpu::Level::avx2 ? &::kapitsa::ops::cpu::avx2::fn   \
-                                                 : &::kapitsa::ops::cpu::baseline::fn)
+#define KAPITSA_CPU_AT(level, fn)                                                        \
+  ((level) == ::kapitsa::ops::cpu::Level::avx512    ? &::kapitsa::ops::cpu::avx512::fn  \
+   : (level) == ::kapitsa::ops::cpu::Level::avxvnni ? &::kapitsa::ops::cpu::avxvnni::fn \
+   : (level) == ::kapitsa::ops::cpu::Level::avx2    ? &::kapitsa::ops::cpu::avx2::fn    \
+                                                    : &::kapitsa::ops::cpu::baseline::fn)
 #elif defined(__aarch64__)
 namespace kapitsa::ops::cpu::dotprod {
 #include "ops/op_list.inc"

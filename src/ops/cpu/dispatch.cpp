@@ -31,7 +31,7 @@ struct Feature {
   bool present;
 };
 
-// What each level needs beyond the one below it.
+// Everything a level needs (x86-64: not only what it adds to the level below — see cpu.h).
 std::vector<Feature> needs(Level level) {
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -53,17 +53,22 @@ std::vector<Feature> needs(Level level) {
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     xcr0 = (uint64_t(hi) << 32) | lo;
   }
+  leaf(7, 1);
+  const unsigned a71 = a;
   const bool os_avx = (xcr0 & 0x6) == 0x6, os_avx512 = (xcr0 & 0xe6) == 0xe6;
+  std::vector<Feature> v3 = {{"avx", bit(c1, 28) && os_avx}, {"avx2", bit(b7, 5) && os_avx}, {"fma", bit(c1, 12)},
+                             {"f16c", bit(c1, 29)},          {"bmi1", bit(b7, 3)},           {"bmi2", bit(b7, 8)},
+                             {"abm", bit(cx1, 5)},           {"movbe", bit(c1, 22)}};
   switch (level) {
     case Level::baseline: return {};
-    case Level::avx2:  // x86-64-v3
-      return {{"avx", bit(c1, 28) && os_avx}, {"avx2", bit(b7, 5) && os_avx}, {"fma", bit(c1, 12)},
-              {"f16c", bit(c1, 29)},          {"bmi1", bit(b7, 3)},           {"bmi2", bit(b7, 8)},
-              {"abm", bit(cx1, 5)},           {"movbe", bit(c1, 22)}};
+    case Level::avx2: return v3;  // x86-64-v3
+    case Level::avxvnni:          // x86-64-v3 + AVX-VNNI (CPUID.(7,1):EAX bit 4)
+      v3.push_back({"avx_vnni", bit(a71, 4) && os_avx});
+      return v3;
     case Level::avx512:  // x86-64-v4 + VNNI
-      return {{"avx512f", bit(b7, 16) && os_avx512},  {"avx512dq", bit(b7, 17)}, {"avx512cd", bit(b7, 28)},
-              {"avx512bw", bit(b7, 30)},              {"avx512vl", bit(b7, 31)},
-              {"avx512_vnni", bit(c7, 11)}};
+      v3.insert(v3.end(), {{"avx512f", bit(b7, 16) && os_avx512}, {"avx512dq", bit(b7, 17)}, {"avx512cd", bit(b7, 28)},
+                           {"avx512bw", bit(b7, 30)}, {"avx512vl", bit(b7, 31)}, {"avx512_vnni", bit(c7, 11)}});
+      return v3;
   }
 #elif defined(__aarch64__)
   // Advanced SIMD is part of every AArch64 CPU (baseline). The names are /proc/cpuinfo's "Features".
@@ -87,7 +92,7 @@ std::vector<Feature> needs(Level level) {
   return {{"x86-64", level == Level::baseline}};
 }
 
-// "baseline, avx2 or avx512": the names KAPITSA_CPU_ISA takes.
+// "baseline, avx2, avxvnni or avx512": the names KAPITSA_CPU_ISA takes.
 std::string level_names() {
   std::string s;
   for (size_t i = 0; i < std::size(kLevels); ++i)
@@ -108,8 +113,8 @@ Level level_from_env(Level best) {
   for (Level l : kLevels) {
     if (level_name(l) != env) continue;
     if (!level_compiled(l)) bad_setting(fmt::format("KAPITSA_CPU_ISA={}: this build has no {} kernels", env, env));
-    if (static_cast<int>(l) > static_cast<int>(best))
-      bad_setting(fmt::format("KAPITSA_CPU_ISA={}: this CPU lacks {}", env, missing_features(l)));
+    if (const std::string missing = missing_features(l); !missing.empty())
+      bad_setting(fmt::format("KAPITSA_CPU_ISA={}: this CPU lacks {}", env, missing));
     return l;
   }
   bad_setting(fmt::format("KAPITSA_CPU_ISA={}: no such level ({})", env, level_names()));
@@ -118,6 +123,7 @@ Level level_from_env(Level best) {
 BackendTable make_table(Level level, std::string_view name) {
 #if defined(__x86_64__)
   if (level == Level::avx512) return avx512::table(name);
+  if (level == Level::avxvnni) return avxvnni::table(name);
   if (level == Level::avx2) return avx2::table(name);
 #elif defined(__aarch64__)
   if (level == Level::dotprod) return dotprod::table(name);
@@ -133,6 +139,7 @@ std::string_view level_name(Level level) {
     case Level::dotprod: return "dotprod";
 #else
     case Level::avx2: return "avx2";
+    case Level::avxvnni: return "avxvnni";
     case Level::avx512: return "avx512";
 #endif
     default: return "baseline";
@@ -149,11 +156,17 @@ bool level_compiled(Level level) {
 
 std::string missing_features(Level level) {
   std::string missing;
+#if defined(__aarch64__)
+  // A chain here: each level needs the ones below it too.
   for (Level l : kLevels) {
     if (static_cast<int>(l) > static_cast<int>(level)) break;
     for (const Feature& f : needs(l))
       if (!f.present) missing += (missing.empty() ? "" : ", ") + std::string(f.name);
   }
+#else
+  for (const Feature& f : needs(level))
+    if (!f.present) missing += (missing.empty() ? "" : ", ") + std::string(f.name);
+#endif
   return missing;
 }
 
@@ -178,13 +191,13 @@ const BackendTable* backend_for(Level level) {
   static const auto tables = [] {
     std::vector<std::optional<BackendTable>> t(std::size(kLevels));
     for (Level l : kLevels) {
-      if (static_cast<int>(l) > static_cast<int>(best_level())) break;
+      if (!level_compiled(l) || !missing_features(l).empty()) continue;
       // The names live as long as the tables ("cpu_" + level_name).
       static constexpr std::string_view kNames[] = {
 #if defined(__aarch64__)
           "cpu_baseline", "cpu_dotprod"};
 #else
-          "cpu_baseline", "cpu_avx2", "cpu_avx512"};
+          "cpu_baseline", "cpu_avx2", "cpu_avxvnni", "cpu_avx512"};
 #endif
       const std::string_view name = l == selected_level() ? "cpu" : kNames[static_cast<size_t>(l)];
       t[static_cast<size_t>(l)] = make_table(l, name);

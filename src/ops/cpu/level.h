@@ -1,6 +1,6 @@
 // For the kernel files of ops/cpu only: src/ops/cpu/CMakeLists.txt compiles each of them once per
 // instruction-set level, with -march for that level and KAPITSA_CPU_LEVEL set to the level's namespace
-// (baseline, avx2, avx512). Everything a kernel file or its internal headers define — inline helpers
+// (baseline, avx2, avxvnni, avx512). Everything a kernel file or its internal headers define — inline helpers
 // and templates too — sits in namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL: the same name compiled
 // for two levels would be one symbol to the linker, which keeps one copy (maybe the AVX-512 one).
 #pragma once

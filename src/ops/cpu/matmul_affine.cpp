@@ -8,8 +8,8 @@
 // at one token four rows are decoded per pass (independent FMA chains sharing the x loads). 8- and
 // 4-bit blocks widen bytes / nibbles directly instead of the word-pair permute.
 // Many tokens (prefill): rows are dequantized into an L1 panel and run through the dense dot tiles.
-// 4- and 8-bit weights at ≤ 8 tokens on AVX-512 VNNI (and AArch64) builds go to matmul_affine_vnni.cpp
-// instead.
+// At ≤ 8 tokens, 4- and 8-bit weights on the avx512 level and AArch64, and 4-bit weights on the avx2 and
+// avxvnni levels, go to matmul_affine_int16.cpp instead.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 #include "ops/cpu/dot_tile.h"

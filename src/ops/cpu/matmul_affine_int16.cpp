@@ -1,4 +1,4 @@
-// Decode GEMV for 4- and 8-bit MLX affine weights with int16 activations (AVX-512 VNNI): per 64 inputs
+// Decode GEMV for 4- and 8-bit MLX affine weights with int16 activations (AVX-512 VNNI; AVX2 and NEON below): per 64 inputs
 // x is rounded to int16 with one scale (sx = max|x| / 32767), codes are widened from bytes to 16-bit
 // words (no float conversion), and VPDPWSSD multiplies and adds them in pairs, 32 products per
 // instruction, into int32 (at most 4 products of 255 · 32767 per lane per 64 codes: no overflow).
@@ -18,6 +18,10 @@
 // AArch64 (NEON, every level): the same rounding and order of x; codes widened to 16 bits (UXTL), and
 // SMLAL / SMLAL2 multiply-add them with x into int32 (16 products per lane per 64 codes: no overflow);
 // no plane kernel.
+// AVX2 (the avx2 and avxvnni levels; 4 bits only): the plane idea at 256 bits — 64 codes (32 bytes) are
+// 16 words, nibble p of word w is code 4w + p, so x is stored per 64 inputs as 4 planes of 16 and four
+// VPDPWSSD (AVX-VNNI), or VPMADDWD + VPADDD (the same integers, plain AVX2), cover one 64-code block,
+// whose 8 int32 lanes all belong to one group.
 #include "base/thread_pool.h"
 #include "ops/cpu/affine.h"
 
@@ -37,16 +41,23 @@
 #endif
 #include <immintrin.h>
 #define KAPITSA_AFFINE_INT16 1
+#define KAPITSA_AFFINE_INT16_PLANES 1
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #define KAPITSA_AFFINE_INT16 1
 #define KAPITSA_AFFINE_INT16_NEON 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define KAPITSA_AFFINE_INT16 1
+#define KAPITSA_AFFINE_INT16_AVX2 1
 #endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
 bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens) {
-#if defined(KAPITSA_AFFINE_INT16)
+#if defined(KAPITSA_AFFINE_INT16_AVX2)
+  return bits == 4 && group_size % kActBlock == 0 && tokens >= 1 && tokens <= kActMaxTokens;
+#elif defined(KAPITSA_AFFINE_INT16)
   return (bits == 4 || bits == 8) && group_size % kActBlock == 0 && tokens >= 1 && tokens <= kActMaxTokens;
 #else
   (void)bits, (void)group_size, (void)tokens;
@@ -61,8 +72,12 @@ namespace {
 template <int BITS>
 constexpr int position(int c) {
   if constexpr (BITS == 8) return c;
+#if defined(KAPITSA_AFFINE_INT16_AVX2)
+  return (c % 4) * 16 + c / 4;  // plane c % 4, word c / 4
+#else
   const int block = c / 32, k = c % 32;
   return (k % 2) * 32 + block * 16 + k / 2;
+#endif
 }
 // The plane kernel's order within 128 inputs: plane p = c % 4 (nibble p of 16-bit word c / 4), word pair
 // j = c / 8, and within the pair the word (c / 4) % 2.
@@ -106,8 +121,8 @@ struct Operands {
   int64_t K, G, group_size;
 };
 
-#if defined(KAPITSA_AFFINE_INT16_NEON)
-// Scales and biases of one dtype, read without a switch per element.
+#if !defined(KAPITSA_AFFINE_INT16_PLANES)
+// Scales and biases of one dtype, read without a switch per element (NEON and AVX2; AVX-512's below).
 struct Bf16Param {
   static float at(const void* p, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(p)[i]); }
 };
@@ -118,13 +133,17 @@ struct F32Param {
   static float at(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
 };
 
-// Σ_g biases[at + g] · xsum[g] over G groups.
+// Σ_g biases[at + g] · xsum[g] over G groups, in order, as explicit FMAs (a contraction the compiler
+// made in some instantiations only would break the bit-equality of rows across token counts).
 template <class Param>
 float bias_dot(const void* biases, int64_t at, const float* xsum, int64_t G) {
   float s = 0;
-  for (int64_t g = 0; g < G; ++g) s += Param::at(biases, at + g) * xsum[g];
+  for (int64_t g = 0; g < G; ++g) s = std::fma(Param::at(biases, at + g), xsum[g], s);
   return s;
 }
+#endif
+
+#if defined(KAPITSA_AFFINE_INT16_NEON)
 
 // Half h (32 codes) of the 64-code block at p as 4 vectors of 8 int16 (codes are at most 255), and the
 // offsets of their x within the block's 64 (kernel order: position<BITS>).
@@ -183,6 +202,61 @@ void rows_dot(const Operands& o, int64_t n0, float* y, int64_t N) {
     for (int t = 0; t < TB; ++t)
       y[t * N + n0 + r] = vaddvq_f32(acc[t][r]) + bias_dot<Param>(o.biases, (n0 + r) * o.G, o.xsum + t * o.G, o.G);
 }
+
+template <int TB>
+constexpr int kRowsFor = TB <= 2 ? 4 : 1;  // rows per pass: independent chains that share the x loads
+#elif defined(KAPITSA_AFFINE_INT16_AVX2)
+// acc + Σ over pairs of 16-bit lanes of a·b, into 8 int32 lanes (products below 2^20: no overflow).
+inline __m256i dot16(__m256i acc, __m256i a, __m256i b) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// y[t, n] for the TB tokens and the RB rows from n0 (4 bits). Per 64 codes: the row's 32 bytes give four
+// nibble planes, Σ plane·x̂ in int32, then acc += float(Σ) · (s · sx); the bias term after the loop. Per
+// (token, row) the operations and their order do not depend on TB or RB, so a verification row
+// (speculative decoding) gives bit for bit what the row alone gives.
+template <int BITS, class Param, int TB, int RB>
+void rows_dot(const Operands& o, int64_t n0, float* y, int64_t N) {
+  static_assert(BITS == 4, "the AVX2 int16 kernel is 4-bit only");
+  const int64_t P = o.K / kActBlock, blocks_per_group = o.group_size / kActBlock, row_bytes = o.K / 2;
+  const __m256i nibble = _mm256_set1_epi16(0x000f);
+  __m256 acc[TB][RB];
+  for (int t = 0; t < TB; ++t)
+    for (int r = 0; r < RB; ++r) acc[t][r] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t g = p / blocks_per_group;
+    for (int r = 0; r < RB; ++r) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.codes + (n0 + r) * row_bytes + p * 32));
+      const __m256i w0 = _mm256_and_si256(v, nibble), w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble),
+                    w2 = _mm256_and_si256(_mm256_srli_epi16(v, 8), nibble), w3 = _mm256_srli_epi16(v, 12);
+      const float s = Param::at(o.scales, (n0 + r) * o.G + g);
+      for (int t = 0; t < TB; ++t) {
+        const __m256i* xq = reinterpret_cast<const __m256i*>(o.q + t * o.K + p * kActBlock);
+        __m256i d = dot16(_mm256_setzero_si256(), w0, _mm256_loadu_si256(xq));
+        d = dot16(d, w1, _mm256_loadu_si256(xq + 1));
+        d = dot16(d, w2, _mm256_loadu_si256(xq + 2));
+        d = dot16(d, w3, _mm256_loadu_si256(xq + 3));
+        acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(s * o.sx[t * P + p]), acc[t][r]);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int t = 0; t < TB; ++t)
+      y[t * N + n0 + r] = hsum(acc[t][r]) + bias_dot<Param>(o.biases, (n0 + r) * o.G, o.xsum + t * o.G, o.G);
+}
+
+template <int TB>
+constexpr int kRowsFor = TB == 1 ? 4 : 1;  // 16 ymm registers: 4 accumulators at one token
 #else
 // 64 codes of a row as two vectors of 32 unsigned 16-bit words, in kernel order.
 template <int BITS>
@@ -345,6 +419,9 @@ void rows_dot_planes(const Operands& o, int64_t n0, float* y, int64_t n1, int64_
     for (int r = 0; r < RB; ++r) y[t * N + n0 + r] = _mm512_reduce_add_ps(acc[t][r]);
 }
 
+template <int TB>
+constexpr int kRowsFor = TB <= 2 ? 4 : 1;  // rows per pass: independent chains that share the x loads
+
 // Rows a pass for TB tokens: kRowsPlanes for one, fewer beyond, so that the rows' nibble planes (4 a
 // row) and the accumulators and scales of the TB · RB (token, row) pairs stay in the 32 registers.
 template <int TB>
@@ -378,11 +455,10 @@ void rows_planes_for_tokens(const Operands& o, float* y, int64_t N, int64_t T) {
 }
 #endif  // KAPITSA_AFFINE_INT16_NEON
 
-// Every row, split across threads: kRows at a time for one or two tokens, one at a time beyond.
-constexpr int kRows = 4;
+// Every row, split across threads: kRowsFor<TB> at a time.
 template <int BITS, class Param, int TB>
 void rows(const Operands& o, float* y, int64_t N) {
-  constexpr int RB = TB <= 2 ? kRows : 1;
+  constexpr int RB = kRowsFor<TB>;
   const int64_t tasks = (N + RB - 1) / RB;
   const size_t grain =
       static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / std::max<int64_t>(1, RB * o.K * BITS / 8)));
@@ -425,7 +501,7 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
   q.resize(static_cast<size_t>(T * K));
   sx.resize(static_cast<size_t>(T * K / kActBlock));
   xsum.resize(static_cast<size_t>(T * G));
-#if defined(KAPITSA_AFFINE_INT16_NEON)
+#if !defined(KAPITSA_AFFINE_INT16_PLANES)
   const bool planes = false;  // the plane kernel is AVX-512's
 #else
   const bool planes = BITS == 4 && gs == kActBlock && K % 128 == 0 && planes_enabled();
@@ -433,7 +509,7 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
   quantize_activations<BITS>(x.f32(), T, K, gs, q.data(), sx.data(), xsum.data(), planes);
   const Operands o{w.weight().data_as<const uint8_t>(), w.scales().data(), w.biases().data(), q.data(), sx.data(),
                    xsum.data(), K, G, gs};
-#if !defined(KAPITSA_AFFINE_INT16_NEON)
+#if defined(KAPITSA_AFFINE_INT16_PLANES)
   if (planes) {
     switch (w.scales().dtype()) {
       case DType::bf16: return rows_planes_for_tokens<Bf16Param>(o, y.f32(), N, T);
@@ -452,12 +528,16 @@ void gemv(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
 }  // namespace
 
 void matmul_affine_int16(const Tensor& x, const Linear& w, const Tensor& y, int64_t T) {
+#if defined(KAPITSA_AFFINE_INT16_AVX2)
+  gemv<4>(x, w, y, T);
+#else
   if (w.bits() == 8) gemv<8>(x, w, y, T);
   else gemv<4>(x, w, y, T);
+#endif
 }
 #else
 void matmul_affine_int16(const Tensor&, const Linear&, const Tensor&, int64_t) {
-  KAPITSA_CHECK(false, "affine int16-activation GEMV: not compiled for this CPU (no AVX-512 VNNI or NEON)");
+  KAPITSA_CHECK(false, "affine int16-activation GEMV: not compiled for this CPU (no AVX2, AVX-512 VNNI or NEON)");
 }
 #endif
 
