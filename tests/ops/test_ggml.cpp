@@ -395,6 +395,34 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   }
 }
 
+// Each row of a matmul over 2–8 tokens equals, bit for bit, the same token's row alone (what speculative
+// verification needs; test_affine.cpp says why), for the types the cpu decodes per token at that count:
+// the int8-activation ones and Kapitsa's float blocks. K = 288 gives Q8_0 a block count (9) that is not a
+// multiple of its accumulation chains.
+TEST_P(OnBackend, GgmlRowsOfSeveralTokensEqualEachTokenAlone) {
+  if (!cpu::level_of(backend())) GTEST_SKIP() << "a property of the cpu kernels";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::f8_e4m3_32, GgmlType::fp4_e2m1_32})
+    for (int64_t K : {256, 288, 1024}) {
+      const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+      if (K % info.block_size != 0) continue;
+      const int64_t N = 1 + static_cast<int64_t>(r.gen() % 40);
+      std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
+      const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
+      for (int64_t T = 2; T <= 8; ++T) {
+        SCOPED_TRACE(fmt::format("{} K={} N={} T={}", info.name, K, N, T));
+        Buffer x = test::random_f32(r, {T, K});
+        Buffer y = Buffer::allocate(DType::f32, {T, N}), alone = Buffer::allocate(DType::f32, {1, N});
+        test::run(backend(), matmul, x, w, y);
+        for (int64_t t = 0; t < T; ++t) {
+          test::run(backend(), matmul, x.tensor().rows(t, t + 1), w, alone);
+          for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.f32()[t * N + n], alone.f32()[n]) << "t=" << t << " n=" << n;
+        }
+      }
+    }
+}
+
 // The cpu backend's int8-activation GEMV (Q8_0, Q4_K, Q6_K) on every level this CPU runs that has it,
 // with VPDPBUSD where the level has it and with the AVX2 sequence, against ref's f64 dot of the
 // dequantized rows, for 1..8 tokens and beyond: on x of random floats within the int8 rounding bound
