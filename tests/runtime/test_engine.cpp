@@ -293,7 +293,9 @@ void expect_resume_equals_recompute(const std::string& fixture) {
   const EngineCounters after = warm->counters();
   EXPECT_EQ(after.prompt_tokens_reused - before.prompt_tokens_reused, reused);
   EXPECT_EQ(after.prompt_tokens_prefilled - before.prompt_tokens_prefilled, static_cast<int64_t>(turn2.size()) - reused);
-  // Logprobs agree to 1e-5 relative (|logprob| ~ log V here; the runs fold tokens in other chunks).
+  // Logprobs agree to 5e-5 relative (|logprob| ~ log V here). The runs fold the tokens in other chunks, so
+  // f32 sums differ in order: over 150 seeds the worst was 5.1e-6 (qwen35) and 6.1e-7 (nemotron), but CI
+  // once saw 1.2e-5 against an earlier 1e-5 bound. (A wrong state shows first in the ids, compared exactly.)
   double worst = 0;
   auto compare = [&](float a, float b) {
     worst = std::max(worst, std::abs(static_cast<double>(a) - b) / std::max(1.0, std::abs(static_cast<double>(b))));
@@ -306,7 +308,7 @@ void expect_resume_equals_recompute(const std::string& fixture) {
       compare(resumed.tokens[i].top[k].logprob, fresh.tokens[i].top[k].logprob);
     }
   }
-  EXPECT_LE(worst, 1e-5);
+  EXPECT_LE(worst, 5e-5);
 
   // The turn boundary got its own snapshot: a third request sharing only that prefix resumes there.
   std::vector<int32_t> turn3(turn2.begin(), turn2.end() - 2);
