@@ -50,6 +50,7 @@
 #include <immintrin.h>
 #define KAPITSA_AFFINE_INT16 1
 #define KAPITSA_AFFINE_INT16_AVX2 1
+#include "ops/cpu/simd.h"  // simd::reduce_add of an 8-float vector
 #endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
@@ -215,12 +216,6 @@ inline __m256i dot16(__m256i acc, __m256i a, __m256i b) {
 #endif
 }
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 // y[t, n] for the TB tokens and the RB rows from n0 (4 bits). Per 64 codes: the row's 32 bytes give four
 // nibble planes, Σ plane·x̂ in int32, then acc += float(Σ) · (s · sx); the bias term after the loop. Per
 // (token, row) the operations and their order do not depend on TB or RB, so a verification row
@@ -252,7 +247,7 @@ void rows_dot(const Operands& o, int64_t n0, float* y, int64_t N) {
   }
   for (int r = 0; r < RB; ++r)
     for (int t = 0; t < TB; ++t)
-      y[t * N + n0 + r] = hsum(acc[t][r]) + bias_dot<Param>(o.biases, (n0 + r) * o.G, o.xsum + t * o.G, o.G);
+      y[t * N + n0 + r] = simd::reduce_add(acc[t][r]) + bias_dot<Param>(o.biases, (n0 + r) * o.G, o.xsum + t * o.G, o.G);
 }
 
 template <int TB>
