@@ -58,6 +58,7 @@ std::optional<std::string> EngineMemory::make_room(std::vector<Scheduler::Work>&
     if (drafted) continue;
     if (!end_of_turn_.empty()) {  // queued end-of-turns are only a head start
       end_of_turn_.clear();
+      cache_.trim();  // pages the dropped folds shared with snapshots are the cache's now
       continue;
     }
     if (cache_.evict_lru()) continue;
@@ -119,6 +120,7 @@ void EngineMemory::preload(std::vector<int32_t> ids, const std::string& group) {
 
 void EngineMemory::flush_end_of_turns(const std::function<bool()>& interrupted) {
   end_of_turn_tokens_ += end_of_turn_.flush(model_, *pool_, cache_, chunk_tokens_, interrupted);
+  cache_.trim();  // pages finished folds shared with snapshots are the cache's now
 }
 
 }  // namespace kapitsa::runtime

@@ -98,11 +98,18 @@ bool PrefixCache::insert(std::span<const int32_t> ids, std::unique_ptr<models::S
   KAPITSA_CHECK(snapshot && snapshot->n_past() == static_cast<int64_t>(ids.size()) && !ids.empty(),
                 "prefix cache: a snapshot of {} tokens filed under {} ids", snapshot ? snapshot->n_past() : -1, ids.size());
   if (on_insert_) on_insert_(ids, *snapshot);
-  // What it adds now: its own bytes and the pages nobody else references (usually none: a snapshot
-  // shares every page with the sequence it was taken from).
+  // What it adds: its own bytes and the pages only snapshots will hold once it is in — those only it
+  // references and those it shares with snapshots already here but no live state (a state folded on from
+  // a snapshot's clone and moved in whole: the end-of-turn fold). The latter count as the cache's only
+  // from now on. Eviction releases a snapshot's references and page_refs_ alike, so this stays what
+  // it adds however many are evicted to make room.
   size_t size = snapshot->own_bytes();
   if (const models::KvPagePool* pool = snapshot->kv_pool())
-    for (int32_t page : snapshot->kv_pages()) size += pool->refcount(page) == 1 ? pool->page_bytes() : 0;
+    for (int32_t page : snapshot->kv_pages()) {
+      const auto cached = page_refs_.find(page);
+      const int in_cache = cached == page_refs_.end() || pool != pool_ ? 0 : cached->second;
+      size += pool->refcount(page) == 1 + in_cache ? pool->page_bytes() : 0;
+    }
   if (size > budget_) return false;
   if (Node* existing = find(ids, false); existing != nullptr && existing->snapshot) {
     touch(existing, group);

@@ -85,6 +85,54 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedAndPrunes) {
   EXPECT_EQ(cache.nodes(), 1u);  // emptied branches were pruned
 }
 
+// A stand-in state that holds references to KV pages of a real pool (and `own` bytes besides them).
+class PagedFakeState final : public models::SequenceState {
+ public:
+  PagedFakeState(std::shared_ptr<models::KvPagePool> pool, std::vector<int32_t> pages, int64_t n_past, size_t own)
+      : pool_(std::move(pool)), pages_(std::move(pages)), own_(own) {
+    for (int32_t p : pages_) pool_->retain(p);
+    n_past_ = capacity_ = n_past;
+  }
+  ~PagedFakeState() override {
+    for (int32_t p : pages_) pool_->release(p);
+  }
+  size_t bytes() const override { return own_ + pages_.size() * pool_->page_bytes(); }
+  size_t own_bytes() const override { return own_; }
+  std::span<const int32_t> kv_pages() const override { return pages_; }
+  const models::KvPagePool* kv_pool() const override { return pool_.get(); }
+  std::unique_ptr<models::SequenceState> clone() const override {
+    return std::make_unique<PagedFakeState>(pool_, pages_, n_past_, own_);
+  }
+
+ private:
+  std::shared_ptr<models::KvPagePool> pool_;
+  std::vector<int32_t> pages_;
+  size_t own_;
+};
+
+// A state folded on from a snapshot's pages and moved into the cache whole (the end-of-turn fold) turns
+// the pages it shares with that snapshot into the cache's alone: insert counts them, so the budget holds
+// (CI once saw the soak end 2048 bytes over: they were not counted).
+TEST(PrefixCache, PagesSharedOnlyWithSnapshotsCountAtInsert) {
+  auto pool = std::make_shared<models::KvPagePool>(models::KvLayout{1, 1, 4}, 2);  // 64-byte pages
+  const size_t page = pool->page_bytes(), own = 10;
+  const int32_t p0 = pool->allocate(), p1 = pool->allocate(), p2 = pool->allocate();
+  PrefixCache cache(2 * own + 3 * page - 1);  // both snapshots and their three pages do not fit
+  ASSERT_TRUE(cache.insert(ids({1, 2, 3, 4}), std::make_unique<PagedFakeState>(pool, std::vector{p0, p1}, 4, own)));
+  // The fold: the snapshot's pages plus a page of its own; the pool's first references go with it.
+  auto folded = std::make_unique<PagedFakeState>(pool, std::vector{p0, p1, p2}, 6, own);
+  for (int32_t p : {p0, p1, p2}) pool->release(p);
+  cache.trim();
+  EXPECT_EQ(cache.bytes(), own) << "p0 and p1 are the live fold's too";
+  ASSERT_TRUE(cache.insert(ids({1, 2, 3, 4, 5, 6}), std::move(folded)));
+  EXPECT_LE(cache.bytes(), cache.budget());
+  EXPECT_EQ(cache.snapshots(), 1u) << "the older snapshot had to go";
+  EXPECT_TRUE(cache.contains(ids({1, 2, 3, 4, 5, 6})));
+  EXPECT_EQ(cache.bytes(), own + 3 * page);
+  cache.clear();
+  EXPECT_EQ(pool->used_pages(), 0);
+}
+
 // cache_key groups: using a conversation's newest snapshot keeps its older ones too; the least
 // recently used group goes first, and inside a group its oldest snapshot.
 TEST(PrefixCache, ConversationGroupsAgeTogether) {
