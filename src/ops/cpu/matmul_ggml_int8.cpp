@@ -23,6 +23,12 @@
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+// GCC 12 reports its own _mm512_undefined_*() inside intrinsics (_mm512_cvtepi32_ps, the 512-bit casts)
+// as uninitialised once rows_q8_0_x2's loops are unrolled: a known false positive in its headers.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #define KAPITSA_GGML_INT8 1
 #elif defined(__aarch64__)
@@ -303,6 +309,65 @@ void row_q8_0(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
     y[t * N] = hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// Q8_0 for 2–4 tokens at the avx512 level: R rows × TB tokens a pass, two blocks a 512-bit step. The
+// activation codes go in unsigned (q + 128, an XOR) so VPDPBUSD takes the signed weights as they are,
+// starting from −128·Σw (the same dot of the weights with 128s): Σ(q + 128)·w − 128·Σw = Σ q·w, the
+// int32 lanes row_q8_0 gets with the sign trick, without its two VPSIGNB per token. One step's 16
+// lanes are block 2j (low half) and 2j + 1 (high half); accumulator j % 2 of a token therefore holds
+// row_q8_0's chains 2·(j % 2) and 2·(j % 2) + 1 in its halves, each chain's blocks in the same order,
+// each block scaled by the same f32 product dw·dx and summed the same way at the end: the outputs are
+// bit-equal to row_q8_0's (one token) whatever TB (GgmlRowsOfSeveralTokensEqualEachTokenAlone).
+// Per weight pair a row costs 9 operations and a token pair 4; the 4 per row, token and pair make the
+// 2 × 4 tile ~1.8× less work than row_q8_0 per weight and token.
+template <int R, int TB>
+void rows_q8_0_x2(const uint8_t* row, int64_t row_bytes, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  const __m512i k128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[R][TB][2];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TB; ++t) acc[r][t][0] = acc[r][t][1] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool pair = b + 1 < nb;  // an odd block count ends on one block: the low halves only
+    const int j = static_cast<int>((b / 2) % 2);
+    __m512i w[R], negc[R];
+    __m512 dw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = row + r * row_bytes + b * 34;
+      const __m256i lo = load(blk + 2);
+      w[r] = pair ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), load(blk + 36), 1) : _mm512_zextsi256_si512(lo);
+      negc[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, w[r]));
+      uint16_t h0, h1 = 0;
+      std::memcpy(&h0, blk, 2);
+      if (pair) std::memcpy(&h1, blk + 34, 2);
+      const __m128 d01 = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(h0 | uint32_t{h1} << 16)));
+      dw[r] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(d01));
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + b * 32;
+      const float* dxp = a.d + (t0 + t) * nb + b;
+      const __m512i xu = _mm512_xor_si512(
+          k128, pair ? _mm512_loadu_si512(xq) : _mm512_zextsi256_si512(load(xq)));
+      const __m128 dx01 = pair ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(dxp))) : _mm_load_ss(dxp);
+      const __m512 dx = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dx01));
+      for (int r = 0; r < R; ++r) {
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(negc[r], xu, w[r]));
+        const __m512 sc = _mm512_mul_ps(dw[r], dx);
+        acc[r][t][j] = pair ? _mm512_fmadd_ps(p, sc, acc[r][t][j]) : _mm512_mask3_fmadd_ps(p, sc, acc[r][t][j], 0x00FF);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TB; ++t) {
+      const __m256 c0 = _mm512_castps512_ps256(acc[r][t][0]), c1 = _mm512_extractf32x8_ps(acc[r][t][0], 1);
+      const __m256 c2 = _mm512_castps512_ps256(acc[r][t][1]), c3 = _mm512_extractf32x8_ps(acc[r][t][1], 1);
+      y[t * N + r] = hsum(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)));
+    }
+}
+#define KAPITSA_Q8_0_X2 1
+#endif
+
 // Q4_K {d, dmin f16; scales[12]; qs[128]}, 144 bytes: per 64 values, 32 bytes of qs hold sub-block 2c
 // in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32.
 template <bool VNNI, int TB>
@@ -407,12 +472,39 @@ RowFn row_fn(GgmlType type, int64_t tb) {
   }
 }
 
+#if defined(KAPITSA_Q8_0_X2)
+// Rows [begin, end) × tokens [t0, t0 + tb) through rows_q8_0_x2, two rows a pass.
+template <int TB>
+void q8_0_x2(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0, float* y, int64_t N, size_t begin,
+             size_t end) {
+  size_t n = begin;
+  for (; n + 2 <= end; n += 2)
+    rows_q8_0_x2<2, TB>(blocks + static_cast<int64_t>(n) * row_bytes, row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
+  if (n < end)
+    rows_q8_0_x2<1, TB>(blocks + static_cast<int64_t>(n) * row_bytes, row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
+}
+void q8_0_x2(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0, int64_t tb, float* y, int64_t N,
+             size_t begin, size_t end) {
+  switch (tb) {
+    case 2: return q8_0_x2<2>(blocks, row_bytes, a, t0, y, N, begin, end);
+    case 3: return q8_0_x2<3>(blocks, row_bytes, a, t0, y, N, begin, end);
+    default: return q8_0_x2<4>(blocks, row_bytes, a, t0, y, N, begin, end);
+  }
+}
+#endif
+
 template <bool VNNI>
 void rows(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
   const size_t grain = static_cast<size_t>(std::max<int64_t>(1, (32 << 10) / row_bytes));
   parallel_for(static_cast<size_t>(N), grain, [&](size_t begin, size_t end) {
     for (int64_t t0 = 0; t0 < T; t0 += kTokens) {  // the task's rows stay in cache for the next tokens
       const int64_t tb = std::min<int64_t>(kTokens, T - t0);
+#if defined(KAPITSA_Q8_0_X2)
+      if (VNNI && type == GgmlType::q8_0 && tb >= 2) {
+        q8_0_x2(blocks, row_bytes, a, t0, tb, y, N, begin, end);
+        continue;
+      }
+#endif
       const RowFn f = row_fn<VNNI>(type, tb);
       for (size_t n = begin; n < end; ++n)
         f(blocks + static_cast<int64_t>(n) * row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
