@@ -34,14 +34,18 @@ __device__ __forceinline__ void pdl_trigger() {
 // kernel<<<grid, block, 0, s>>>(args...) with programmatic stream serialization allowed when
 // pdl_enabled(): only for kernels that call pdl_wait() as above.
 template <typename... P, typename... A>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+void launch_smem(void (*kernel)(P...), dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t s, A&&... args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = 0, cfg.stream = s;
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = dynamic_smem, cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr, cfg.numAttrs = pdl_enabled() ? 1 : 0;
   cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // an error is left for check_launch
+}
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A&&... args) {
+  launch_smem(kernel, grid, block, 0, s, std::forward<A>(args)...);
 }
 
 __device__ __forceinline__ float load_as_float(const void* p, ElemType t, int64_t i) {

@@ -206,6 +206,17 @@ bool gemv_pair_enabled() {
   }();
   return on;
 }
+// How many gemv_vec_kernel blocks the GPU holds at once (one wave): device 0's SMs × blocks an SM.
+template <typename W>
+int64_t vec_blocks_per_wave() {
+  static const int64_t n = [] {
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_vec_kernel<W>, kVecWarps * 32, 0);
+    return static_cast<int64_t>(sms) * per_sm;
+  }();
+  return n;
+}
 
 // parts: 1 … kGemvMaxParts weights of type W, one launch.
 template <typename W>
@@ -213,9 +224,15 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int p = 0; p < n_parts; ++p) aligned = aligned && reinterpret_cast<uintptr_t>(parts[p].w) % 16 == 0;
   // One token and rows of at most one round of loads (K ≤ 12 · 16 bytes a lane: the hidden size of the
-  // 4B shape): two rows a warp (gemv_pair_kernel).
-  const bool pair = aligned && T == 1 && K <= int64_t{kSwigluUnroll} * 32 * (16 / static_cast<int64_t>(sizeof(W))) &&
-                    gemv_pair_enabled();
+  // 4B shape): two rows a warp (gemv_pair_kernel). Rows of two rounds too when one row a warp would
+  // take more than one wave of blocks: Nemotron-3-Nano's 2688 rows of K = 4096 and 3712 are 672 blocks
+  // where an H200 holds 660, and its 52-layer decode went 244 → 253 tok/s through the pair kernel, while
+  // the 4B shape's 2560 rows (640 blocks, one wave) went 259 → 255: one wave of one row a warp is better.
+  const int64_t one_round = int64_t{kSwigluUnroll} * 32 * (16 / static_cast<int64_t>(sizeof(W)));
+  int64_t vec_blocks = 0;
+  for (int p = 0; p < n_parts; ++p) vec_blocks += (parts[p].N + kVecWarps - 1) / kVecWarps;
+  const bool pair = aligned && T == 1 && gemv_pair_enabled() &&
+                    (K <= one_round || (K <= 2 * one_round && vec_blocks > vec_blocks_per_wave<W>()));
   const bool generic = !aligned || T > 1;  // (matmul.cpp sends dense weights here for one token only)
   const int64_t per_block = generic ? kWarps : pair ? 2 * kVecWarps : kVecWarps;
   Job<W> job{};

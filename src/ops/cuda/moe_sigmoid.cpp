@@ -22,6 +22,7 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
                 kernels::kMoeMaxExperts);
   KAPITSA_CHECK(k >= 1 && k <= topk_group * (E / n_group), "moe_route_sigmoid: k = {} with {} experts in reach", k,
                 topk_group * (E / n_group));
+  KAPITSA_CHECK(k <= 32, "moe_route_sigmoid: k = {} (the cuda router's warp picks at most 32 experts a token)", k);
   KAPITSA_CHECK(expert_ids.numel() == T * k && expert_weights.numel() == T * k,
                 "moe_route_sigmoid: expert_ids {} / expert_weights {} must be [{}, {}]", expert_ids.shape().str(),
                 expert_weights.shape().str(), T, k);

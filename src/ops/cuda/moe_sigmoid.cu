@@ -18,6 +18,8 @@ __device__ __forceinline__ double biased(const float* row, const float* bias, in
 __global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias, int64_t E, int k, int n_group,
                                          int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights) {
   extern __shared__ double choice[];  // [E]
+  pdl_trigger();
+  pdl_wait();  // the logits
   const int lane = threadIdx.x;
   const int64_t t = blockIdx.x;
   const float* row = logits + t * E;
@@ -53,6 +55,7 @@ __global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias,
   int32_t* ti = ids + t * k;
   float* tw = weights + t * k;
   uint64_t taken = 0;  // bit s: expert lane + 32·s is chosen (E ≤ kMoeMaxExperts)
+  int mine = 0;       // lane j < k: the j-th choice
   for (int j = 0; j < k; ++j) {
     double v = 0.0;
     int best = -1;
@@ -62,16 +65,16 @@ __global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias,
     }
     warp_argmax(v, best);
     if ((best & 31) == lane) taken |= uint64_t{1} << (best >> 5);
-    if (lane == 0) ti[j] = best;
+    if (lane == j) mine = best;
   }
-  if (lane == 0) {  // in choice order, as the reference sums
-    double sum = 0.0;
-    for (int j = 0; j < k; ++j) sum += score(row, ti[j]);
-    for (int j = 0; j < k; ++j) {
-      double w = score(row, ti[j]);
-      if (renormalize) w /= sum + 1e-20;
-      tw[j] = static_cast<float>(w * scaling);
-    }
+  // Lane j < k scores its choice (the exps side by side, not one after another); lane 0 sums them in
+  // choice order, as the reference does, and every lane reads the sum. k ≤ 32 (moe_route_sigmoid).
+  const double w = lane < k ? score(row, mine) : 0.0;
+  double sum = 0.0;
+  for (int j = 0; j < k; ++j) sum += __shfl_sync(0xffffffffu, w, j);
+  if (lane < k) {
+    ti[lane] = mine;
+    tw[lane] = static_cast<float>((renormalize ? w / (sum + 1e-20) : w) * scaling);
   }
 }
 
@@ -80,8 +83,8 @@ __global__ void moe_route_sigmoid_kernel(const float* logits, const float* bias,
 void moe_route_sigmoid(const float* logits, const float* bias, int64_t T, int64_t E, int k, int n_group,
                        int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights, cudaStream_t s) {
   if (T > 0)
-    moe_route_sigmoid_kernel<<<static_cast<unsigned>(T), 32, static_cast<size_t>(E) * sizeof(double), s>>>(
-        logits, bias, E, k, n_group, topk_group, renormalize, scaling, ids, weights);
+    launch_smem(moe_route_sigmoid_kernel, static_cast<unsigned>(T), 32, static_cast<size_t>(E) * sizeof(double), s,
+                logits, bias, E, k, n_group, topk_group, renormalize, scaling, ids, weights);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels
