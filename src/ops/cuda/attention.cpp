@@ -52,18 +52,23 @@ kernels::AttentionArgs check_attention(const Tensor& q, const Tensor& o, int64_t
   return kernels::AttentionArgs{q.f32(), nullptr, nullptr, o.f32(), T, Hq, Hkv, D, q_pos0, scale, nullptr, 0};
 }
 
-// Split-K when (query, head) blocks alone would leave most multiprocessors idle: enough key ranges of
-// at least kMinKeysPerSplit keys for about two blocks per multiprocessor. Partials go to scratch.
+// Split-K when (query, head) blocks alone would leave most multiprocessors idle: key ranges of at least
+// kMinKeysPerSplit keys, up to about kBlocksPerSm blocks per multiprocessor. Partials go to scratch.
+// A block's 4 warps walk their keys one after another (a dependent load, dot and warp sum per key), so
+// a decode step's attention costs the keys per warp: with ranges of ≥ 256 keys and 2 blocks an SM, the
+// H200 decoded the 4B shape at 259 tok/s after a 512-token prompt against 300–308 after 16; ranges of ≥
+// 32 keys and 8 blocks an SM: 309.6 after 512, 292 after 2048 (was 257); Nemotron-3-Nano at full depth
+// 254 → 283 after 512, 227 → 269 after 2048 (docs/cuda.md, session 18).
 // max_keys: the most keys any query attends to.
 void choose_splits(kernels::AttentionArgs& a, int64_t max_keys) {
-  constexpr int64_t kMinKeysPerSplit = 256;
+  constexpr int64_t kMinKeysPerSplit = 32, kBlocksPerSm = 8;
   static const int64_t sm_count = [] {
     int n = 0;
     detail::check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
     return int64_t{n};
   }();
   const int64_t blocks = a.T * a.Hq;
-  const int64_t wanted = (2 * sm_count + blocks - 1) / blocks;
+  const int64_t wanted = (kBlocksPerSm * sm_count + blocks - 1) / blocks;
   const int64_t splits = std::min(wanted, (max_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
   if (splits <= 1) return;
   a.keys_per_split = (max_keys + splits - 1) / splits;
