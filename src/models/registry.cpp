@@ -79,11 +79,6 @@ Expected<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   if (dir.ends_with(".gguf")) {  // llama.cpp's format: config from the metadata, tensors renamed (gguf_checkpoint.h)
     KAPITSA_TRY(GgufCheckpoint gguf, open_gguf_checkpoint(dir));
     KAPITSA_TRY(const Entry* entry, find_entry(gguf.config));
-    if (options.device != Device::cpu)  // the CUDA backend has no kernels for llama.cpp's block types yet
-      for (const std::string& name : gguf.checkpoint.names())
-        if (const weights::TensorEntry* e = gguf.checkpoint.find(name); e != nullptr && e->ggml)
-          return error("{}: tensor '{}' is {}: GGUF block weights run on the CPU only for now (--device cpu)", dir,
-                       name, ggml_type_name(*e->ggml));
     KAPITSA_RETURN_IF_ERROR(check_device_memory(gguf.checkpoint, options.device, dir));
     return entry->load(gguf.config, std::move(gguf.checkpoint), options);
   }

@@ -291,6 +291,8 @@ TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
   EXPECT_DEATH((void)Linear::ggml(Tensor(DType::u8, {1, 66}, b.data()), GgmlType::iq2_xxs, 256), "IQ2_XXS");
 }
 
+bool on_cuda(const BackendTable& b) { return b.name == std::string_view("cuda"); }
+
 // Random blocks of a type: random bytes, with each f16 scale field set to a finite value in ±[2^-8, 2].
 std::vector<uint8_t> random_blocks(Rng& r, GgmlType type, int64_t N, int64_t K) {
   const auto info = *ggml_type_info(static_cast<uint32_t>(type));
@@ -356,7 +358,7 @@ constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,  
 // its row's largest: the cpu decoder computes scale·q + offset, ref ggml's own order of operations).
 TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   const std::optional<cpu::Level> level = cpu::level_of(backend());
-  if (!level) GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
+  if (!level && !on_cuda(backend())) GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
   Rng r;
   SCOPED_TRACE(r.trace());
   for (GgmlType type : kTypes) {
@@ -371,13 +373,14 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
       test::run(test::ref(), matmul, x, w, yr);
       test::run(backend(), matmul, x, w, yc);
       std::vector<float> row(static_cast<size_t>(K));
-      const bool int8 = KAPITSA_CPU_AT(*level, ggml_int8_activations)(type, T);
+      const bool int8 = level && KAPITSA_CPU_AT(*level, ggml_int8_activations)(type, T);
       for (int64_t n = 0; n < N; ++n) {
         ref::dequantize_row(w, n, row.data());
         for (int64_t t = 0; t < T; ++t) {
           double mag = 0;
           for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
-          const double rounding = int8 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, KAPITSA_CPU_AT(*level, ggml_int8_block)(type)) : 0;
+          const double rounding =
+              int8 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, KAPITSA_CPU_AT(*level, ggml_int8_block)(type)) : 0;
           ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
         }
       }
@@ -397,10 +400,10 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
 
 // Each row of a matmul over 2–8 tokens equals, bit for bit, the same token's row alone (what speculative
 // verification needs; test_affine.cpp says why), for the types the cpu decodes per token at that count:
-// the int8-activation ones and Kapitsa's float blocks. K = 288 gives Q8_0 a block count (9) that is not a
-// multiple of its accumulation chains.
+// the int8-activation ones and Kapitsa's float blocks (the cuda GEMV decodes every type per token). K = 288
+// gives Q8_0 a block count (9) that is not a multiple of its accumulation chains.
 TEST_P(OnBackend, GgmlRowsOfSeveralTokensEqualEachTokenAlone) {
-  if (!cpu::level_of(backend())) GTEST_SKIP() << "a property of the cpu kernels";
+  if (!cpu::level_of(backend()) && !on_cuda(backend())) GTEST_SKIP() << "a property of the cpu and cuda kernels";
   Rng r;
   SCOPED_TRACE(r.trace());
   for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::f8_e4m3_32, GgmlType::fp4_e2m1_32})
@@ -470,6 +473,45 @@ TEST(GgmlInt8, GemvMatchesRefWithinActivationRounding) {
     }
   }
   if (levels_run == 0) GTEST_SKIP() << "no level with the int8-activation GEMV on this CPU (it needs AVX2/FMA/F16C, or NEON)";
+}
+
+// matmul_experts over block experts (the cuda backend routes them on the device): every backend against
+// ref, random ids with repeats, rows not a multiple of a block of rows. Tolerance as the matmul test's.
+TEST_P(OnBackend, GgmlMatmulExpertsMatchRef) {
+  const std::optional<cpu::Level> level = cpu::level_of(backend());
+  if (!level && !on_cuda(backend())) GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::mxfp4}) {
+    const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+    const int64_t T = 3, k = 2, E = 5, N = 1 + static_cast<int64_t>(r.gen() % 19), K = 256 * (1 + static_cast<int64_t>(r.gen() % 2));
+    const int64_t row_bytes = K / info.block_size * info.block_bytes;
+    SCOPED_TRACE(fmt::format("{} N={} K={}", info.name, N, K));
+    std::vector<uint8_t> bytes = random_blocks(r, type, E * N, K);
+    std::vector<Linear> experts;
+    for (int64_t e = 0; e < E; ++e)
+      experts.push_back(Linear::ggml(Tensor(DType::u8, {N, row_bytes}, bytes.data() + e * N * row_bytes), type, K));
+    const Buffer x = test::random_f32(r, {T, K});
+    Buffer ids = Buffer::zeros(DType::i32, {T, k});
+    int32_t* id = ids.tensor().data_as<int32_t>();
+    for (int64_t i = 0; i < T * k; ++i) id[i] = static_cast<int32_t>(r.gen() % E);
+    Buffer yr = Buffer::zeros(DType::f32, {T * k, N}), yc = Buffer::allocate(DType::f32, {T * k, N});
+    for (int64_t i = 0; i < T * k * N; ++i) yc.f32()[i] = std::nanf("");  // every row is written
+    test::run(test::ref(), matmul_experts, x, experts, ids, yr);
+    test::run(backend(), matmul_experts, x, experts, ids, yc);
+    const int64_t int8_block = level ? KAPITSA_CPU_AT(*level, ggml_int8_block)(type) : 0;  // an upper bound if unused
+    std::vector<float> row(static_cast<size_t>(K));
+    for (int64_t p = 0; p < T * k; ++p)
+      for (int64_t n = 0; n < N; ++n) {
+        ref::dequantize_row(experts[static_cast<size_t>(id[p])], n, row.data());
+        const float* xp = x.f32() + p / k * K;
+        double mag = 0;
+        for (int64_t i = 0; i < K; ++i) mag += std::abs(static_cast<double>(xp[i]) * row[static_cast<size_t>(i)]);
+        const double rounding = int8_block > 0 ? int8_rounding_bound(xp, row.data(), K, int8_block) : 0;
+        ASSERT_NEAR(yc.f32()[p * N + n], yr.f32()[p * N + n], rounding + 2e-6 * mag + 1e-7)
+            << "p=" << p << " n=" << n << " expert " << id[p];
+      }
+  }
 }
 
 }  // namespace

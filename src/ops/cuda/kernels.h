@@ -112,6 +112,30 @@ bool affine_experts_int16(const AffineArgs& a, bool aligned);
 void affine_experts(const float* x, const void* scratch, const AffineArgs& a, const ExpertRoute& route, float* y,
                     int64_t T, int64_t N, bool aligned, cudaStream_t s);
 
+// ggml.cu — llama.cpp block weights (WeightFormat::ggml): row n of the weight is K / block_size blocks
+// of `type` (ggml's type number, tensor/ggml_type.h) back to back at blocks + n·row_bytes; K a multiple
+// of 32. ggml_supported: the types the device decodes (every type ref decodes).
+struct GgmlArgs {
+  const uint8_t* blocks;
+  uint32_t type;
+  int64_t K, row_bytes;
+};
+bool ggml_supported(uint32_t type);
+// out: [R, K] f32 = rows rows[r] (r itself when rows is null) dequantized, bit-equal to ref's.
+void dequantize_ggml(const GgmlArgs& a, const int32_t* rows, float* out, int64_t R, cudaStream_t s);
+// y: [T, N] = x: [T, K] · dequant(w)ᵀ, T ≤ kGemvMaxTokens, x 16-byte aligned; each token's row the
+// same bits whatever T.
+void ggml_gemv(const float* x, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
+// Routed experts: y[p, :] = x[p / k, :] · dequant(expert ids[p])ᵀ for p < T·k, table[e] expert e's blocks
+// (on the device; every expert of a's shape and row_bytes); an id outside [0, E) writes NaN.
+struct GgmlRoute {
+  const uint8_t* const* table;
+  const int32_t* ids;
+  int64_t E, k;
+};
+void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, float* y, int64_t T, int64_t N,
+                  cudaStream_t s);
+
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,
               cudaStream_t s);

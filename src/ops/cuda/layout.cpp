@@ -14,7 +14,8 @@ using detail::is_weight_dtype;
 using detail::rows_of;
 using detail::stream;
 
-// table: [V, H] f32|f16|bf16, or MLX affine (rows dequantized straight into out);  out: [T, H] f32.
+// table: [V, H] f32|f16|bf16, MLX affine or llama.cpp blocks (rows dequantized straight into out);
+// out: [T, H] f32.
 void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
   if (linear.format() == WeightFormat::affine) {
     const kernels::AffineArgs a = detail::affine_args(linear, "embedding");
@@ -27,6 +28,19 @@ void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor&
                     "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
     kernels::dequantize_affine(a, detail::upload(ids, detail::Slot::span0), out.f32(), T, stream());
     check_launch("embedding (affine)");
+    return;
+  }
+  if (linear.format() == WeightFormat::ggml) {
+    const kernels::GgmlArgs a = detail::ggml_args(linear, "embedding");
+    detail::check_f32(out, "embedding", "out");
+    const int64_t V = linear.rows(), H = linear.cols(), T = static_cast<int64_t>(ids.size());
+    KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}",
+                  out.shape().str(), T, H);
+    for (int64_t t = 0; t < T; ++t)
+      KAPITSA_CHECK(0 <= ids[static_cast<size_t>(t)] && ids[static_cast<size_t>(t)] < V,
+                    "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
+    kernels::dequantize_ggml(a, detail::upload(ids, detail::Slot::span0), out.f32(), T, stream());
+    check_launch("embedding (ggml)");
     return;
   }
   const Tensor& table = linear.dense("embedding");

@@ -21,6 +21,7 @@ using detail::stream;
 
 namespace {
 void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
+void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y);
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -36,10 +37,11 @@ const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
 }
 }  // namespace
 
-// x: [T, K] f32;  w: [N, K] f32|f16|bf16, or MLX affine (up to kGemvMaxTokens rows: the fused
+// x: [T, K] f32;  w: [N, K] f32|f16|bf16, MLX affine (up to kGemvMaxTokens rows: the fused
 // dequantize-GEMV, for 4 bits on x rounded to int16; more: dequantized to f32 in scratch, then the f32
-// path);  y: [T, N] f32.
+// path) or llama.cpp blocks (ggml_matmul);  y: [T, N] f32.
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  if (linear.format() == WeightFormat::ggml) return ggml_matmul(x, linear, y);
   if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
   const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
   const int64_t N = linear.rows(), K = linear.cols();
@@ -154,6 +156,29 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
 }
 
 namespace {
+// x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: the
+// dequantize-and-dot GEMV. More (prefill): the weight dequantized to f32 in scratch, then SGEMM — exact
+// in x, but f32 tensor-core-free speed (not fast yet: docs/cuda.md).
+void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  const kernels::GgmlArgs a = detail::ggml_args(linear, "matmul");
+  const int64_t N = linear.rows(), K = linear.cols();
+  check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");
+  const int64_t T = detail::rows_of(x);
+  KAPITSA_CHECK(x.dim(-1) == K && y.dim(-1) == N && detail::rows_of(y) == T && (x.data() != y.data() || x.numel() == 0),
+                "matmul: x {}, {} w [{}, {}], y {} (y must not alias x)", x.shape().str(),
+                ggml_type_name(linear.ggml_type()), N, K, y.shape().str());
+  if (T == 0 || N == 0) return;
+  if (T <= kernels::kGemvMaxTokens && aligned16(x.data())) {
+    kernels::ggml_gemv(x.f32(), a, y.f32(), T, N, stream());
+    check_launch("matmul (ggml gemv)");
+    return;
+  }
+  float* w32 = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(N * K) * sizeof(float)));
+  kernels::dequantize_ggml(a, nullptr, w32, N, stream());
+  check_launch("matmul (dequantize ggml)");
+  dense_matmul(x, Tensor(DType::f32, {N, K}, w32, Device::cuda), y);
+}
+
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened).
 void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");

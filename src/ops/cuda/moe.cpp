@@ -93,13 +93,36 @@ void affine_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   kernels::affine_experts(x.f32(), scratch, a, route, y.f32(), T, experts.front().rows(), aligned, detail::stream());
   detail::check_launch("matmul_experts (affine)");
 }
+// matmul_experts over llama.cpp block experts (one type and shape): the experts' block pointers as a
+// device table (uploaded once), the routed GEMV.
+void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const char* op = "matmul_experts";
+  const kernels::GgmlArgs a = detail::ggml_args(experts.front(), op);
+  KAPITSA_CHECK(reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 && expert_ids.numel() <= 65535,
+                "{}: block experts need x 16-byte aligned and at most 65535 (token, choice) pairs, got {}", op,
+                expert_ids.numel());
+  std::vector<const uint8_t*> table;
+  table.reserve(experts.size());
+  for (const Linear& w : experts) {
+    const kernels::GgmlArgs e = detail::ggml_args(w, op);
+    KAPITSA_CHECK(e.type == a.type && e.row_bytes == a.row_bytes, "{}: experts of different block types", op);
+    table.push_back(e.blocks);
+  }
+  const auto* device_table = static_cast<const uint8_t* const*>(
+      detail::upload_constant(table.data(), table.size() * sizeof(const uint8_t*)));
+  const kernels::GgmlRoute route{device_table, expert_ids.data_as<const int32_t>(), static_cast<int64_t>(experts.size()),
+                                 expert_ids.dim(1)};
+  kernels::ggml_experts(x.f32(), a, route, y.f32(), expert_ids.dim(0), experts.front().rows(), detail::stream());
+  detail::check_launch("matmul_experts (ggml)");
+}
 }  // namespace
 
-// x: [T, K];  experts[e]: [N, K] dense or MLX affine;  expert_ids: [T, k] i32 on the device;  y: [T·k, N].
+// x: [T, K];  experts[e]: [N, K] dense, MLX affine or llama.cpp blocks;  expert_ids: [T, k] i32 on the device;  y: [T·k, N].
 void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
   const char* op = "matmul_experts";
   check_f32(x, op, "x"), check_f32(y, op, "y"), detail::check_on_device(expert_ids, op, "expert_ids");
   if (experts.front().format() == WeightFormat::affine) return affine_experts(x, experts, expert_ids, y);
+  if (experts.front().format() == WeightFormat::ggml) return ggml_experts(x, experts, expert_ids, y);
   const Tensor& w0 = experts.front().dense(op);  // stops naming the format for other quantized experts
   KAPITSA_CHECK(detail::is_weight_dtype(w0.dtype()), "{}: expert dtype {} (F32, F16 or BF16)", op,
                 dtype_name(w0.dtype()));

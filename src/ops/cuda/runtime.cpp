@@ -216,6 +216,16 @@ kernels::AffineArgs affine_args(const Linear& w, const char* op) {
                              elem_type(w.scales().dtype()), w.bits(), w.group_size(), w.cols(), w.weight().dim(1)};
 }
 
+kernels::GgmlArgs ggml_args(const Linear& w, const char* op) {
+  KAPITSA_CHECK(w.format() == WeightFormat::ggml && w.weight().rank() == 2 && w.weight().dtype() == DType::u8,
+                "{}: weight format {} {} (a 2-D block weight)", op, weight_format_name(w.format()), w.weight().shape().str());
+  const auto type = static_cast<uint32_t>(w.ggml_type());
+  KAPITSA_CHECK(kernels::ggml_supported(type), "{}: the cuda backend has no kernel for {} blocks", op,
+                ggml_type_name(w.ggml_type()));
+  check_on_device(w.weight(), op, "blocks");
+  return kernels::GgmlArgs{static_cast<const uint8_t*>(w.weight().data()), type, w.cols(), w.weight().dim(1)};
+}
+
 void check_on_device(const Tensor& t, const char* op, const char* name) {
   KAPITSA_CHECK(t.numel() == 0 || (t.device() == Device::cuda && t.data() != nullptr),
                 "{}: {} must be a tensor on the cuda device", op, name);

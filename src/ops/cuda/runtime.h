@@ -106,6 +106,9 @@ kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqB
 // An MLX affine Linear's kernel arguments (dequantize.cu), after checking that its codes, scales and
 // biases live on the GPU. `op` names the caller in errors.
 kernels::AffineArgs affine_args(const Linear& w, const char* op);
+// The kernels' view of a 2-D llama.cpp block weight (WeightFormat::ggml) on the device, or an error naming
+// the op and the block type when the device has no decoder for it.
+kernels::GgmlArgs ggml_args(const Linear& w, const char* op);
 
 // Argument checks every op shares: the tensor lives on the GPU (or is empty with no elements).
 void check_on_device(const Tensor& t, const char* op, const char* name);
