@@ -12,6 +12,7 @@
 #include "fixture_reference.h"
 #include "model_logits.h"
 #include "models/model.h"
+#include "ops/cpu/cpu.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
 #include "ops/step_graph.h"
@@ -297,54 +298,74 @@ TEST_P(CudaAffine, FourBitDecodesAsOnTheCpu) {
 }
 
 // A GGUF file of llama.cpp blocks (the fixture's Q8_0 file, from llama.cpp's converter) on the GPU: the
-// blocks stay packed on the device (the dequantize-and-dot GEMV for one token, dequantized rows and
-// cuBLAS for the prompt, the embedding rows dequantized). Against the same file on the CPU's ref backend
-// (plain dequantization, f32 arithmetic; the cpu kernels round x to int8 instead): the prompt's logits
-// and 16 greedy decode steps within 1e-4 relative error, the same greedy ids.
-TEST(CudaGguf, Q8_0FileMatchesRefOnTheCpu) {
+// blocks stay packed on the device. The prompt (more than 8 tokens: dequantized rows and cuBLAS, x in
+// f32) against the same file on the CPU's ref backend (plain dequantization, f32): logits within 1e-4
+// relative error, the same argmax. Decoding token by token (the int8-activation GEMV, x rounded as the
+// cpu backend rounds it) against the cpu backend doing the same where its level has that GEMV: the same
+// greedy ids, logits within 1e-2 — not 1e-4: the two backends' other ops differ by ~1e-6, and an x
+// value that close to a rounding boundary moves its int8 code by a whole step (max|x|/127 of its block;
+// measured on the H200: 3.8e-3). The op tests bound the kernels themselves tightly
+// (GgmlInt8GemvRoundsXAsTheCpuBackend: 2e-6 of Σ|x·w| on identical inputs).
+TEST(CudaGguf, Q8_0FileMatchesTheCpu) {
   KAPITSA_SKIP_WITHOUT_GPU();
   const std::string path = test_data_path("fixtures/gguf/qwen35-dense-tiny-Q8_0.gguf");
   FixtureReference ref = load_fixture_reference(test_data_path("fixtures/qwen35-dense-tiny"));
-  struct Run {
-    Buffer prompt;
-    std::vector<Buffer> steps;
-    std::vector<int32_t> ids;
-  };
-  auto run = [&](Device device) {
+  const int64_t T = static_cast<int64_t>(ref.prompt_ids.size());
+  ASSERT_GT(T, 8) << "the prompt must take the prefill path";
+  auto load = [&](Device device) {
     models::LoadOptions o;
     o.device = device;
     auto model = models::load_model(path, o);
     EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
-    Run r;
-    if (!model.ok()) return r;
-    const int64_t T = static_cast<int64_t>(ref.prompt_ids.size()), V = (*model)->info().vocab_size;
-    auto state = (*model)->new_state(T + 16);
-    r.prompt = Buffer::allocate(DType::f32, {T, V});
-    EXPECT_TRUE((*model)->forward(ref.prompt_ids, *state, r.prompt).ok());
-    int32_t next = argmax(r.prompt.f32() + (T - 1) * V, V);
-    for (int i = 0; i < 16; ++i) {
-      r.ids.push_back(next);
-      r.steps.push_back(Buffer::allocate(DType::f32, {1, V}));
-      EXPECT_TRUE((*model)->forward(std::span<const int32_t>(&next, 1), *state, r.steps.back()).ok());
-      next = argmax(r.steps.back().f32(), V);
-    }
-    return r;
+    return model;
   };
-  const Run gpu = run(Device::cuda);
-  Run cpu;
+  auto prompt_logits = [&](Device device) {
+    auto model = load(device);
+    if (!model.ok()) return Buffer();
+    auto state = (*model)->new_state(T);
+    Buffer logits = Buffer::allocate(DType::f32, {T, (*model)->info().vocab_size});
+    EXPECT_TRUE((*model)->forward(ref.prompt_ids, *state, logits).ok());
+    return logits;
+  };
+  // Greedy decoding fed one token at a time from the prompt's first token: [steps, V] logits and the ids.
+  auto decode = [&](Device device, std::vector<int32_t>& ids) {
+    auto model = load(device);
+    if (!model.ok()) return Buffer();
+    const int64_t steps = 24, V = (*model)->info().vocab_size;
+    auto state = (*model)->new_state(steps);
+    Buffer logits = Buffer::allocate(DType::f32, {steps, V});
+    int32_t next = ref.prompt_ids[0];
+    for (int64_t i = 0; i < steps; ++i) {
+      Buffer step = Buffer::allocate(DType::f32, {1, V});
+      EXPECT_TRUE((*model)->forward(std::span<const int32_t>(&next, 1), *state, step).ok());
+      std::copy(step.f32(), step.f32() + V, logits.f32() + i * V);
+      next = i + 1 < T ? ref.prompt_ids[static_cast<size_t>(i + 1)] : argmax(step.f32(), V);
+      ids.push_back(next);
+    }
+    return logits;
+  };
+  const Buffer gpu_prompt = prompt_logits(Device::cuda);
+  Buffer ref_prompt;
   {
     ops::ScopedBackend on(ops::find_backend("ref"));
-    cpu = run(Device::cpu);
+    ref_prompt = prompt_logits(Device::cpu);
   }
-  ASSERT_EQ(gpu.steps.size(), 16u);
-  ASSERT_EQ(cpu.steps.size(), 16u);
-  const double e = relative_error(gpu.prompt, cpu.prompt);
-  double worst = 0;
-  for (size_t i = 0; i < gpu.steps.size(); ++i) worst = std::max(worst, relative_error(gpu.steps[i], cpu.steps[i]));
-  std::printf("Q8_0 GGUF, cuda vs ref: prompt logits rel. error %.2e, decode steps at most %.2e\n", e, worst);
+  ASSERT_FALSE(gpu_prompt.tensor().empty() || ref_prompt.tensor().empty());
+  const double e = relative_error(gpu_prompt, ref_prompt);
+  std::printf("Q8_0 GGUF prompt, cuda vs ref: rel. error %.2e\n", e);
   EXPECT_LE(e, 1e-4);
-  EXPECT_LE(worst, 1e-4);
-  EXPECT_EQ(gpu.ids, cpu.ids);
+  EXPECT_EQ(top1_agreement(gpu_prompt, ref_prompt), 1.0);
+
+  const std::optional<ops::cpu::Level> level = ops::cpu::level_of(*ops::find_backend("cpu"));
+  if (!level || KAPITSA_CPU_AT(*level, ggml_int8_block)(GgmlType::q8_0) != 32)
+    GTEST_SKIP() << "the decode comparison needs a cpu level with the int8-activation GEMV";
+  std::vector<int32_t> gpu_ids, cpu_ids;
+  const Buffer gpu = decode(Device::cuda, gpu_ids), cpu = decode(Device::cpu, cpu_ids);
+  ASSERT_FALSE(gpu.tensor().empty() || cpu.tensor().empty());
+  const double d = relative_error(gpu, cpu);
+  std::printf("Q8_0 GGUF decode, cuda vs cpu (both int8 x): rel. error %.2e\n", d);
+  EXPECT_LE(d, 1e-2);
+  EXPECT_EQ(gpu_ids, cpu_ids);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaAffine,

@@ -293,6 +293,13 @@ TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
 
 bool on_cuda(const BackendTable& b) { return b.name == std::string_view("cuda"); }
 
+// The cuda backend's int8-activation GEMV (kernels.h): Q8_0, Q4_K and Q6_K for at most 8 tokens, x
+// rounded per block of these inputs as the cpu backend rounds it.
+int64_t cuda_int8_block(GgmlType t, int64_t tokens) {
+  if (tokens > 8) return 0;
+  return t == GgmlType::q8_0 ? 32 : (t == GgmlType::q4_k || t == GgmlType::q6_k) ? 256 : 0;
+}
+
 // Random blocks of a type: random bytes, with each f16 scale field set to a finite value in ±[2^-8, 2].
 std::vector<uint8_t> random_blocks(Rng& r, GgmlType type, int64_t N, int64_t K) {
   const auto info = *ggml_type_info(static_cast<uint32_t>(type));
@@ -353,8 +360,8 @@ constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,  
                                GgmlType::mxfp4, GgmlType::f8_e4m3_32, GgmlType::fp4_e2m1_32};
 
 // Every backend against ref on fresh random blocks: matmul for several token counts (relative to
-// Σ|x·w| per output: f32 accumulation against ref's f64; plus the int8 rounding bound where the cpu
-// backend rounds x to int8) and embedding rows (each value within 1e-6 of
+// Σ|x·w| per output: f32 accumulation against ref's f64; plus the int8 rounding bound where the cpu or
+// cuda backend rounds x to int8) and embedding rows (each value within 1e-6 of
 // its row's largest: the cpu decoder computes scale·q + offset, ref ggml's own order of operations).
 TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   const std::optional<cpu::Level> level = cpu::level_of(backend());
@@ -373,14 +380,15 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
       test::run(test::ref(), matmul, x, w, yr);
       test::run(backend(), matmul, x, w, yc);
       std::vector<float> row(static_cast<size_t>(K));
-      const bool int8 = level && KAPITSA_CPU_AT(*level, ggml_int8_activations)(type, T);
+      const int64_t int8_block = level ? (KAPITSA_CPU_AT(*level, ggml_int8_activations)(type, T)
+                                              ? KAPITSA_CPU_AT(*level, ggml_int8_block)(type) : 0)
+                                       : cuda_int8_block(type, T);
       for (int64_t n = 0; n < N; ++n) {
         ref::dequantize_row(w, n, row.data());
         for (int64_t t = 0; t < T; ++t) {
           double mag = 0;
           for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
-          const double rounding =
-              int8 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, KAPITSA_CPU_AT(*level, ggml_int8_block)(type)) : 0;
+          const double rounding = int8_block > 0 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, int8_block) : 0;
           ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
         }
       }
@@ -475,6 +483,41 @@ TEST(GgmlInt8, GemvMatchesRefWithinActivationRounding) {
   if (levels_run == 0) GTEST_SKIP() << "no level with the int8-activation GEMV on this CPU (it needs AVX2/FMA/F16C, or NEON)";
 }
 
+// The cuda int8-activation GEMV rounds x as the cpu backend's does (same blocks, same codes and scales)
+// and sums the integer products exactly: the two agree to f32 summation order (2e-6 of Σ|x·w|), far
+// inside the rounding bound each has against ref. Runs where a GPU and a cpu level with the int8 GEMV
+// meet (the GPU machine).
+TEST_P(OnBackend, GgmlInt8GemvRoundsXAsTheCpuBackend) {
+  if (!on_cuda(backend())) GTEST_SKIP() << "compares the cuda backend with the cpu one";
+  const BackendTable* cpu_table = find_backend("cpu");
+  const std::optional<cpu::Level> level = cpu_table ? cpu::level_of(*cpu_table) : std::nullopt;
+  if (!level || KAPITSA_CPU_AT(*level, ggml_int8_block)(GgmlType::q8_0) == 0)
+    GTEST_SKIP() << "this CPU's level has no int8-activation GEMV";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k})
+    for (int64_t T : {1, 5}) {
+      const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+      const int64_t N = 1 + static_cast<int64_t>(r.gen() % 37), K = 256 * (1 + static_cast<int64_t>(r.gen() % 4));
+      SCOPED_TRACE(fmt::format("{} T={} N={} K={}", info.name, T, N, K));
+      std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
+      const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
+      Buffer x = test::random_f32(r, {T, K});
+      Buffer yc = Buffer::allocate(DType::f32, {T, N}), yg = Buffer::allocate(DType::f32, {T, N});
+      test::run(*cpu_table, matmul, x, w, yc);
+      test::run(backend(), matmul, x, w, yg);
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n) {
+        ref::dequantize_row(w, n, row.data());
+        for (int64_t t = 0; t < T; ++t) {
+          double mag = 0;
+          for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
+          ASSERT_NEAR(yg.f32()[t * N + n], yc.f32()[t * N + n], 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
+        }
+      }
+    }
+}
+
 // matmul_experts over block experts (the cuda backend routes them on the device): every backend against
 // ref, random ids with repeats, rows not a multiple of a block of rows. Tolerance as the matmul test's.
 TEST_P(OnBackend, GgmlMatmulExpertsMatchRef) {
@@ -499,7 +542,8 @@ TEST_P(OnBackend, GgmlMatmulExpertsMatchRef) {
     for (int64_t i = 0; i < T * k * N; ++i) yc.f32()[i] = std::nanf("");  // every row is written
     test::run(test::ref(), matmul_experts, x, experts, ids, yr);
     test::run(backend(), matmul_experts, x, experts, ids, yc);
-    const int64_t int8_block = level ? KAPITSA_CPU_AT(*level, ggml_int8_block)(type) : 0;  // an upper bound if unused
+    // (an upper bound where that path is not taken)
+    const int64_t int8_block = level ? KAPITSA_CPU_AT(*level, ggml_int8_block)(type) : cuda_int8_block(type, 1);
     std::vector<float> row(static_cast<size_t>(K));
     for (int64_t p = 0; p < T * k; ++p)
       for (int64_t n = 0; n < N; ++n) {

@@ -2,13 +2,18 @@
 // f32 (prefill: then cuBLAS; embedding rows), and a dequantize-and-dot GEMV for 1–8 tokens (decode and
 // speculative verification) and for routed experts. Blocks are decoded 32 values at a time by
 // ggml_blocks.cuh, in ref's arithmetic.
-// GEMV: one warp per output row; lane l takes the row's 32-value units l, l + 32, …, decodes each once
-// and dots it with every token's x (f32, fused multiply-adds in a fixed order), then the warp sums. A
+// GEMV: one warp per output row, the row's bytes staged in shared memory; lane l takes the row's
+// 32-value units l, l + 32, …, decodes each once and dots it with every token's x (f32, fused
+// multiply-adds in a fixed order), then the warp sums. A
 // token's sums do not depend on how many tokens share the launch, so a row of a verification step is
 // bit-equal to the same token decoded alone (what speculative decoding's exactness needs).
 #include "ops/cuda/ggml_blocks.cuh"
 
+#include <cuda_pipeline.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
@@ -36,15 +41,65 @@ __global__ void dequantize_ggml_kernel(GgmlArgs a, const int32_t* rows, float* o
   }
 }
 
-// y: [T, N] = x: [T, K] · dequant(w)ᵀ, T ≤ MaxT; or, Routed, grid row p = blockIdx.y computes expert
-// ids[p] on x row p / k into y row p (T = 1 there; an id outside [0, E) writes NaN).
-template <uint32_t Type, int MaxT, bool Routed>
+// Per warp, one row of blocks staged in shared memory: its bytes copied with cp.async (16 or 4 bytes a
+// copy, every copy of the row in flight at once) before anything is decoded. Decoding straight from
+// global memory instead leaves a lane with one unit's few scattered words in flight at a time: the H200
+// measured 400–600 GB/s that way (docs/cuda.md).
+constexpr int64_t kStageMaxBytes = 12 * 1024;  // a warp's row (4 warps: 48 KB, the default smem cap)
+
+__device__ __forceinline__ void stage_row(uint8_t* stage, const uint8_t* row, int64_t bytes, int lane, bool vec16) {
+  if (vec16) {
+    for (int64_t i = 16 * lane; i < bytes; i += 32 * 16) __pipeline_memcpy_async(stage + i, row + i, 16);
+  } else {
+    for (int64_t i = 4 * lane; i < bytes; i += 32 * 4) __pipeline_memcpy_async(stage + i, row + i, 4);
+  }
+  __pipeline_commit();
+}
+
+// The row's dot products with T ≤ MaxT tokens of x (lane l: units l, l + 32, …), summed over the warp
+// into y[t·N + n].
+template <uint32_t Type, int MaxT>
+__device__ __forceinline__ void row_dots(const uint8_t* row, const float* __restrict__ x, int64_t K, float* y,
+                                         int64_t T, int64_t N, int64_t n, int lane) {
+  const int64_t units = K / 32;
+  float acc[MaxT] = {};
+  for (int64_t u = lane; u < units; u += 32) {
+    float v[32];
+    decode_row_unit<Type>(row, u, v);
+#pragma unroll
+    for (int t = 0; t < MaxT; ++t) {
+      if (MaxT > 1 && t >= T) break;
+      const auto* xt = reinterpret_cast<const float4*>(x + t * K + u * 32);
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float4 xv = xt[j];
+        dot = fmaf(v[4 * j], xv.x, dot), dot = fmaf(v[4 * j + 1], xv.y, dot);
+        dot = fmaf(v[4 * j + 2], xv.z, dot), dot = fmaf(v[4 * j + 3], xv.w, dot);
+      }
+      acc[t] += dot;
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < MaxT; ++t) {
+    if (MaxT > 1 && t >= T) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) y[t * N + n] = s;
+  }
+}
+
+// y: [T, N] = x: [T, K] · dequant(w)ᵀ, T ≤ MaxT, one warp per row; or, Routed, grid row p = blockIdx.y
+// computes expert ids[p] on x row p / k into y row p (T = 1 there; an id outside [0, E) writes NaN).
+// Staged: the row goes through shared memory (stage_row; row_bytes and the rows' addresses a multiple of
+// 4, of 16 with vec16); else it is decoded from global memory.
+template <uint32_t Type, int MaxT, bool Routed, bool Staged>
 __global__ void __launch_bounds__(kWarps * 32) ggml_gemv_kernel(const float* __restrict__ x, const GgmlArgs a,
                                                                 const GgmlRoute route, float* __restrict__ y,
-                                                                int64_t T, int64_t N) {
+                                                                int64_t T, int64_t N, bool vec16) {
+  extern __shared__ uint4 stage_area[];
   pdl_trigger();
-  const int lane = threadIdx.x & 31;
-  const int64_t n = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = int64_t{blockIdx.x} * kWarps + warp;
   if (n >= N) return;
   const uint8_t* blocks = a.blocks;
   if constexpr (Routed) {
@@ -59,34 +114,48 @@ __global__ void __launch_bounds__(kWarps * 32) ggml_gemv_kernel(const float* __r
     blocks = route.table[id];
   }
   const uint8_t* row = blocks + n * a.row_bytes;
-  const int64_t units = a.K / 32;
-  float v[32];
-  int64_t u = lane;
-  if (u < units) decode_row_unit<Type>(row, u, v);  // weights: before waiting for x's writer
-  if constexpr (!Routed) pdl_wait();
-  float acc[MaxT] = {};
-  for (; u < units; u += 32) {
-#pragma unroll
-    for (int t = 0; t < MaxT; ++t) {
-      if (MaxT > 1 && t >= T) break;
-      const auto* xt = reinterpret_cast<const float4*>(x + t * a.K + u * 32);
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float4 xv = xt[j];
-        dot = fmaf(v[4 * j], xv.x, dot), dot = fmaf(v[4 * j + 1], xv.y, dot);
-        dot = fmaf(v[4 * j + 2], xv.z, dot), dot = fmaf(v[4 * j + 3], xv.w, dot);
-      }
-      acc[t] += dot;
-    }
-    if (u + 32 < units) decode_row_unit<Type>(row, u + 32, v);
+  if constexpr (Staged) {
+    uint8_t* stage = reinterpret_cast<uint8_t*>(stage_area) + warp * ((a.row_bytes + 15) / 16 * 16);
+    stage_row(stage, row, a.row_bytes, lane, vec16);  // weights: before waiting for x's writer
+    if constexpr (!Routed) pdl_wait();
+    __pipeline_wait_prior(0);
+    __syncwarp();
+    row_dots<Type, MaxT>(stage, x, a.K, y, T, N, n, lane);
+  } else {
+    if constexpr (!Routed) pdl_wait();
+    row_dots<Type, MaxT>(row, x, a.K, y, T, N, n, lane);
   }
-#pragma unroll
-  for (int t = 0; t < MaxT; ++t) {
-    if (MaxT > 1 && t >= T) break;
-    const float s = warp_sum(acc[t]);
-    if (lane == 0) y[t * N + n] = s;
-  }
+}
+
+// How a GEMV reads its rows: staged (and with 16-byte copies) when every row start allows it.
+struct RowPlan {
+  bool staged, vec16;
+  size_t smem;
+};
+// KAPITSA_CUDA_GGML_STAGE=0 turns staging off (for measuring).
+bool staging_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_GGML_STAGE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+RowPlan plan_rows(const GgmlArgs& a, uintptr_t addresses) {  // addresses: the OR of every weight's base
+  RowPlan p{};
+  p.staged = staging_enabled() && a.row_bytes % 4 == 0 && addresses % 4 == 0 && a.row_bytes <= kStageMaxBytes;
+  p.vec16 = p.staged && a.row_bytes % 16 == 0 && addresses % 16 == 0;
+  p.smem = p.staged ? static_cast<size_t>(kWarps * ((a.row_bytes + 15) / 16 * 16)) : 0;
+  return p;
+}
+
+template <uint32_t Type, int MaxT, bool Routed>
+void launch_gemv(const RowPlan& p, dim3 grid, cudaStream_t s, const float* x, const GgmlArgs& a, const GgmlRoute& route,
+                 float* y, int64_t T, int64_t N) {
+  if (p.staged)
+    launch_smem(ggml_gemv_kernel<Type, MaxT, Routed, true>, grid, dim3(kWarps * 32), p.smem, s, x, a, route, y, T, N, p.vec16);
+  else
+    launch(ggml_gemv_kernel<Type, MaxT, Routed, false>, grid, dim3(kWarps * 32), s, x, a, route, y, T, N, false);
 }
 
 }  // namespace
@@ -107,20 +176,22 @@ void dequantize_ggml(const GgmlArgs& a, const int32_t* rows, float* out, int64_t
 void ggml_gemv(const float* x, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s) {
   if (T == 0 || N == 0) return;
   const dim3 grid(static_cast<unsigned>((N + kWarps - 1) / kWarps));
+  const RowPlan p = plan_rows(a, reinterpret_cast<uintptr_t>(a.blocks));
   ggml::with_type(a.type, [&](auto tag) {
     constexpr uint32_t Type = decltype(tag)::value;
-    if (T == 1) launch(ggml_gemv_kernel<Type, 1, false>, grid, dim3(kWarps * 32), s, x, a, GgmlRoute{}, y, T, N);
-    else launch(ggml_gemv_kernel<Type, kGemvMaxTokens, false>, grid, dim3(kWarps * 32), s, x, a, GgmlRoute{}, y, T, N);
+    if (T == 1) launch_gemv<Type, 1, false>(p, grid, s, x, a, GgmlRoute{}, y, T, N);
+    else launch_gemv<Type, kGemvMaxTokens, false>(p, grid, s, x, a, GgmlRoute{}, y, T, N);
   });
 }
 
-void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, float* y, int64_t T, int64_t N,
-                  cudaStream_t s) {
+void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, uintptr_t addresses, float* y, int64_t T,
+                  int64_t N, cudaStream_t s) {
   if (T == 0 || N == 0) return;
   const dim3 grid(static_cast<unsigned>((N + kWarps - 1) / kWarps), static_cast<unsigned>(T * route.k));
+  const RowPlan p = plan_rows(a, addresses);
   ggml::with_type(a.type, [&](auto tag) {
     constexpr uint32_t Type = decltype(tag)::value;
-    launch(ggml_gemv_kernel<Type, 1, true>, grid, dim3(kWarps * 32), s, x, a, route, y, int64_t{1}, N);
+    launch_gemv<Type, 1, true>(p, grid, s, x, a, route, y, int64_t{1}, N);
   });
 }
 

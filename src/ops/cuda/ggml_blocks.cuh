@@ -5,7 +5,8 @@
 // so a dequantized row is bit-equal to ref's.
 // Blocks are 2-byte aligned at best (Q8_0: 34 bytes, Q6_K: 210; MXFP4: 17): load_bytes reads the
 // aligned 32-bit words inside a byte range (a partial last word byte by byte, never past the range) and
-// shifts them into place, so a unit costs a few word loads, not one load per byte.
+// shifts them into place, so a unit costs a few word loads, not one load per byte. Plain (generic)
+// loads: the GEMV decodes rows it staged in shared memory.
 #pragma once
 
 #include "ops/cuda/kernel_util.cuh"
@@ -52,10 +53,10 @@ struct Bytes {
 // byte, so nothing past the requested range is touched (the last block of a weight ends its allocation).
 __device__ __forceinline__ uint32_t word_below(const uint32_t* base, int i, unsigned end) {
   const int have = static_cast<int>(end) - 4 * i;
-  if (have >= 4) return __ldg(base + i);
+  if (have >= 4) return base[i];
   uint32_t w = 0;
   const auto* q = reinterpret_cast<const uint8_t*>(base + i);
-  for (int b = 0; b < have; ++b) w |= static_cast<uint32_t>(__ldg(q + b)) << (8 * b);
+  for (int b = 0; b < have; ++b) w |= static_cast<uint32_t>(q[b]) << (8 * b);
   return w;
 }
 
@@ -67,7 +68,7 @@ __device__ __forceinline__ Bytes<N> load_bytes(const uint8_t* p) {
   const unsigned offset = static_cast<unsigned>(at & 3), end = offset + N;
   uint32_t raw[W + 1];
 #pragma unroll
-  for (int i = 0; i + 1 < W; ++i) raw[i] = __ldg(base + i);  // end ≥ 4(W − 1) + 1: whole words
+  for (int i = 0; i + 1 < W; ++i) raw[i] = base[i];  // end ≥ 4(W − 1) + 1: whole words
   raw[W - 1] = word_below(base, W - 1, end);
   raw[W] = word_below(base, W, end);
   Bytes<N> b;

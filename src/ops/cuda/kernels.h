@@ -127,14 +127,27 @@ void dequantize_ggml(const GgmlArgs& a, const int32_t* rows, float* out, int64_t
 // same bits whatever T.
 void ggml_gemv(const float* x, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
 // Routed experts: y[p, :] = x[p / k, :] · dequant(expert ids[p])ᵀ for p < T·k, table[e] expert e's blocks
-// (on the device; every expert of a's shape and row_bytes); an id outside [0, E) writes NaN.
+// (on the device; every expert of a's shape and row_bytes; `addresses` the OR of their host-known base
+// addresses, for the alignment the kernel may use); an id outside [0, E) writes NaN.
 struct GgmlRoute {
   const uint8_t* const* table;
   const int32_t* ids;
   int64_t E, k;
 };
-void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, float* y, int64_t T, int64_t N,
-                  cudaStream_t s);
+void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, uintptr_t addresses, float* y, int64_t T,
+                  int64_t N, cudaStream_t s);
+// ggml_int8.cu — the int8-activation path for Q8_0, Q4_K and Q6_K (ggml_int8_block: the inputs per x
+// scale, 32 or 256; 0 for other types), T ≤ kGemvMaxTokens: quantize_x_int8 rounds x: [T, K] into
+// `scratch` (ggml_int8_scratch_bytes) as the cpu backend does, then ggml_gemv_int8 / ggml_experts_int8
+// (every expert of one type) read it. An output moves by at most Σ|w_k|·dx_k/2 from the f32 result.
+// Off with KAPITSA_CUDA_GGML_INT8=0 (ggml_int8_enabled).
+int ggml_int8_block(uint32_t type);
+bool ggml_int8_enabled();
+size_t ggml_int8_scratch_bytes(int64_t T, int64_t K, int64_t B);
+void quantize_x_int8(const float* x, int64_t T, int64_t K, int64_t B, void* scratch, cudaStream_t s);
+void ggml_gemv_int8(const void* scratch, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
+void ggml_experts_int8(const void* scratch, const GgmlArgs& a, const GgmlRoute& route, float* y, int64_t T, int64_t N,
+                       cudaStream_t s);
 
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,

@@ -156,7 +156,8 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
 }
 
 namespace {
-// x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: the
+// x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: for Q8_0,
+// Q4_K and Q6_K the int8-activation GEMV (x rounded as the cpu backend rounds it), else the
 // dequantize-and-dot GEMV. More (prefill): the weight dequantized to f32 in scratch, then SGEMM — exact
 // in x, but f32 tensor-core-free speed (not fast yet: docs/cuda.md).
 void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
@@ -168,6 +169,14 @@ void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
                 "matmul: x {}, {} w [{}, {}], y {} (y must not alias x)", x.shape().str(),
                 ggml_type_name(linear.ggml_type()), N, K, y.shape().str());
   if (T == 0 || N == 0) return;
+  const int64_t B = kernels::ggml_int8_block(a.type);
+  if (T <= kernels::kGemvMaxTokens && B > 0 && K % B == 0 && kernels::ggml_int8_enabled()) {
+    void* xq = detail::scratch(detail::Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
+    kernels::quantize_x_int8(x.f32(), T, K, B, xq, stream());
+    kernels::ggml_gemv_int8(xq, a, y.f32(), T, N, stream());
+    check_launch("matmul (ggml int8 gemv)");
+    return;
+  }
   if (T <= kernels::kGemvMaxTokens && aligned16(x.data())) {
     kernels::ggml_gemv(x.f32(), a, y.f32(), T, N, stream());
     check_launch("matmul (ggml gemv)");

@@ -94,7 +94,7 @@ void affine_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   detail::check_launch("matmul_experts (affine)");
 }
 // matmul_experts over llama.cpp block experts (one type and shape): the experts' block pointers as a
-// device table (uploaded once), the routed GEMV.
+// device table (uploaded once), the routed GEMV (int8 x for Q8_0, Q4_K and Q6_K, as matmul).
 void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
   const char* op = "matmul_experts";
   const kernels::GgmlArgs a = detail::ggml_args(experts.front(), op);
@@ -103,16 +103,25 @@ void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor
                 expert_ids.numel());
   std::vector<const uint8_t*> table;
   table.reserve(experts.size());
+  uintptr_t addresses = 0;
   for (const Linear& w : experts) {
     const kernels::GgmlArgs e = detail::ggml_args(w, op);
     KAPITSA_CHECK(e.type == a.type && e.row_bytes == a.row_bytes, "{}: experts of different block types", op);
     table.push_back(e.blocks);
+    addresses |= reinterpret_cast<uintptr_t>(e.blocks);
   }
   const auto* device_table = static_cast<const uint8_t* const*>(
       detail::upload_constant(table.data(), table.size() * sizeof(const uint8_t*)));
   const kernels::GgmlRoute route{device_table, expert_ids.data_as<const int32_t>(), static_cast<int64_t>(experts.size()),
                                  expert_ids.dim(1)};
-  kernels::ggml_experts(x.f32(), a, route, y.f32(), expert_ids.dim(0), experts.front().rows(), detail::stream());
+  const int64_t T = expert_ids.dim(0), N = experts.front().rows(), K = a.K, B = kernels::ggml_int8_block(a.type);
+  if (B > 0 && K % B == 0 && kernels::ggml_int8_enabled()) {
+    void* xq = detail::scratch(Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
+    kernels::quantize_x_int8(x.f32(), T, K, B, xq, detail::stream());
+    kernels::ggml_experts_int8(xq, a, route, y.f32(), T, N, detail::stream());
+  } else {
+    kernels::ggml_experts(x.f32(), a, route, addresses, y.f32(), T, N, detail::stream());
+  }
   detail::check_launch("matmul_experts (ggml)");
 }
 }  // namespace
