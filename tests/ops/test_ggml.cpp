@@ -518,6 +518,39 @@ TEST_P(OnBackend, GgmlInt8GemvRoundsXAsTheCpuBackend) {
     }
 }
 
+// matmul_many over block weights of several types (the cuda backend rounds x once for the int8 GEMV
+// when their x blocks agree) equals each weight's matmul, bit for bit.
+TEST_P(OnBackend, GgmlMatmulManyEqualsEachMatmul) {
+  if (!cpu::level_of(backend()) && !on_cuda(backend())) GTEST_SKIP() << backend().name << " has no block kernels";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (const std::vector<GgmlType>& types : {std::vector<GgmlType>{GgmlType::q4_k, GgmlType::q6_k, GgmlType::q4_k},
+                                             std::vector<GgmlType>{GgmlType::q8_0, GgmlType::q8_0},
+                                             std::vector<GgmlType>{GgmlType::q8_0, GgmlType::q4_k, GgmlType::q5_0}})
+    for (int64_t T : {1, 4}) {
+      const int64_t K = 512;
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<Linear> w;
+      std::vector<Buffer> many, each;
+      for (GgmlType type : types) {
+        const auto info = *ggml_type_info(static_cast<uint32_t>(type));
+        const int64_t N = 1 + static_cast<int64_t>(r.gen() % 40);
+        bytes.push_back(random_blocks(r, type, N, K));
+        w.push_back(Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.back().data()), type, K));
+        many.push_back(Buffer::allocate(DType::f32, {T, N})), each.push_back(Buffer::allocate(DType::f32, {T, N}));
+      }
+      const Buffer x = test::random_f32(r, {T, K});
+      std::vector<Tensor> outs;
+      for (const Buffer& b : many) outs.push_back(b.tensor());
+      test::run(backend(), matmul_many, x, w, outs);
+      for (size_t i = 0; i < w.size(); ++i) {
+        test::run(backend(), matmul, x, w[i], each[i]);
+        for (int64_t j = 0; j < each[i].tensor().numel(); ++j)
+          ASSERT_EQ(many[i].f32()[j], each[i].f32()[j]) << "weight " << i << " (" << ggml_type_name(types[i]) << ") T=" << T;
+      }
+    }
+}
+
 // matmul_experts over block experts (the cuda backend routes them on the device): every backend against
 // ref, random ids with repeats, rows not a multiple of a block of rows. Tolerance as the matmul test's.
 TEST_P(OnBackend, GgmlMatmulExpertsMatchRef) {

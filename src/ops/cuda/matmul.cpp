@@ -92,6 +92,30 @@ bool affine_int16_many(const Tensor& x, std::span<const Linear> w, std::span<con
   check_launch("matmul_many (affine int16 gemv)");
   return true;
 }
+
+// matmul_many over llama.cpp blocks that all take the int8-activation GEMV with one x block size (a
+// step's q/k/v or gate/up): x rounded once, then each weight's GEMV. False (nothing done) otherwise.
+bool ggml_int8_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
+  const int64_t T = detail::rows_of(x), K = x.dim(-1);
+  if (w.size() < 2 || T > kernels::kGemvMaxTokens || !kernels::ggml_int8_enabled()) return false;
+  std::vector<kernels::GgmlArgs> args;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i].format() != WeightFormat::ggml || w[i].cols() != K) return false;
+    args.push_back(detail::ggml_args(w[i], "matmul_many"));
+    const int64_t B = kernels::ggml_int8_block(args.back().type);
+    if (B == 0 || K % B != 0 || B != kernels::ggml_int8_block(args[0].type)) return false;
+    check_f32(y[i], "matmul_many", "y[i]");
+    KAPITSA_CHECK(y[i].dim(-1) == w[i].rows() && detail::rows_of(y[i]) == T && y[i].data() != x.data(),
+                  "matmul_many: x {}, {} w[{}] [{}, {}], y[{}] {}", x.shape().str(), ggml_type_name(w[i].ggml_type()), i,
+                  w[i].rows(), K, i, y[i].shape().str());
+  }
+  const int64_t B = kernels::ggml_int8_block(args[0].type);
+  void* xq = detail::scratch(detail::Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
+  kernels::quantize_x_int8(x.f32(), T, K, B, xq, stream());
+  for (size_t i = 0; i < w.size(); ++i) kernels::ggml_gemv_int8(xq, args[i], y[i].f32(), T, w[i].rows(), stream());
+  check_launch("matmul_many (ggml int8 gemv)");
+  return true;
+}
 }  // namespace
 
 // x: [T, K] f32;  w[i]: [N_i, K];  y[i]: [T, N_i] f32. Dense weights of one dtype for a few tokens: one
@@ -105,7 +129,7 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
   for (const Linear& l : w)
     one_launch = one_launch && l.format() == WeightFormat::dense && l.weight().dtype() == w[0].weight().dtype();
   if (!one_launch) {
-    if (affine_int16_many(x, w, y)) return;
+    if (affine_int16_many(x, w, y) || ggml_int8_many(x, w, y)) return;
     for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
     return;
   }
