@@ -119,7 +119,8 @@ Expected<Linear> WeightLoader::fp8(const std::string& name, const std::string& m
   if (const int64_t i = first_nan_e4m3(w.data_as<const uint8_t>(), w.numel()); i >= 0)
     return error("{}: tensor '{}' has a NaN code (E4M3 0x{:02X}) at row {}, input {}", file, name,
                  w.data_as<const uint8_t>()[i], i / shape[1], i % shape[1]);
-  // On the cpu the codes stay 1 byte (+ an f32 scale per 32); the GPU has no kernels for them yet.
+  // On the cpu the codes stay 1 byte (+ an f32 scale per 32). The GPU decodes these blocks to f32 in its
+  // GEMV (ggml.cu), slower than its bf16 GEMV: bf16 there, at twice the memory.
   const bool blocks = device_ == Device::cpu && fp8_blocks_fit(*layout, shape[1]);
   const Linear l = blocks ? Linear::ggml(own(fp8_to_blocks(w, scales, *layout)), GgmlType::f8_e4m3_32, shape[1])
                           : Linear(own(dequantize_fp8(w, scales, *layout)));  // bf16 [N, K]
@@ -158,7 +159,7 @@ Expected<Linear> WeightLoader::mlx_block_float(const std::string& name, const st
     if (const int64_t i = first_nan_e4m3(codes, rows * K); i >= 0)
       return error("{}: tensor '{}' has a NaN code (E4M3 0x{:02X}) at flat index {}", checkpoint_.file_of(name), name,
                    codes[i], i);
-  if (device_ == Device::cpu && K % 32 == 0) {  // codes as stored, f32 scales (the GPU has no kernels for them yet)
+  if (device_ == Device::cpu && K % 32 == 0) {  // codes as stored, f32 scales (the GPU: bf16, as for FP8 above)
     Buffer blocks = block_float_to_blocks(f, codes, s, rows, K, 1.0f);
     const GgmlType type = f == BlockFloat::nvfp4 ? GgmlType::fp4_e2m1_32 : GgmlType::f8_e4m3_32;
     blocks.tensor() = blocks.tensor().reshape(with_last(shape, blocks.tensor().dim(-1)));
@@ -204,7 +205,7 @@ Expected<Linear> WeightLoader::nvfp4(const std::string& name, const std::string&
   weights::convert_to_f32(global, &g);
   const auto* c = codes.data_as<const uint8_t>();
   const auto* sc = scales.data_as<const uint8_t>();
-  // On the cpu 4-bit codes as stored + two f32 scales per 32 inputs; the GPU has no kernels for them yet.
+  // On the cpu 4-bit codes as stored + two f32 scales per 32 inputs (the GPU: bf16, as for FP8 above).
   const Linear l = device_ == Device::cpu && K % 32 == 0
                        ? Linear::ggml(own(block_float_to_blocks(BlockFloat::nvfp4, c, sc, N, K, g)), GgmlType::fp4_e2m1_32, K)
                        : Linear(own(dequantize_block_float(BlockFloat::nvfp4, c, sc, N, K, g)));  // bf16 [N, K]
