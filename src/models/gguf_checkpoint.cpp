@@ -27,7 +27,7 @@ enum class Fix {
   v_rows_tail,  // the rows after the q and k rows are V heads (in_proj_qkv; conv1d's channels)
   v_vector,     // a vector of one value per V head (dt_bias)
   a_log,        // -exp(A_log) per V head → A_log (any shape of that many values: Mamba-2's is [H, 1])
-  v_cols,       // columns are V heads (out_proj)
+  v_cols,       // columns are V heads (out_proj): kept in tiled order, the layer permutes its input
   ba_b,         // Qwen3-Next's packed in_proj_ba [Hk·2r, H] (per key head r rows of b, then r of a): the b rows
   ba_a,         // … the a rows
   flatten,      // an f32 tensor stored [n, 1] or [groups, n / groups] (Mamba-2's D, norm): read as [n]
@@ -176,7 +176,7 @@ class Builder {
         return rows_fixed(file, t, std::move(e), hf, src, row_bytes, qk, heads_.v_dim, rows, qk + v_rows);
       }
       case Fix::a_log: return add_a_log(file, t, hf);
-      case Fix::v_cols: return cols_fixed(file, t, hf);
+      case Fix::v_cols: return out_.add(hf, std::move(e), src, file->path(), file);  // as stored: gated_deltanet.h
       case Fix::none: case Fix::ba_b: case Fix::ba_a: case Fix::flatten: break;
     }
     return ok_status();
@@ -241,43 +241,6 @@ class Builder {
     weights::TensorEntry e = entry_of(t, hf);
     e.shape = {n};
     return out_.add(hf, std::move(e), buf->tensor().data_as<uint8_t>(), file->path(), buf);
-  }
-
-  // out_proj [H, value_dim]: each row's V-head column blocks back in HF order — moved as bytes when a head
-  // is whole blocks of the type, else the matrix is dequantized to f32 first.
-  Status cols_fixed(const std::shared_ptr<GgufFile>& file, const GgufTensor& t, const std::string& hf) {
-    const int64_t heads = heads_.k_heads * heads_.v_per_k, hd = heads_.v_dim;
-    if (t.shape.size() != 2 || t.shape[1] != heads * hd)
-      return error("{}: tensor '{}' has {} columns, expected {} V heads of {}", file->path(), t.name, t.shape.back(),
-                   heads, hd);
-    const auto info = *ggml_type_info(static_cast<uint32_t>(t.type));
-    const int64_t N = t.shape[0], K = t.shape[1];
-    const uint8_t* src = file->data(t);
-    weights::TensorEntry e = entry_of(t, hf);
-    if (hd % info.block_size == 0) {
-      const size_t head_bytes = static_cast<size_t>(hd / info.block_size * info.block_bytes);
-      const size_t row_bytes = head_bytes * static_cast<size_t>(heads);
-      auto buf = owned_bytes(e.nbytes);
-      uint8_t* dst = buf->tensor().data_as<uint8_t>();
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(dst + n * row_bytes + h * head_bytes, src + n * row_bytes + heads_.gguf_head(h) * head_bytes,
-                      head_bytes);
-      return out_.add(hf, std::move(e), dst, file->path(), buf);
-    }
-    if (!ggml_type_supported(t.type))
-      return error("{}: tensor '{}' has ggml type {}, which Kapitsa does not decode yet", file->path(), t.name, info.name);
-    auto buf = std::make_shared<Buffer>(Buffer::allocate(DType::f32, {N, K}));
-    const size_t row_bytes = static_cast<size_t>(K / info.block_size * info.block_bytes);
-    std::vector<float> row(static_cast<size_t>(K));
-    for (int64_t n = 0; n < N; ++n) {
-      ops::ref::dequantize_ggml(t.type, src + n * row_bytes, K, row.data());
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(buf->f32() + n * K + h * hd, row.data() + heads_.gguf_head(h) * hd, static_cast<size_t>(hd) * 4);
-    }
-    weights::TensorEntry dense;
-    dense.name = hf, dense.dtype = DType::f32, dense.shape = {N, K}, dense.nbytes = static_cast<size_t>(N * K * 4);
-    return out_.add(hf, std::move(dense), buf->tensor().data_as<uint8_t>(), file->path(), buf);
   }
 
   weights::Checkpoint& out_;

@@ -7,8 +7,9 @@
 //     backbone.layers.N.mixer.in_proj, token_embd → embed_tokens / embeddings, …;
 //   - Qwen3.5's GDN V heads: the converter reorders them from grouped-by-K-head to tiled order
 //     (in_proj_qkv's V rows, in_proj_z / a / b rows, A_log, dt_bias, conv1d's V channels, out_proj's
-//     columns); rows are put back in Hugging Face order in an owned copy; out_proj's columns are moved
-//     block by block when a head is whole blocks, else that matrix is dequantized to f32;
+//     columns); rows are put back in Hugging Face order in an owned copy; out_proj stays as stored (its
+//     blocks may span two heads) and the config says so ("kapitsa_gguf_out_proj_tiled"): the layer
+//     permutes out_proj's input heads instead (models/layers/gated_deltanet.h);
 //   - Qwen3-Next's packed in_proj_qkvz is written as Qwen3.5's in_proj_qkv + in_proj_z (read as such);
 //     its packed in_proj_ba is kept, and split here into in_proj_b and in_proj_a rows;
 //   - A_log stored as -exp(A_log) (ssm_a): log(-a) is taken back; Mamba-2's D and grouped norm weight

@@ -67,6 +67,9 @@ Expected<GgufModelConfig> qwen_config(const GgufFile& f, const std::string& arch
                  f.path(), a, k_heads, v_heads, inner);
   // Qwen3.5's converter tiles the V heads (_LinearAttentionVReorderBase); Qwen3-Next's keeps HF order.
   out.heads = GgufGdnHeads{k_heads, v_heads / k_heads, k_dim, inner / v_heads, out.family == GgufFamily::qwen35};
+  // out_proj stays in the file's column order (its blocks may span two V heads): the model permutes its
+  // input's heads to match (models/layers/gated_deltanet.cpp).
+  if (out.heads.reordered()) c["kapitsa_gguf_out_proj_tiled"] = true;
   c["hidden_size"] = hidden, c["num_hidden_layers"] = layers;
   c["num_attention_heads"] = n_heads, c["num_key_value_heads"] = n_kv, c["head_dim"] = head_dim;
   c["linear_num_key_heads"] = k_heads, c["linear_num_value_heads"] = v_heads;

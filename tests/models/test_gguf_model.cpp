@@ -81,7 +81,9 @@ TEST(GgufFiles, ValuesMatchGgufPy) {
 
 // The converter writes the fixture's bf16 matrices as they are, norms as 1 + w in f32, A_log as
 // -exp(A_log), conv1d squeezed and the GDN V heads reordered; read back, the model computes the same
-// logits as from the safetensors folder (measured: bit-identical).
+// logits as from the safetensors folder up to f32 rounding: out_proj keeps the file's column order and
+// its input's heads are permuted instead, so its sums run in another order (measured 1.6e-6; a wrong
+// permutation moves the logits by O(1)).
 TEST(GgufModel, Bf16FileGivesTheFixtureLogits) {
   const std::string src = test_data_path("fixtures/qwen35-dense-tiny");
   FixtureReference ref = load_fixture_reference(src);
@@ -90,7 +92,7 @@ TEST(GgufModel, Bf16FileGivesTheFixtureLogits) {
   ASSERT_FALSE(st.tensor().empty() || gg.tensor().empty());
   const double e = relative_error(gg, st);
   std::printf("BF16 GGUF vs safetensors: rel. error %.2e\n", e);
-  EXPECT_LE(e, 1e-6);
+  EXPECT_LE(e, 1e-5);
   EXPECT_EQ(top1_agreement(gg, st), 1.0);
 }
 

@@ -5,6 +5,7 @@
 
 #include "ops/ops.h"
 
+#include <array>
 #include <cmath>
 
 namespace kapitsa::models {
@@ -28,6 +29,28 @@ Expected<GdnWeights> GdnWeights::load(WeightLoader& loader, const std::string& p
   KAPITSA_TRY(w.out_proj, loader.linear(prefix + "out_proj.weight", {H, c.value_dim()}));
   return w;
 }
+
+namespace {
+// o: [T, Hv, Dv] in Hugging Face head order → out_proj's input [T, Hv·Dv]: o itself, or with c.out_proj_tiled
+// its heads in tiled order: viewed as [T·Hk, r·Dv] (key head k's r value heads in a row), its r column
+// blocks split out and joined as [T, r·Hk·Dv] (head k·r + j lands at j·Hk + k). Two copies of a row of
+// activations, against reading out_proj dequantized (4–8× its blocks' bytes).
+Tensor out_proj_input(const GdnConfig& c, const Tensor& o, Workspace& ws) {
+  const int64_t T = o.dim(0), Hk = c.n_k_heads, Hv = c.n_v_heads, Dv = c.v_head_dim, r = Hv / Hk;
+  if (!c.out_proj_tiled || r == 1) return o.reshape({T, Hv * Dv});
+  constexpr int64_t kMaxR = 8;
+  KAPITSA_CHECK(r <= kMaxR, "gated deltanet: {} value heads per key head in a tiled out_proj (at most {})", r, kMaxR);
+  std::array<Tensor, kMaxR> split, joined;
+  for (int64_t j = 0; j < r; ++j) {
+    split[static_cast<size_t>(j)] = ws.take(DType::f32, {T * Hk, Dv});
+    joined[static_cast<size_t>(j)] = split[static_cast<size_t>(j)].reshape({T, Hk * Dv});
+  }
+  ops::split_columns(o.reshape({T * Hk, r * Dv}), std::span<const Tensor>(split.data(), static_cast<size_t>(r)));
+  Tensor tiled = ws.take(DType::f32, {T, Hv * Dv});
+  ops::concat_columns(std::span<const Tensor>(joined.data(), static_cast<size_t>(r)), tiled);
+  return tiled;
+}
+}  // namespace
 
 void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const StepBatch& step, const Tensor& x,
                  const Tensor& out, ForwardContext& ctx) {
@@ -74,7 +97,7 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
     // GPU), reading q/k/v straight from mixed's rows. Longer sequences (prefill) keep the separate ops:
     // the fused kernel's block per head would walk their tokens with a quarter of the blocks.
     ops::gdn_core_varlen(mixed, a, b, w.A_log, w.dt_bias, z, w.norm, c.norm_eps, states, step.seqs, o);
-    ops::matmul(o.reshape({T, Hv * Dv}), w.out_proj, out);
+    ops::matmul(out_proj_input(c, o, ws), w.out_proj, out);
     return;
   }
   Tensor q = ws.take(DType::f32, {T, Hk, Dk});
@@ -94,7 +117,7 @@ void gdn_forward(const GdnConfig& c, const GdnWeights& w, int64_t layer, const S
 
   const Tensor o_rows = o.reshape({T * Hv, Dv});
   ops::rms_norm_gated(o_rows, z.reshape({T * Hv, Dv}), w.norm, c.norm_eps, o_rows);
-  ops::matmul(o.reshape({T, Hv * Dv}), w.out_proj, out);
+  ops::matmul(out_proj_input(c, o, ws), w.out_proj, out);
 }
 
 }  // namespace kapitsa::models

@@ -26,6 +26,10 @@ struct GdnConfig {
   int64_t conv_kernel = 4;
   float norm_eps = 1e-6f;
   bool packed_projections = false;  // Qwen3-Next in_proj_qkvz / in_proj_ba
+  // out_proj's input columns in tiled V-head order (head k·r + j at j·Hk + k, r = Hv / Hk), as llama.cpp's
+  // converter writes a Qwen3.5 GGUF: its blocks may span two heads, so the weight stays as stored and
+  // the layer permutes its input instead.
+  bool out_proj_tiled = false;
 
   int64_t key_dim() const { return n_k_heads * k_head_dim; }
   int64_t value_dim() const { return n_v_heads * v_head_dim; }

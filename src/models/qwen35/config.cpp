@@ -40,6 +40,7 @@ Expected<Qwen35Config> parse_config(const weights::HfConfig& top) {
   c.rms_norm_eps = static_cast<float>(eps);
   KAPITSA_TRY(c.max_position_embeddings, text.get_int("max_position_embeddings", 32768));
   KAPITSA_TRY(c.attn_output_gate, text.get_bool("attn_output_gate", true));
+  KAPITSA_TRY(c.gdn_out_proj_tiled, text.get_bool("kapitsa_gguf_out_proj_tiled", false));  // set by gguf_config.cpp
 
   // RoPE: transformers 5 nests it in rope_parameters; older configs keep rope_theta at the top.
   double theta = 10000000.0, partial = 0.25;

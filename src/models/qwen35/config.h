@@ -34,6 +34,7 @@ struct Qwen35Config {
   bool attn_output_gate = true;
   bool tie_word_embeddings = false;
   bool packed_gdn_projections = false;  // qwen3_next
+  bool gdn_out_proj_tiled = false;      // a GGUF file's out_proj columns in the converter's tiled V-head order
   bool rope_bf16_frequencies = false;   // from LoadOptions, not config.json
   int64_t max_position_embeddings = 0;
   std::vector<int32_t> eos_token_ids;

@@ -111,7 +111,7 @@ Status Qwen35Model::load_weights() {
                                       /*norm_weight_offset=*/1.0f, c.rotary_dim(), c.rope_theta,
                                       c.rope_bf16_frequencies};
   gdn_config_ = GdnConfig{H, c.linear_k_heads, c.linear_v_heads, c.linear_k_head_dim, c.linear_v_head_dim,
-                          c.conv_kernel, c.rms_norm_eps, c.packed_gdn_projections};
+                          c.conv_kernel, c.rms_norm_eps, c.packed_gdn_projections, c.gdn_out_proj_tiled};
   moe_config_ = SoftmaxMoeConfig{H, c.n_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size,
                                  c.norm_topk_prob};
 
