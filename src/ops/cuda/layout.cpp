@@ -14,32 +14,34 @@ using detail::is_weight_dtype;
 using detail::rows_of;
 using detail::stream;
 
+namespace {
+// out: [T, H] f32 for T ids, each in [0, V): checked on the host, where the ids arrive; the ids copied to
+// the device.
+const int32_t* device_ids(std::span<const int32_t> ids, int64_t V, int64_t H, const Tensor& out) {
+  detail::check_f32(out, "embedding", "out");
+  const int64_t T = static_cast<int64_t>(ids.size());
+  KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}", out.shape().str(), T,
+                H);
+  for (int64_t t = 0; t < T; ++t)
+    KAPITSA_CHECK(0 <= ids[static_cast<size_t>(t)] && ids[static_cast<size_t>(t)] < V,
+                  "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
+  return detail::upload(ids, detail::Slot::span0);
+}
+}  // namespace
+
 // table: [V, H] f32|f16|bf16, MLX affine or llama.cpp blocks (rows dequantized straight into out);
 // out: [T, H] f32.
 void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor& out) {
+  const int64_t T = static_cast<int64_t>(ids.size());
   if (linear.format() == WeightFormat::affine) {
     const kernels::AffineArgs a = detail::affine_args(linear, "embedding");
-    detail::check_f32(out, "embedding", "out");
-    const int64_t V = linear.rows(), H = linear.cols(), T = static_cast<int64_t>(ids.size());
-    KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}",
-                  out.shape().str(), T, H);
-    for (int64_t t = 0; t < T; ++t)
-      KAPITSA_CHECK(0 <= ids[static_cast<size_t>(t)] && ids[static_cast<size_t>(t)] < V,
-                    "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
-    kernels::dequantize_affine(a, detail::upload(ids, detail::Slot::span0), out.f32(), T, stream());
+    kernels::dequantize_affine(a, device_ids(ids, linear.rows(), linear.cols(), out), out.f32(), T, stream());
     check_launch("embedding (affine)");
     return;
   }
   if (linear.format() == WeightFormat::ggml) {
     const kernels::GgmlArgs a = detail::ggml_args(linear, "embedding");
-    detail::check_f32(out, "embedding", "out");
-    const int64_t V = linear.rows(), H = linear.cols(), T = static_cast<int64_t>(ids.size());
-    KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}",
-                  out.shape().str(), T, H);
-    for (int64_t t = 0; t < T; ++t)
-      KAPITSA_CHECK(0 <= ids[static_cast<size_t>(t)] && ids[static_cast<size_t>(t)] < V,
-                    "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
-    kernels::dequantize_ggml(a, detail::upload(ids, detail::Slot::span0), out.f32(), T, stream());
+    kernels::dequantize_ggml(a, device_ids(ids, linear.rows(), linear.cols(), out), out.f32(), T, stream());
     check_launch("embedding (ggml)");
     return;
   }
@@ -47,15 +49,8 @@ void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor&
   KAPITSA_CHECK(table.rank() == 2 && is_weight_dtype(table.dtype()), "embedding: table {} {} must be [V, H] f32|f16|bf16",
                 dtype_name(table.dtype()), table.shape().str());
   check_on_device(table, "embedding", "table");
-  detail::check_f32(out, "embedding", "out");
-  const int64_t V = table.dim(0), H = table.dim(1), T = static_cast<int64_t>(ids.size());
-  KAPITSA_CHECK(out.numel() == T * H && out.dim(-1) == H, "embedding: out {} for {} ids of width {}", out.shape().str(), T,
-                H);
-  for (int64_t t = 0; t < T; ++t)
-    KAPITSA_CHECK(0 <= ids[static_cast<size_t>(t)] && ids[static_cast<size_t>(t)] < V,
-                  "embedding: id {} at {} outside vocabulary of {}", ids[static_cast<size_t>(t)], t, V);
-  const int32_t* d_ids = detail::upload(ids, detail::Slot::span0);
-  kernels::embedding(table.data(), elem_type(table.dtype()), d_ids, out.f32(), T, H, stream());
+  const int32_t* d_ids = device_ids(ids, table.dim(0), table.dim(1), out);
+  kernels::embedding(table.data(), elem_type(table.dtype()), d_ids, out.f32(), T, table.dim(1), stream());
   check_launch("embedding");
 }
 
