@@ -12,7 +12,9 @@ cd $DEV
 ./bench_model --config configs/qwen35-4b.json --device cuda --prompt 512 --decode 128 > $OUT/bench_bf16.log 2>&1
 echo "bf16 rc=$? at $(( $(date +%s)-t0 ))s"; tail -2 $OUT/bench_bf16.log
 M=/tmp/kapitsa-bench/qwen35-4b
-cp /tmp/llb/tokenizer*.json $M/
+python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.decompress(open(sys.argv[1], 'rb').read()))" \
+  $REPO/tests/text/data/qwen3/tokenizer.json.xz $M/tokenizer.json
+cp $REPO/tests/text/data/qwen3/tokenizer_config.json $M/
 LLAMA_CPP_DIR=/tmp/llb/llama.cpp PYTHON=python3 JOBS=$(nproc) QUANTS="${QUANTS:=Q4_K_M Q8_0}" \
   bash /tmp/llb/tools/gguf-convert.sh $M > $OUT/convert.log 2>&1
 echo "convert rc=$? at $(( $(date +%s)-t0 ))s"; grep -E "MiB, arch" $OUT/convert.log

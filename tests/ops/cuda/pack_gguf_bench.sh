@@ -2,10 +2,11 @@
 # Packs what the GPU machine needs to make GGUF files there (it cannot download them, and a 4B-shaped
 # file is too large to carry): llama.cpp's converter (python) and llama-quantize with its libraries from
 # a CPU build of llama.cpp here (../shared/tools/llama.cpp/build.sh; the native build of an AVX-512 VM
-# ran on the GPU machine's Xeon), the converter's offline shim, a Qwen tokenizer, and a stand-in `yaml`
-# module for a Python without one. Writes .device/llama/ (git-excluded): llb.tar.xz (~5 MB) and
+# ran on the GPU machine's Xeon), the converter's offline shim and a stand-in `yaml` module for a Python
+# without one (the Qwen tokenizer travels in the tree: tests/text/data/qwen3). Writes .device/llama/
+# (git-excluded): llb.tar.xz (~3.5 MB) and
 # gguf_bench_run.sh. Carry [".device/gpu", ".device/llama"] with BINARIES="bench_model" in .device/gpu
-# (the tracked tree, the two bundles and the 64 MiB limit: docs/cuda.md, "GGUF files on the GPU").
+# (with test_ops too the call passes the 64 MiB limit: docs/cuda.md, "GGUF files on the GPU").
 # Usage: LLAMA_CPP_DIR=/tmp/llama.cpp-ref/llama.cpp bash tests/ops/cuda/pack_gguf_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -21,7 +22,6 @@ for f in llama-quantize libllama.so.0 libllama-common.so.0 libllama-quantize-imp
 done
 cp -L /lib/x86_64-linux-gnu/libgomp.so.1 "$stage/llama.cpp/build/bin/"
 cp -r "$SHARED/tools/llama.cpp/hfshim" "$SHARED/tools/llama.cpp/gguf-convert.sh" "$stage/tools/"
-cp "$SHARED/tokenizers/qwen3/tokenizer.json" "$SHARED/tokenizers/qwen3/tokenizer_config.json" "$stage/"
 echo 'def safe_load(s): return {}' > "$stage/stub/yaml.py"  # the converter reads model cards with it
 mkdir -p .device/llama
 grep -qx ".device/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info && echo ".device/" >> .git/info/exclude; }
