@@ -7,14 +7,15 @@
 #   LLAMA_CPP_DIR=/tmp/llama.cpp-ref/llama.cpp tools/gguf/make_test_files.sh
 #
 # Writes (then xz-compressed; the build unpacks them next to themselves):
-#   qwen35-dense-tiny-BF16.gguf, qwen35-dense-tiny-Q8_0.gguf  the fixture converted (no tokenizer:
-#       the fixtures have none, tools/gguf/convert.py skips set_vocab)
+#   qwen35-dense-tiny-Q8_0.gguf  the fixture converted (no tokenizer: the fixtures have none,
+#       tools/gguf/convert.py skips set_vocab); its BF16 conversion is the zstd patch below
 #   blocks.gguf      one matrix of each block type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 quantized by
 #                    gguf-py's numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M /
 #                    Q5_K_M), Q2_K, Q3_K, IQ4_NL, IQ4_XS as it wrote them for --tensor-type ffn_down=TYPE
 #   demo-vocab.gguf  models/demo/target's tokenizer, chat template and sampling (--vocab-only)
-#   FIXTURE-BF16.gguf.zst for qwen3-next-tiny, nemotron-h-tiny, nemotron-h-latent-tiny: the fixture
-#                    converted (--no-mtp), tracked as a zstd patch against the fixture's model.safetensors
+#   FIXTURE-BF16.gguf.zst for qwen35-dense-tiny, qwen3-next-tiny, nemotron-h-tiny, nemotron-h-latent-tiny:
+#                    the fixture converted (--no-mtp), tracked as a zstd patch against the fixture's
+#                    model.safetensors (20-40 kB; xz-packed, qwen35-dense-tiny's was 2.8 MB)
 #                    (the build applies it: CMakeLists.txt, kapitsa_data)
 #   reference.json   per tensor of the three files: gguf-py's dequantized values summarised (count, sum,
 #                    sum of squares, and 16 values at fixed indices)
@@ -62,10 +63,10 @@ for t in q2_k q3_k iq4_nl iq4_xs; do
       "$WORK/q-$t.gguf" Q8_0 1 > "$WORK/quantize-$t.log" 2>&1 || { tail -20 "$WORK/quantize-$t.log"; exit 1; }
 done
 PYTHONPATH="$LLAMA_CPP_DIR/gguf-py" "$PY" "$HERE/blocks_and_reference.py" "$WORK" "$OUT"
-for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf; do
-  cp "$WORK/$f" "$OUT/$f"
-done
-for f in qwen35-dense-tiny-BF16.gguf qwen35-dense-tiny-Q8_0.gguf blocks.gguf demo-vocab.gguf; do
+cp "$WORK/qwen35-dense-tiny-Q8_0.gguf" "$OUT/"
+zstd -q -19 -f --patch-from="$SRC/model.safetensors" "$WORK/qwen35-dense-tiny-BF16.gguf" \
+    -o "$OUT/qwen35-dense-tiny-BF16.gguf.zst"
+for f in qwen35-dense-tiny-Q8_0.gguf blocks.gguf demo-vocab.gguf; do
   xz -9 -T1 -kf "$OUT/$f"
 done
 ls -la "$OUT"

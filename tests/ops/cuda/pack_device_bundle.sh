@@ -18,6 +18,7 @@ for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cu
   strip -o "$stage/$name" "$B/$b"
 done
 cp bench/configs/*.json "$stage/configs/"
+cp /usr/bin/zstd "$stage/"  # applies the GGUF fixtures' patches there (device_setup.sh)
 for l in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libsimdjson.so.14 libssl.so.3 \
          libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 libbenchmark.so.1debian; do
   cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
