@@ -1,12 +1,13 @@
 // Kernels over llama.cpp block weights (GGUF files, and Kapitsa's FP8 / FP4 blocks): dequantization to
 // f32 (prefill: then cuBLAS; embedding rows), and a dequantize-and-dot GEMV for 1–8 tokens (decode and
-// speculative verification) and for routed experts. Blocks are decoded 32 values at a time by
-// ggml_blocks.cuh, in ref's arithmetic.
-// GEMV: one warp per output row, the row's bytes staged in shared memory; lane l takes the row's
-// 32-value units l, l + 32, …, decodes each once and dots it with every token's x (f32, fused
-// multiply-adds in a fixed order), then the warp sums. A
-// token's sums do not depend on how many tokens share the launch, so a row of a verification step is
-// bit-equal to the same token decoded alone (what speculative decoding's exactness needs).
+// speculative verification) and for routed experts, for the types without the int8-activation GEMV
+// (ggml_int8.cu: Q8_0, Q4_K, Q6_K). Blocks are decoded 32 values at a time by ggml_blocks.cuh, in ref's
+// arithmetic.
+// GEMV: one warp per output row, the row's bytes staged in shared memory where its alignment allows;
+// lane l takes the row's 32-value units l, l + 32, …, decodes each once and dots it with every token's
+// x (f32, fused multiply-adds in a fixed order), then the warp sums. A token's sums do not depend on how
+// many tokens share the launch, so a row of a verification step is bit-equal to the same token decoded
+// alone (what speculative decoding's exactness needs).
 #include "ops/cuda/ggml_blocks.cuh"
 
 #include <cuda_pipeline.h>
