@@ -249,13 +249,16 @@ void expect_resume_equals_recompute(const std::string& fixture) {
   EXPECT_EQ(resumed->capacity(), T + 8);
   Buffer warm_logits = Buffer::allocate(DType::f32, {rest, V});
   ASSERT_TRUE(m.forward(std::span<const int32_t>(all).subspan(split), *resumed, warm_logits).ok());
-  // 1e-5 relative to the logits' scale: the two runs fold the same tokens in different chunks (and
-  // so through different GEMM tilings), which moves float sums by a few ulps per layer.
+  // 1e-4 relative to the logits' scale: the two runs fold the same tokens in different chunks (and
+  // so through different GEMM tilings: steps under 64 tokens take the one-token dot tiles, longer ones
+  // the packed GEMM), which moves float sums by a few ulps per layer. Measured over 900 seeds: up to
+  // 3.6e-5 on qwen35-dense-tiny (1e-5 failed CI 6% of the time), 2.5e-6 on nemotron-h-tiny; a state
+  // restored wrongly moves logits by O(1).
   const Tensor reference = cold_logits.tensor().rows(static_cast<int64_t>(split), T);
   double scale = 1;
   for (int64_t i = 0; i < reference.numel(); ++i) scale = std::max(scale, static_cast<double>(std::abs(reference.f32()[i])));
   const double diff = testing::max_abs_diff(warm_logits, reference);
-  EXPECT_LE(diff, 1e-5 * scale) << "largest |logit| " << scale;
+  EXPECT_LE(diff, 1e-4 * scale) << "largest |logit| " << scale;
 }
 
 TEST(PrefixCacheModels, ResumeEqualsRecomputeQwen35) { expect_resume_equals_recompute("qwen35-dense-tiny"); }
