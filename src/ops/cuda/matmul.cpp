@@ -109,9 +109,7 @@ bool ggml_int8_many(const Tensor& x, std::span<const Linear> w, std::span<const 
                   "matmul_many: x {}, {} w[{}] [{}, {}], y[{}] {}", x.shape().str(), ggml_type_name(w[i].ggml_type()), i,
                   w[i].rows(), K, i, y[i].shape().str());
   }
-  const int64_t B = kernels::ggml_int8_block(args[0].type);
-  void* xq = detail::scratch(detail::Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
-  kernels::quantize_x_int8(x.f32(), T, K, B, xq, stream());
+  const void* xq = detail::rounded_x_int8(x, kernels::ggml_int8_block(args[0].type));
   for (size_t i = 0; i < w.size(); ++i) kernels::ggml_gemv_int8(xq, args[i], y[i].f32(), T, w[i].rows(), stream());
   check_launch("matmul_many (ggml int8 gemv)");
   return true;
@@ -195,9 +193,7 @@ void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   if (T == 0 || N == 0) return;
   const int64_t B = kernels::ggml_int8_block(a.type);
   if (T <= kernels::kGemvMaxTokens && B > 0 && K % B == 0 && kernels::ggml_int8_enabled()) {
-    void* xq = detail::scratch(detail::Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
-    kernels::quantize_x_int8(x.f32(), T, K, B, xq, stream());
-    kernels::ggml_gemv_int8(xq, a, y.f32(), T, N, stream());
+    kernels::ggml_gemv_int8(detail::rounded_x_int8(x, B), a, y.f32(), T, N, stream());
     check_launch("matmul (ggml int8 gemv)");
     return;
   }

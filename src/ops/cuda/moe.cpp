@@ -116,9 +116,7 @@ void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor
                                  expert_ids.dim(1)};
   const int64_t T = expert_ids.dim(0), N = experts.front().rows(), K = a.K, B = kernels::ggml_int8_block(a.type);
   if (B > 0 && K % B == 0 && kernels::ggml_int8_enabled()) {
-    void* xq = detail::scratch(Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
-    kernels::quantize_x_int8(x.f32(), T, K, B, xq, detail::stream());
-    kernels::ggml_experts_int8(xq, a, route, y.f32(), T, N, detail::stream());
+    kernels::ggml_experts_int8(detail::rounded_x_int8(x, B), a, route, y.f32(), T, N, detail::stream());
   } else {
     kernels::ggml_experts(x.f32(), a, route, addresses, y.f32(), T, N, detail::stream());
   }
@@ -130,6 +128,9 @@ void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor
 void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
   const char* op = "matmul_experts";
   check_f32(x, op, "x"), check_f32(y, op, "y"), detail::check_on_device(expert_ids, op, "expert_ids");
+  KAPITSA_CHECK(expert_ids.rank() == 2 && detail::rows_of(x) == expert_ids.dim(0) && x.dim(-1) == experts.front().cols(),
+                "{}: x {} and expert_ids {} (x: [T, K] with the experts' K, expert_ids: [T, k])", op, x.shape().str(),
+                expert_ids.shape().str());
   if (experts.front().format() == WeightFormat::affine) return affine_experts(x, experts, expert_ids, y);
   if (experts.front().format() == WeightFormat::ggml) return ggml_experts(x, experts, expert_ids, y);
   const Tensor& w0 = experts.front().dense(op);  // stops naming the format for other quantized experts

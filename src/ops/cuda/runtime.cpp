@@ -216,6 +216,13 @@ kernels::AffineArgs affine_args(const Linear& w, const char* op) {
                              elem_type(w.scales().dtype()), w.bits(), w.group_size(), w.cols(), w.weight().dim(1)};
 }
 
+const void* rounded_x_int8(const Tensor& x, int64_t B) {
+  const int64_t T = rows_of(x), K = x.dim(-1);
+  void* xq = scratch(Slot::temp0, kernels::ggml_int8_scratch_bytes(T, K, B));
+  kernels::quantize_x_int8(x.f32(), T, K, B, xq, stream());
+  return xq;
+}
+
 kernels::GgmlArgs ggml_args(const Linear& w, const char* op) {
   KAPITSA_CHECK(w.format() == WeightFormat::ggml && w.weight().rank() == 2 && w.weight().dtype() == DType::u8,
                 "{}: weight format {} {} (a 2-D block weight)", op, weight_format_name(w.format()), w.weight().shape().str());

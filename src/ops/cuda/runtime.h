@@ -109,6 +109,9 @@ kernels::AffineArgs affine_args(const Linear& w, const char* op);
 // The kernels' view of a 2-D llama.cpp block weight (WeightFormat::ggml) on the device, or an error naming
 // the op and the block type when the device has no decoder for it.
 kernels::GgmlArgs ggml_args(const Linear& w, const char* op);
+// x: [T, K] f32 rounded for the int8-activation GGUF GEMVs (quantize_x_int8, blocks of B inputs) into
+// Slot::temp0: valid until that slot's next use. One rounding serves every weight on the same x.
+const void* rounded_x_int8(const Tensor& x, int64_t B);
 
 // Argument checks every op shares: the tensor lives on the GPU (or is empty with no elements).
 void check_on_device(const Tensor& t, const char* op, const char* name);
