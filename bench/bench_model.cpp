@@ -6,8 +6,13 @@
 //   build/release/bench/bench_model --model models/demo/target --device cuda
 //   --batch N: N sequences decode in lockstep, one forward_batch per step (the model alone, no engine
 //   or sampling: bench_runtime measures those); the aggregate tokens/s is reported beside batch 1.
+//   --verify-rows 1 2 3 5 9: the cost of a speculative verification step of N rows after the prompt and
+//   the decoded tokens (one forward with logits for every row and a recurrent-state checkpoint per row,
+//   as the engine verifies k = N - 1 guesses), best of 5, in units of the same step of 1 row: how many
+//   tokens a step must yield for speculation to pay on this model and machine.
 #include "base/thread_pool.h"
 #include "models/model.h"
+#include "models/state_slots.h"
 #include "ops/memory.h"
 
 #include <CLI/CLI.hpp>
@@ -16,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -71,6 +77,7 @@ int main(int argc, char** argv) {
   int prompt = 512, decode = 64, batch = 1;
   uint64_t seed = 1;
   std::string device_name = "cpu";
+  std::vector<int> verify_rows;
   app.add_option("--config", config, "config.json to benchmark a random checkpoint of (written once, cached)");
   app.add_option("--model", model_dir, "Existing model folder (instead of --config)");
   app.add_option("--prompt", prompt, "Prompt tokens for the prefill measurement");
@@ -78,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "Sequences decoding together (aggregate tokens/s)")->check(CLI::Range(1, 256));
   app.add_option("--seed", seed, "Seed of the random checkpoint and prompt");
   app.add_option("--device", device_name, "cpu (default), cuda or cuda:N");
+  app.add_option("--verify-rows", verify_rows, "Rows of a speculative verification step to time (e.g. 1 2 3 5 9)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
   if (config.empty() == model_dir.empty()) {
     fmt::print(stderr, "bench_model: give exactly one of --config or --model\n");
@@ -131,7 +140,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  auto state = model.new_state(prompt + decode + 1);
+  // 1 row first: the step the others are measured against.
+  if (!verify_rows.empty() && std::find(verify_rows.begin(), verify_rows.end(), 1) == verify_rows.end())
+    verify_rows.insert(verify_rows.begin(), 1);
+  const int max_verify = verify_rows.empty() ? 0 : *std::max_element(verify_rows.begin(), verify_rows.end());
+  auto state = model.new_state(prompt + decode + 1 + max_verify);
   auto start = Clock::now();
   if (!model.forward(ids, *state, logits).ok()) return 1;
   const double prefill_s = seconds_since(start);
@@ -142,6 +155,38 @@ int main(int argc, char** argv) {
     if (!model.forward(next, *state, logits).ok()) return 1;
   }
   const double decode_s = seconds_since(start);
+
+  // Verification steps: from a copy of the state after the prompt and the decoded tokens, N rows with
+  // every row's logits and a recurrent-state checkpoint per row (the engine's verification step).
+  std::vector<std::pair<int, double>> verify_s;
+  for (const int rows : verify_rows) {
+    double best = 1e30;
+    std::vector<int32_t> ids_n(static_cast<size_t>(rows)), row_index(static_cast<size_t>(rows));
+    std::iota(row_index.begin(), row_index.end(), 0);
+    Buffer rows_logits = Buffer::allocate(DType::f32, {rows, info.vocab_size});
+    for (int r = 0; r < 6; ++r) {  // the first run warms this row count up
+      for (auto& id : ids_n) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(info.vocab_size));
+      auto copy = state->clone();
+      std::vector<int32_t> slots;
+      if (models::StateSlotPool* pool = copy->slot_pool())
+        for (int j = 0; j < rows; ++j) slots.push_back(pool->allocate());
+      const models::ForwardBatch::Sequence seq{ids_n, copy.get()};
+      const models::ForwardOutputs::Rows out{0, row_index, rows_logits.tensor()};
+      const models::ForwardOutputs::Checkpoints ckpt{0, slots};
+      models::ForwardOutputs outputs;
+      outputs.logits = std::span(&out, 1);
+      if (!slots.empty()) outputs.checkpoints = std::span(&ckpt, 1);
+      start = Clock::now();
+      const Status s = model.run_step(models::ForwardBatch{std::span(&seq, 1)}, outputs);
+      if (r > 0) best = std::min(best, seconds_since(start));
+      for (const int32_t slot : slots) copy->slot_pool()->release(slot);
+      if (!s.ok()) {
+        fmt::print(stderr, "bench_model: verification of {} rows: {}\n", rows, s.error().message);
+        return 1;
+      }
+    }
+    verify_s.emplace_back(rows, best);
+  }
 
   // Batched decode: `batch` sequences with a short prompt each, then `decode` steps of one token each.
   double batch_tps = 0;
@@ -191,6 +236,10 @@ int main(int argc, char** argv) {
   fmt::print("| prefill ({:5d} tok)  | {:8.1f} |                 - |           - |\n", prompt, prompt / prefill_s);
   fmt::print("| decode  (batch 1)    | {:8.2f} | {:17.2f} | {:10.0f}% |\n", decode_tps, roofline,
              roofline > 0 ? 100 * decode_tps / roofline : 0);
+  const double one_row_s = verify_s.empty() ? 0 : std::find_if(verify_s.begin(), verify_s.end(), [](const auto& v) { return v.first == 1; })->second;
+  for (const auto& [rows, secs] : verify_s)
+    fmt::print("| verify  ({:2d} rows)    | {:8.2f} | {:>17} | {:>11} |  {:.3f} ms a step = {:.2f} one-row steps\n", rows,
+               rows / secs, "-", "-", secs * 1e3, secs / one_row_s);
   if (batch > 1)
     fmt::print("| decode  (batch {:3d})  | {:8.2f} | {:>17} | {:>11} |  aggregate, {:.2f}x batch 1\n", batch, batch_tps,
                "-", "-", batch_tps / decode_tps);
