@@ -473,22 +473,26 @@ RowFn row_fn(GgmlType type, int64_t tb) {
 }
 
 #if defined(KAPITSA_Q8_0_X2)
-// Rows [begin, end) × tokens [t0, t0 + tb) through rows_q8_0_x2, two rows a pass.
+// Rows [begin, end) × tokens [t0, t0 + tb) through rows_q8_0_x2: two rows a pass where the rows are
+// in cache (`pairs`: a task's later token passes), one where they stream from DRAM (its first pass) —
+// two interleaved row streams a thread read DRAM ~2× slower: a verification of 2 tokens on the 0.8B
+// Q8_0 file took 47–57 ms with pairs, 24–28 ms without (one token: 18–20 ms; docs/performance.md).
 template <int TB>
 void q8_0_x2(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0, float* y, int64_t N, size_t begin,
-             size_t end) {
+             size_t end, bool pairs) {
   size_t n = begin;
-  for (; n + 2 <= end; n += 2)
-    rows_q8_0_x2<2, TB>(blocks + static_cast<int64_t>(n) * row_bytes, row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
-  if (n < end)
+  if (pairs)
+    for (; n + 2 <= end; n += 2)
+      rows_q8_0_x2<2, TB>(blocks + static_cast<int64_t>(n) * row_bytes, row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
+  for (; n < end; ++n)
     rows_q8_0_x2<1, TB>(blocks + static_cast<int64_t>(n) * row_bytes, row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
 }
 void q8_0_x2(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0, int64_t tb, float* y, int64_t N,
-             size_t begin, size_t end) {
+             size_t begin, size_t end, bool pairs) {
   switch (tb) {
-    case 2: return q8_0_x2<2>(blocks, row_bytes, a, t0, y, N, begin, end);
-    case 3: return q8_0_x2<3>(blocks, row_bytes, a, t0, y, N, begin, end);
-    default: return q8_0_x2<4>(blocks, row_bytes, a, t0, y, N, begin, end);
+    case 2: return q8_0_x2<2>(blocks, row_bytes, a, t0, y, N, begin, end, pairs);
+    case 3: return q8_0_x2<3>(blocks, row_bytes, a, t0, y, N, begin, end, pairs);
+    default: return q8_0_x2<4>(blocks, row_bytes, a, t0, y, N, begin, end, pairs);
   }
 }
 #endif
@@ -501,7 +505,7 @@ void rows(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a,
       const int64_t tb = std::min<int64_t>(kTokens, T - t0);
 #if defined(KAPITSA_Q8_0_X2)
       if (VNNI && type == GgmlType::q8_0 && tb >= 2) {
-        q8_0_x2(blocks, row_bytes, a, t0, tb, y, N, begin, end);
+        q8_0_x2(blocks, row_bytes, a, t0, tb, y, N, begin, end, /*pairs=*/t0 > 0);
         continue;
       }
 #endif
