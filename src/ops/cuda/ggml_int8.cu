@@ -274,10 +274,11 @@ void ggml_gemv_int8(const void* scratch, const GgmlArgs& a, float* y, int64_t T,
   const dim3 grid(static_cast<unsigned>((N + kWarps - 1) / kWarps));
   with_int8_type(a.type, [&](auto tag) {
     constexpr uint32_t Type = decltype(tag)::value;
-    if (T == 1 && ahead() == 4) launch(ggml_gemv_int8_kernel<Type, 1, false, 4>, grid, dim3(kWarps * 32), s, act, a, GgmlRoute{}, y, T, N);
-    else if (T == 1 && ahead() == 2) launch(ggml_gemv_int8_kernel<Type, 1, false, 2>, grid, dim3(kWarps * 32), s, act, a, GgmlRoute{}, y, T, N);
-    else if (T == 1) launch(ggml_gemv_int8_kernel<Type, 1, false, 1>, grid, dim3(kWarps * 32), s, act, a, GgmlRoute{}, y, T, N);
-    else launch(ggml_gemv_int8_kernel<Type, kGemvMaxTokens, false, 1>, grid, dim3(kWarps * 32), s, act, a, GgmlRoute{}, y, T, N);
+    const auto go = [&](auto kernel) { launch(kernel, grid, dim3(kWarps * 32), s, act, a, GgmlRoute{}, y, T, N); };
+    if (T > 1) go(ggml_gemv_int8_kernel<Type, kGemvMaxTokens, false, 1>);
+    else if (ahead() == 4) go(ggml_gemv_int8_kernel<Type, 1, false, 4>);
+    else if (ahead() == 2) go(ggml_gemv_int8_kernel<Type, 1, false, 2>);
+    else go(ggml_gemv_int8_kernel<Type, 1, false, 1>);
   });
 }
 
