@@ -361,7 +361,7 @@ constexpr GgmlType kTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,  
 
 // Every backend against ref on fresh random blocks: matmul for several token counts (relative to
 // Σ|x·w| per output: f32 accumulation against ref's f64; plus the int8 rounding bound where the cpu or
-// cuda backend rounds x to int8) and embedding rows (each value within 1e-6 of
+// cuda backend rounds x to int8, or cuda's prefill bound) and embedding rows (each value within 1e-6 of
 // its row's largest: the cpu decoder computes scale·q + offset, ref ggml's own order of operations).
 TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   const std::optional<cpu::Level> level = cpu::level_of(backend());
@@ -388,7 +388,8 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
         for (int64_t t = 0; t < T; ++t) {
           double mag = 0;
           for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);
-          const double rounding = int8_block > 0 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, int8_block) : 0;
+          const double rounding = int8_block > 0 ? int8_rounding_bound(x.f32() + t * K, row.data(), K, int8_block)
+                                                 : test::cuda_prefill_bound(backend(), T, mag);
           ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n], rounding + 2e-6 * mag + 1e-7) << "t=" << t << " n=" << n;
         }
       }
@@ -402,6 +403,37 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
       for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::abs(er.f32()[t * K + k]));
       for (int64_t k = 0; k < K; ++k)
         ASSERT_NEAR(ec.f32()[t * K + k], er.f32()[t * K + k], 1e-6 * amax) << info.name << " embedding " << t << ", " << k;
+    }
+  }
+}
+
+// cuda's prefill dequantizes a weight in chunks of at most 32M values (ops/cuda/matmul.cpp): a Q4_K
+// matrix of 8193–8199 rows × 4096 takes two, the second of 1–7 rows. Rows on both sides of the seam and
+// a random sample, against the exact sum (f64) within the prefill bound and f32 accumulation.
+TEST_P(OnBackend, GgmlPrefillAcrossDequantizationChunks) {
+  if (!on_cuda(backend())) GTEST_SKIP() << "the cuda backend's chunking";
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const int64_t N = 8193 + static_cast<int64_t>(r.gen() % 7), K = 4096, T = 9;
+  std::vector<uint8_t> bytes = random_blocks(r, GgmlType::q4_k, N, K);
+  const auto info = *ggml_type_info(static_cast<uint32_t>(GgmlType::q4_k));
+  const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), GgmlType::q4_k, K);
+  Buffer x = test::random_f32(r, {T, K});
+  Buffer y = Buffer::allocate(DType::f32, {T, N});
+  test::run(backend(), matmul, x, w, y);
+  std::vector<int64_t> rows = {0, 8191, 8192, N - 1};
+  for (int i = 0; i < 40; ++i) rows.push_back(static_cast<int64_t>(r.gen() % static_cast<uint64_t>(N)));
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n : rows) {
+    ref::dequantize_row(w, n, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double mag = 0, exact = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)];
+        mag += std::abs(p), exact += p;
+      }
+      ASSERT_NEAR(y.f32()[t * N + n], exact, test::cuda_prefill_bound(backend(), T, mag) + 2e-6 * mag + 1e-7)
+          << "t=" << t << " n=" << n;
     }
   }
 }

@@ -163,7 +163,7 @@ template <> struct Unit<ggml::q6_k> {
 };
 
 // y: [T, N] = x̂ · dequant(w)ᵀ, T ≤ MaxT; Routed as ggml.cu's GEMV (expert ids[p] on x̂ row p / k).
-template <uint32_t Type, int MaxT, bool Routed, int Ahead>
+template <uint32_t Type, int MaxT, bool Routed>
 __global__ void __launch_bounds__(kWarps * 32) ggml_gemv_int8_kernel(const Act act, const GgmlArgs a,
                                                                      const GgmlRoute route, float* __restrict__ y,
                                                                      int64_t T, int64_t N) {
@@ -186,26 +186,18 @@ __global__ void __launch_bounds__(kWarps * 32) ggml_gemv_int8_kernel(const Act a
   }
   const uint8_t* row = blocks + n * a.row_bytes;
   const int64_t units = a.K / Unit<Type>::kInputs;
-  // Ahead units a lane in flight: each one's next load goes out right after its dot, so a lane waits on
-  // memory once per Ahead units. Sums in unit order u, u + 32, … whatever Ahead is.
-  Unit<Type> w[Ahead];
-#pragma unroll
-  for (int i = 0; i < Ahead; ++i)
-    if (lane + 32 * i < units) w[i].load(row, lane + 32 * i);  // weights: before waiting for x̂'s writer
+  Unit<Type> w;
+  int64_t u = lane;
+  if (u < units) w.load(row, u);  // weights: before waiting for x̂'s writer
   if constexpr (!Routed) pdl_wait();
   float acc[MaxT] = {};
-  for (int64_t u = lane; u < units; u += 32 * Ahead) {
+  for (; u < units; u += 32) {
 #pragma unroll
-    for (int i = 0; i < Ahead; ++i) {
-      const int64_t ui = u + 32 * i;
-      if (ui >= units) break;
-#pragma unroll
-      for (int t = 0; t < MaxT; ++t) {
-        if (MaxT > 1 && t >= T) break;
-        acc[t] += w[i].dot(act, t0 + t, ui);
-      }
-      if (ui + 32 * Ahead < units) w[i].load(row, ui + 32 * Ahead);
+    for (int t = 0; t < MaxT; ++t) {
+      if (MaxT > 1 && t >= T) break;
+      acc[t] += w.dot(act, t0 + t, u);
     }
+    if (u + 32 < units) w.load(row, u + 32);
   }
 #pragma unroll
   for (int t = 0; t < MaxT; ++t) {
@@ -223,18 +215,6 @@ bool with_int8_type(uint32_t type, F&& f) {
     case ggml::q6_k: f(std::integral_constant<uint32_t, ggml::q6_k>{}); return true;
     default: return false;
   }
-}
-
-// Units in flight a lane for one token: KAPITSA_CUDA_GGML_AHEAD=1|2|4, default 1 (the kernel as measured
-// in session 19). 2 and 4 are written but not yet run on the GPU (no device time in session 20): the
-// next device call measures them (docs/cuda.md, "Next") and keeps the winner as the only variant.
-int ahead() {
-  static const int n = [] {
-    const char* v = std::getenv("KAPITSA_CUDA_GGML_AHEAD");
-    const int a = v == nullptr ? 1 : std::atoi(v);
-    return a == 2 || a == 4 ? a : 1;
-  }();
-  return n;
 }
 
 }  // namespace
@@ -275,10 +255,8 @@ void ggml_gemv_int8(const void* scratch, const GgmlArgs& a, float* y, int64_t T,
   with_int8_type(a.type, [&](auto tag) {
     constexpr uint32_t Type = decltype(tag)::value;
     const auto go = [&](auto kernel) { launch(kernel, grid, dim3(kWarps * 32), s, act, a, GgmlRoute{}, y, T, N); };
-    if (T > 1) go(ggml_gemv_int8_kernel<Type, kGemvMaxTokens, false, 1>);
-    else if (ahead() == 4) go(ggml_gemv_int8_kernel<Type, 1, false, 4>);
-    else if (ahead() == 2) go(ggml_gemv_int8_kernel<Type, 1, false, 2>);
-    else go(ggml_gemv_int8_kernel<Type, 1, false, 1>);
+    if (T == 1) go(ggml_gemv_int8_kernel<Type, 1, false>);
+    else go(ggml_gemv_int8_kernel<Type, kGemvMaxTokens, false>);
   });
 }
 
@@ -289,7 +267,7 @@ void ggml_experts_int8(const void* scratch, const GgmlArgs& a, const GgmlRoute& 
   const dim3 grid(static_cast<unsigned>((N + kWarps - 1) / kWarps), static_cast<unsigned>(T * route.k));
   with_int8_type(a.type, [&](auto tag) {
     constexpr uint32_t Type = decltype(tag)::value;
-    launch(ggml_gemv_int8_kernel<Type, 1, true, 1>, grid, dim3(kWarps * 32), s, act, a, route, y, int64_t{1}, N);
+    launch(ggml_gemv_int8_kernel<Type, 1, true>, grid, dim3(kWarps * 32), s, act, a, route, y, int64_t{1}, N);
   });
 }
 

@@ -52,10 +52,15 @@ void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s);
 // y[i] = (parts[2n + i] + parts[n + i]) + parts[i]: the three partial products, smallest first.
 void sum3(const float* parts, float* y, int64_t n, cudaStream_t s);
 
-// dequantize.cu — MLX affine rows as f32: out[r, :] = row rows[r] (r itself when rows is null) of
-// the weight, w[k] = fma(scale[g], q_k, bias[g]) with g = k / group_size (one rounding, as ref).
+// How the dequantize kernels write a value v of their [R, K] output: f32 (ref's value, bit for bit), or
+// bf16_pair: out [2, R, K] bf16, hi = bf16(v) then lo = bf16(v − hi), so hi + lo carries v to 16
+// significant bits (prefill's tensor-core GEMMs, matmul.cpp).
+enum class DequantOut : int { f32, bf16_pair };
+
+// dequantize.cu — MLX affine rows: out[r, :] = row rows[r] (r itself when rows is null) of the weight,
+// w[k] = fma(scale[g], q_k, bias[g]) with g = k / group_size (one rounding, as ref), written as `mode`.
 // words: [N, words_per_row] u32, each row one little-endian bit stream of K codes of `bits` bits;
-// scales, biases: [N, K / group_size] of sb_type;  out: [R, K].
+// scales, biases: [N, K / group_size] of sb_type;  out: [R, K] (bf16_pair: [2, R, K]).
 struct AffineArgs {
   const uint32_t* words;
   const void *scales, *biases;
@@ -63,7 +68,15 @@ struct AffineArgs {
   int bits, group_size;
   int64_t K, words_per_row;
 };
-void dequantize_affine(const AffineArgs& a, const int32_t* rows, float* out, int64_t R, cudaStream_t s);
+// The same weight without its first r0 rows.
+inline AffineArgs affine_rows_from(AffineArgs a, int64_t r0) {
+  const int64_t sb_bytes = a.sb_type == ElemType::f32 ? 4 : 2, groups = a.K / a.group_size;
+  a.words += r0 * a.words_per_row;
+  a.scales = static_cast<const char*>(a.scales) + r0 * groups * sb_bytes;
+  a.biases = static_cast<const char*>(a.biases) + r0 * groups * sb_bytes;
+  return a;
+}
+void dequantize_affine(const AffineArgs& a, const int32_t* rows, void* out, DequantOut mode, int64_t R, cudaStream_t s);
 // affine_gemv.cu — y: [T, N] = x: [T, K] · dequant(w)ᵀ for T ≤ kGemvMaxTokens, w MLX affine [N, K],
 // dequantize-and-dot fused (decode). Supported: bits 2/3/4/5/6/8, group sizes multiples of 32, codes
 // packed without row padding, x (and 4/8-bit codes) 16-byte aligned; otherwise dequantize_affine and a
@@ -121,8 +134,9 @@ struct GgmlArgs {
   int64_t K, row_bytes;
 };
 bool ggml_supported(uint32_t type);
-// out: [R, K] f32 = rows rows[r] (r itself when rows is null) dequantized, bit-equal to ref's.
-void dequantize_ggml(const GgmlArgs& a, const int32_t* rows, float* out, int64_t R, cudaStream_t s);
+// out: [R, K] (bf16_pair: [2, R, K]) = rows rows[r] (r itself when rows is null) dequantized (f32: bit-equal
+// to ref's), written as `mode`.
+void dequantize_ggml(const GgmlArgs& a, const int32_t* rows, void* out, DequantOut mode, int64_t R, cudaStream_t s);
 // y: [T, N] = x: [T, K] · dequant(w)ᵀ, T ≤ kGemvMaxTokens, x 16-byte aligned; each token's row the
 // same bits whatever T.
 void ggml_gemv(const float* x, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);

@@ -35,13 +35,15 @@ void embedding(const Linear& linear, std::span<const int32_t> ids, const Tensor&
   const int64_t T = static_cast<int64_t>(ids.size());
   if (linear.format() == WeightFormat::affine) {
     const kernels::AffineArgs a = detail::affine_args(linear, "embedding");
-    kernels::dequantize_affine(a, device_ids(ids, linear.rows(), linear.cols(), out), out.f32(), T, stream());
+    kernels::dequantize_affine(a, device_ids(ids, linear.rows(), linear.cols(), out), out.f32(), kernels::DequantOut::f32, T,
+                              stream());
     check_launch("embedding (affine)");
     return;
   }
   if (linear.format() == WeightFormat::ggml) {
     const kernels::GgmlArgs a = detail::ggml_args(linear, "embedding");
-    kernels::dequantize_ggml(a, device_ids(ids, linear.rows(), linear.cols(), out), out.f32(), T, stream());
+    kernels::dequantize_ggml(a, device_ids(ids, linear.rows(), linear.cols(), out), out.f32(), kernels::DequantOut::f32, T,
+                            stream());
     check_launch("embedding (ggml)");
     return;
   }

@@ -5,12 +5,17 @@
 // cores (f32 accumulation) gives the three partial products, summed smallest first: 3× the tensor-core
 // work of a plain bf16 GEMM, none of its rounding of x. f16 weights (rare in checkpoints): f16 cannot
 // split x exactly (its range), so the weight is widened to f32 in scratch and SGEMM runs: exact, slow.
+// Quantized weights (MLX affine, llama.cpp blocks) past the GEMVs' token counts (prefill): x split as for
+// bf16 and the weight dequantized into a bf16 pair, four tensor-core GEMMs (bf16_prefill).
 #include "ops/composed/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <utility>
 #include <vector>
 
 namespace kapitsa::ops::cuda {
@@ -22,6 +27,8 @@ using detail::stream;
 namespace {
 void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
 void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y);
+template <typename DequantizeRows>
+void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, const char* what, DequantizeRows dequantize);
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -60,10 +67,9 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
     check_launch("matmul (affine gemv)");
     return;
   }
-  float* w32 = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(N * K) * sizeof(float)));
-  kernels::dequantize_affine(a, nullptr, w32, N, stream());
-  check_launch("matmul (dequantize affine)");
-  dense_matmul(x, Tensor(DType::f32, {N, K}, w32, Device::cuda), y);
+  quantized_prefill(x, N, K, y, "matmul (dequantize affine)", [&](int64_t r0, int64_t rows, void* out) {
+    kernels::dequantize_affine(kernels::affine_rows_from(a, r0), nullptr, out, kernels::DequantOut::bf16_pair, rows, stream());
+  });
 }
 
 namespace {
@@ -180,8 +186,7 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
 namespace {
 // x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: for Q8_0,
 // Q4_K and Q6_K the int8-activation GEMV (x rounded as the cpu backend rounds it), else the
-// dequantize-and-dot GEMV. More (prefill): the weight dequantized to f32 in scratch, then SGEMM — exact
-// in x, but f32 tensor-core-free speed (not fast yet: docs/cuda.md).
+// dequantize-and-dot GEMV. More (prefill): bf16_prefill.
 void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   const kernels::GgmlArgs a = detail::ggml_args(linear, "matmul");
   const int64_t N = linear.rows(), K = linear.cols();
@@ -202,10 +207,48 @@ void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
     check_launch("matmul (ggml gemv)");
     return;
   }
-  float* w32 = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(N * K) * sizeof(float)));
-  kernels::dequantize_ggml(a, nullptr, w32, N, stream());
-  check_launch("matmul (dequantize ggml)");
-  dense_matmul(x, Tensor(DType::f32, {N, K}, w32, Device::cuda), y);
+  quantized_prefill(x, N, K, y, "matmul (dequantize ggml)", [&](int64_t r0, int64_t rows, void* out) {
+    kernels::GgmlArgs part = a;
+    part.blocks += r0 * a.row_bytes;
+    kernels::dequantize_ggml(part, nullptr, out, kernels::DequantOut::bf16_pair, rows, stream());
+  });
+}
+
+// Prefill over quantized weights on the tensor cores, keeping f32's accuracy: x split into three bf16
+// parts (x = x_hi + x_mid + x_lo exactly, as the bf16 path), the weight dequantized into two (w_hi =
+// bf16(w), w_lo = bf16(w − w_hi): w to 16 significant bits) a chunk of rows at a time (dequantize(r0,
+// rows, out) writes rows [r0, r0 + rows) as [2, rows, K] bf16), then per chunk four bf16 GEMMs with f32
+// accumulation summed into its columns of y: [T, N] f32, smallest first: w_hi·x_lo + w_lo·x_hi +
+// w_hi·x_mid + w_hi·x_hi. The terms left out (w_lo·x_mid, w_lo·x_lo, w beyond 16 bits) move a product
+// by at most 2^-15 of itself. H200, 4B shape, 512-token prefill (session 21): Q4_K_M 7890 tok/s, where
+// f32 weights and SGEMM gave 3950, two terms (x rounded to bf16) 9740 and one (x and w rounded) 11500
+// — but those moved the Q8_0 fixture's prompt logits by 1.5e-2 and 2.1e-2 against 2.6e-5 for these four.
+// Chunks of at most 32M values bound the scratch whatever the matrix (a 248k-row head in 20).
+template <typename DequantizeRows>
+void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, const char* what, DequantizeRows dequantize) {
+  constexpr int64_t kChunkValues = int64_t{1} << 25;
+  const int64_t T = detail::rows_of(x), chunk = std::clamp<int64_t>(kChunkValues / std::max<int64_t>(K, 1), 1, N);
+  auto* xb = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(3 * T * K) * 2));
+  auto* wb = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(2 * chunk * K) * 2));
+  kernels::split_bf16x3(x.f32(), xb, T * K, stream());
+  check_launch("matmul (split x)");
+  const uint16_t *x_hi = xb, *x_mid = xb + T * K, *x_lo = xb + 2 * T * K;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    dequantize(r0, rows, wb);
+    check_launch(what);
+    const uint16_t *w_hi = wb, *w_lo = wb + rows * K;
+    const std::pair<const uint16_t*, const uint16_t*> products[] = {{w_hi, x_lo}, {w_lo, x_hi}, {w_hi, x_mid}, {w_hi, x_hi}};
+    for (size_t i = 0; i < std::size(products); ++i) {
+      const float one = 1.0f, beta = i == 0 ? 0.0f : 1.0f;
+      // Column-major view: yᵀ[r0 : r0 + rows, :] (+)= (w part as col-major [K, rows])ᵀ · (x part as col-major [K, T]).
+      check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(T),
+                         static_cast<int>(K), &one, products[i].first, CUDA_R_16BF, static_cast<int>(K),
+                         products[i].second, CUDA_R_16BF, static_cast<int>(K), &beta, y.f32() + r0, CUDA_R_32F,
+                         static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "matmul (cublasGemmEx, dequantized w)");
+    }
+  }
 }
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened).
