@@ -1,14 +1,14 @@
-// Kernel of MLX affine dequantization (see kernels.h): one thread per output element reads its code's
-// one or two u32 words (3/5/6-bit codes may straddle a word boundary), its group's scale and bias, and
-// writes fma(scale, q, bias) in f32 — the ref's arithmetic, so rows come out bit-equal to ref's — or that
-// value as a bf16 hi/lo pair (DequantOut: prefill's tensor-core GEMMs, matmul.cpp).
+// Kernels of MLX affine dequantization (see kernels.h): each value's code from its one or two u32 words
+// (3/5/6-bit codes may straddle a word boundary) and fma(scale, q, bias) with its group's scale and bias —
+// the ref's arithmetic, so f32 rows come out bit-equal to ref's; written as f32 (one value a thread) or as
+// a bf16 hi/lo pair (8 values a thread; DequantOut: prefill's tensor-core GEMMs, matmul.cpp).
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
-template <typename SB, DequantOut Mode>
-__global__ void dequantize_affine_kernel(AffineArgs a, const int32_t* rows, void* out, int64_t R, int64_t plane) {
+template <typename SB>
+__global__ void dequantize_affine_kernel(AffineArgs a, const int32_t* rows, float* out, int64_t R) {
   const int64_t r = blockIdx.y;
   const int64_t n = rows != nullptr ? rows[r] : r, groups = a.K / a.group_size;
   const uint32_t* row = a.words + n * a.words_per_row;
@@ -21,7 +21,44 @@ __global__ void dequantize_affine_kernel(AffineArgs a, const int32_t* rows, void
     uint32_t q = row[word] >> shift;
     if (shift + a.bits > 32) q |= row[word + 1] << (32 - shift);
     const int64_t g = k / a.group_size;
-    put<Mode>(out, plane, r * a.K + k, fmaf(to_float(scales[g]), static_cast<float>(q & mask), to_float(biases[g])));
+    out[r * a.K + k] = fmaf(to_float(scales[g]), static_cast<float>(q & mask), to_float(biases[g]));
+  }
+}
+
+// The same rows as bf16 hi/lo pairs (DequantOut::bf16_pair; group sizes multiples of 8): a thread takes
+// 8 consecutive values of one group and writes each plane's 8 as one 16-byte store. One value a thread
+// (2-byte stores) ran the 4B shape's 4-bit prefill at 6350 tok/s on the H200 against 7890 for GGUF
+// blocks (session 21).
+template <typename SB>
+__global__ void dequantize_affine_pair_kernel(AffineArgs a, const int32_t* rows, __nv_bfloat16* out, int64_t R,
+                                              int64_t plane) {
+  const int64_t r = blockIdx.y;
+  const int64_t n = rows != nullptr ? rows[r] : r, groups = a.K / a.group_size;
+  const uint32_t* row = a.words + n * a.words_per_row;
+  const uint32_t mask = (1u << a.bits) - 1u;
+  for (int64_t k0 = 8 * (blockIdx.x * int64_t{blockDim.x} + threadIdx.x); k0 < a.K; k0 += 8 * int64_t{gridDim.x} * blockDim.x) {
+    const int64_t g = k0 / a.group_size;
+    const float scale = to_float(static_cast<const SB*>(a.scales)[n * groups + g]);
+    const float bias = to_float(static_cast<const SB*>(a.biases)[n * groups + g]);
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t at = (k0 + j + e) * a.bits, word = at / 32;
+        const int shift = static_cast<int>(at % 32);
+        uint32_t q = row[word] >> shift;
+        if (shift + a.bits > 32) q |= row[word + 1] << (32 - shift);
+        v[e] = fmaf(scale, static_cast<float>(q & mask), bias);
+      }
+      const __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[1]);
+      const __nv_bfloat162 l = __floats2bfloat162_rn(v[0] - __low2float(h), v[1] - __high2float(h));
+      hi[j / 2] = *reinterpret_cast<const uint32_t*>(&h), lo[j / 2] = *reinterpret_cast<const uint32_t*>(&l);
+    }
+    const int64_t at = r * a.K + k0;
+    *reinterpret_cast<uint4*>(out + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(out + plane + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
 }
 
@@ -29,7 +66,8 @@ template <DequantOut Mode>
 void dequantize_affine_as(const AffineArgs& a, const int32_t* rows, void* out, int64_t R, cudaStream_t s) {
   constexpr int kThreads = 256;
   const size_t value_bytes = Mode == DequantOut::f32 ? 4 : 2;
-  const unsigned x_blocks = static_cast<unsigned>((a.K + kThreads - 1) / kThreads);
+  const int64_t per_thread = Mode == DequantOut::f32 ? 1 : 8;
+  const unsigned x_blocks = static_cast<unsigned>((a.K / per_thread + kThreads - 1) / kThreads);
   for (int64_t r0 = 0; r0 < R; r0 += 65535) {  // gridDim.y is at most 65535
     const unsigned n = static_cast<unsigned>(R - r0 < 65535 ? R - r0 : 65535);
     const int32_t* part_rows = rows != nullptr ? rows + r0 : nullptr;
@@ -37,14 +75,18 @@ void dequantize_affine_as(const AffineArgs& a, const int32_t* rows, void* out, i
     void* part_out = static_cast<char*>(out) + r0 * a.K * value_bytes;
     const int64_t plane = R * a.K;  // a pair's lo values, from part_out's first value
     const dim3 grid(x_blocks, n);
+    const auto go = [&](auto sb) {
+      using SB = decltype(sb);
+      if constexpr (Mode == DequantOut::f32)
+        dequantize_affine_kernel<SB><<<grid, kThreads, 0, s>>>(part, part_rows, static_cast<float*>(part_out), n);
+      else
+        dequantize_affine_pair_kernel<SB>
+            <<<grid, kThreads, 0, s>>>(part, part_rows, static_cast<__nv_bfloat16*>(part_out), n, plane);
+    };
     switch (a.sb_type) {
-      case ElemType::f16:
-        dequantize_affine_kernel<__half, Mode><<<grid, kThreads, 0, s>>>(part, part_rows, part_out, n, plane);
-        break;
-      case ElemType::bf16:
-        dequantize_affine_kernel<__nv_bfloat16, Mode><<<grid, kThreads, 0, s>>>(part, part_rows, part_out, n, plane);
-        break;
-      default: dequantize_affine_kernel<float, Mode><<<grid, kThreads, 0, s>>>(part, part_rows, part_out, n, plane); break;
+      case ElemType::f16: go(__half{}); break;
+      case ElemType::bf16: go(__nv_bfloat16{}); break;
+      default: go(float{}); break;
     }
   }
 }

@@ -59,20 +59,6 @@ __device__ __forceinline__ float load_as_float(const void* p, ElemType t, int64_
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-// Value i of a dequantized matrix written as DequantOut says (kernels.h): f32, or bf16 hi at i and
-// lo = bf16(v − hi) at plane + i.
-template <DequantOut Mode>
-__device__ __forceinline__ void put(void* out, int64_t plane, int64_t i, float v) {
-  if constexpr (Mode == DequantOut::f32) {
-    static_cast<float*>(out)[i] = v;
-  } else {
-    auto* o = static_cast<__nv_bfloat16*>(out);
-    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-    o[i] = hi;
-    o[plane + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
-  }
-}
-
 // Sequence i of a batch (kernels.h, Seqs): its rows [r0, r1), its state slot, and the first row after
 // which the state is also checkpointed (r1 when there are no checkpoints).
 struct SeqRows {

@@ -67,6 +67,8 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
     check_launch("matmul (affine gemv)");
     return;
   }
+  KAPITSA_CHECK(a.group_size % 8 == 0, "matmul: affine group size {} (the GPU's prefill needs a multiple of 8)",
+                a.group_size);
   quantized_prefill(x, N, K, y, "matmul (dequantize affine)", [&](int64_t r0, int64_t rows, void* out) {
     kernels::dequantize_affine(kernels::affine_rows_from(a, r0), nullptr, out, kernels::DequantOut::bf16_pair, rows, stream());
   });
