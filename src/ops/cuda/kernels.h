@@ -241,6 +241,22 @@ struct GdnArgs {
 };
 constexpr int64_t kGdnMaxKeyDim = 256;
 void gated_delta_rule(const GdnArgs& a, cudaStream_t s);
+// gated_delta_rule_chunked.cu — the same function in the chunked (WY) form, for prefill: sequence i's rows
+// cut into chunks [seq_first[i], seq_first[i+1]) of up to kGdnChunk rows (chunk c: rows start[c] …
+// start[c] + len[c]); no checkpoints; Dk, Dv ≤ kGdnChunkMaxDim. U, W, gamma, P: scratch of
+// gdn_chunk_scratch_floats floats between the two kernels (U [T, Hv, Dv], W [T, Hv, Dk], gamma [T, Hv],
+// P [n, Hv, kGdnChunk, kGdnChunk]).
+constexpr int64_t kGdnChunk = 64;
+constexpr int64_t kGdnChunkMaxDim = 128;
+struct GdnChunks {
+  int64_t n;
+  const int64_t* start;
+  const int32_t* len;
+  const int32_t* seq_first;  // [n_seqs + 1]
+  float *U, *W, *gamma, *P;
+};
+size_t gdn_chunk_scratch_floats(int64_t T, int64_t n_chunks, int64_t Hv, int64_t Dk, int64_t Dv);
+void gated_delta_rule_chunked(const GdnArgs& a, const GdnChunks& c, cudaStream_t s);
 // gdn_core_varlen (op_list.inc): one block per (value head, sequence), so the head's output norm is
 // block-local. Dk ≤ kGdnMaxKeyDim, Dv ≤ kGdnCoreMaxValueDim (checked by the caller).
 struct GdnCoreArgs {
