@@ -4,7 +4,7 @@
 // column, each holding Dk/4 rows of it in registers; the two dot products reduce over those 4 lanes.
 // A batch of sequences (Seqs) adds a grid dimension: each sequence's state lives in its slot, and after
 // each checkpointed token the block also stores its columns into that token's checkpoint slot.
-// The chunked op runs this same recurrence for now (gated_delta_rule.cpp): same function, no WY form yet.
+// Prefill-sized calls without checkpoints take the chunked WY kernels instead (gated_delta_rule_chunked.cu).
 // gdn_core_varlen's kernel (below) is this recurrence with the layer's small steps around it.
 #include "ops/cuda/kernel_util.cuh"
 
