@@ -343,7 +343,8 @@ struct PairLanes {
 };
 inline constexpr PairLanes kPairLanes{};
 
-// The codes of the rows two passes ahead are prefetched at the start of each pass: a row is a short run of
+// The codes of the rows kPrefetchRows ahead are prefetched at the start of each pass (also when a pass is
+// one row, as for 5-8 tokens: 8-row verification of a 0.8B-shaped file −5%): a row is a short run of
 // cache lines (512 B at K = 1024), too short for the hardware prefetchers, and without it a matrix
 // streamed from DRAM at ~25 GB/s on a machine that reads 62 GB/s with two threads (lm head 248320 × 1024:
 // 5.0–6.1 → 2.8–3.3 ms; decode of a 0.8B-shaped model +20%: docs/performance.md). 4
@@ -364,7 +365,7 @@ bool prefetch_enabled() {
 template <class Param, int TB, int RB>
 void rows_dot_planes(const Operands& o, int64_t n0, float* y, int64_t n1, int64_t N) {
   const int64_t G = o.G, row_bytes = o.K / 2;
-  if (RB > 1 && n0 + kPrefetchRows + RB <= n1 && prefetch_enabled()) {
+  if (n0 + kPrefetchRows + RB <= n1 && prefetch_enabled()) {
     const char* ahead = reinterpret_cast<const char*>(o.codes + (n0 + kPrefetchRows) * row_bytes);
     for (int64_t b = 0; b < RB * row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
   }
