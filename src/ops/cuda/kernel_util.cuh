@@ -59,6 +59,7 @@ __device__ __forceinline__ float load_as_float(const void* p, ElemType t, int64_
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
 // Sequence i of a batch (kernels.h, Seqs): its rows [r0, r1), its state slot, and the first row after
 // which the state is also checkpointed (r1 when there are no checkpoints).
 struct SeqRows {

@@ -6,7 +6,7 @@
 // work of a plain bf16 GEMM, none of its rounding of x. f16 weights (rare in checkpoints): f16 cannot
 // split x exactly (its range), so the weight is widened to f32 in scratch and SGEMM runs: exact, slow.
 // Quantized weights (MLX affine, llama.cpp blocks) past the GEMVs' token counts (prefill): x split as for
-// bf16 and the weight dequantized into a bf16 pair, four tensor-core GEMMs (bf16_prefill).
+// bf16 and the weight dequantized into a bf16 pair, four tensor-core GEMMs (quantized_prefill).
 #include "ops/composed/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
@@ -45,8 +45,8 @@ const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
 }  // namespace
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16, MLX affine (up to kGemvMaxTokens rows: the fused
-// dequantize-GEMV, for 4 bits on x rounded to int16; more: dequantized to f32 in scratch, then the f32
-// path) or llama.cpp blocks (ggml_matmul);  y: [T, N] f32.
+// dequantize-GEMV, for 4 bits on x rounded to int16; more: quantized_prefill) or llama.cpp blocks
+// (ggml_matmul);  y: [T, N] f32.
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   if (linear.format() == WeightFormat::ggml) return ggml_matmul(x, linear, y);
   if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
@@ -188,7 +188,7 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
 namespace {
 // x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: for Q8_0,
 // Q4_K and Q6_K the int8-activation GEMV (x rounded as the cpu backend rounds it), else the
-// dequantize-and-dot GEMV. More (prefill): bf16_prefill.
+// dequantize-and-dot GEMV. More (prefill): quantized_prefill.
 void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   const kernels::GgmlArgs a = detail::ggml_args(linear, "matmul");
   const int64_t N = linear.rows(), K = linear.cols();
