@@ -65,6 +65,11 @@ inline const BackendTable& ref() { return *find_backend("ref"); }
 inline double cuda_prefill_bound(const BackendTable& b, int64_t tokens, double mag) {
   return b.name == std::string_view("cuda") && tokens > 8 ? mag / 32768 : 0.0;
 }
+// The cuda backend's matmul over bf16 weights past 64 tokens (ops/cuda/matmul.cpp, kDenseExactMaxTokens)
+// takes x to 16 bits: each x·w within 2^-16 of itself.
+inline bool cuda_x16(const BackendTable& b, DType w, int64_t tokens) {
+  return b.name == std::string_view("cuda") && w == DType::bf16 && tokens > 64;
+}
 
 // Every registered backend but ref, and the cpu backend's other levels this CPU runs ("cpu_avx2",
 // "cpu_avxvnni", "cpu_baseline" beside the selected "cpu"; ops/cpu/cpu.h): what the op tests compare against ref.

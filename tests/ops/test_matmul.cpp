@@ -44,13 +44,24 @@ TEST_P(OnBackend, MatmulMatchesRef) {
       for (int64_t i = 0; i < c.T * c.N; ++i) yc.f32()[i] = 1e30f;  // garbage: y is written, not accumulated
       test::run(test::ref(), matmul, x, Linear(w), yr);
       test::run(backend(), matmul, x, Linear(w), yc);
+      const double scale = std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3;  // of the dot products
+      if (test::cuda_x16(backend(), dt, c.T)) {
+        // x to 16 bits: each output within 2^-16 of its Σ|x·w| (and f32's accumulation) of ref's.
+        for (int64_t t = 0; t < c.T; ++t)
+          for (int64_t n = 0; n < c.N; ++n) {
+            double mag = 0;
+            for (int64_t k = 0; k < c.K; ++k)
+              mag += std::abs(x.f32()[t * c.K + k] * kapitsa::testing::element(w.tensor(), n * c.K + k));
+            ASSERT_NEAR(yc.f32()[t * c.N + n], yr.f32()[t * c.N + n], mag / 65536 + 1e-5 * scale) << "t=" << t << " n=" << n;
+          }
+        continue;
+      }
       // f32 accumulation vs double: error grows like sqrt(K)·eps relative to the row norm.
       // Over many outputs: the relative error (few outputs may cancel to near zero).
       if (c.T * c.N >= 64) {
         EXPECT_LE(relative_error(yc, yr), 2e-6);
       }
       // every element, relative to the scale of the dot products (≈ sqrt(K/9))
-      const double scale = std::sqrt(static_cast<double>(c.K) / 9.0) + 1e-3;
       EXPECT_LE(kapitsa::testing::max_abs_diff(yc, yr) / scale, 1e-5);
     }
 }

@@ -40,25 +40,20 @@ __global__ void dequantize_affine_pair_kernel(AffineArgs a, const int32_t* rows,
     const int64_t g = k0 / a.group_size;
     const float scale = to_float(static_cast<const SB*>(a.scales)[n * groups + g]);
     const float bias = to_float(static_cast<const SB*>(a.biases)[n * groups + g]);
-    uint32_t hi[4], lo[4];
+    float v[8];
 #pragma unroll
-    for (int j = 0; j < 8; j += 2) {
-      float v[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t at = (k0 + j + e) * a.bits, word = at / 32;
-        const int shift = static_cast<int>(at % 32);
-        uint32_t q = row[word] >> shift;
-        if (shift + a.bits > 32) q |= row[word + 1] << (32 - shift);
-        v[e] = fmaf(scale, static_cast<float>(q & mask), bias);
-      }
-      const __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[1]);
-      const __nv_bfloat162 l = __floats2bfloat162_rn(v[0] - __low2float(h), v[1] - __high2float(h));
-      hi[j / 2] = *reinterpret_cast<const uint32_t*>(&h), lo[j / 2] = *reinterpret_cast<const uint32_t*>(&l);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t at = (k0 + j) * a.bits, word = at / 32;
+      const int shift = static_cast<int>(at % 32);
+      uint32_t q = row[word] >> shift;
+      if (shift + a.bits > 32) q |= row[word + 1] << (32 - shift);
+      v[j] = fmaf(scale, static_cast<float>(q & mask), bias);
     }
+    uint4 hi, lo;
+    bf16_pair8(v, hi, lo);
     const int64_t at = r * a.K + k0;
-    *reinterpret_cast<uint4*>(out + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(out + plane + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *reinterpret_cast<uint4*>(out + at) = hi;
+    *reinterpret_cast<uint4*>(out + plane + at) = lo;
   }
 }
 

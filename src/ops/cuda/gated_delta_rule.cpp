@@ -55,9 +55,10 @@ void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 }
 
 // Where the chunked kernels apply: a prefill-sized call (at least one chunk of rows; fewer walk as fast
-// token by token), head dims within their shared-memory tiles, no checkpoints.
+// token by token), head dims within their shared-memory tiles (Dk in float4s), no checkpoints.
 bool chunked_applies(const kernels::GdnArgs& a, std::span<const int32_t> ckpt_offsets) {
-  return a.T >= kernels::kGdnChunk && a.Dk <= kernels::kGdnChunkMaxDim && a.Dv <= kernels::kGdnChunkMaxDim &&
+  return a.T >= kernels::kGdnChunk && a.Dk <= kernels::kGdnChunkMaxDim && a.Dk % 4 == 0 &&
+         a.Dv <= kernels::kGdnChunkMaxDim &&
          (ckpt_offsets.empty() || ckpt_offsets.back() == 0);
 }
 

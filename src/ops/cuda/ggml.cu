@@ -52,11 +52,6 @@ __global__ void dequantize_ggml_kernel(GgmlArgs a, const int32_t* rows, float* o
 constexpr int kDequantUnits = 128;
 constexpr int kTileStride = 40;  // bf16 values per unit in the tile (32 + 8 of padding)
 
-__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&p);
-}
-
 template <uint32_t Type>
 __global__ void __launch_bounds__(kDequantUnits) dequantize_ggml_pair_kernel(GgmlArgs a, const int32_t* rows,
                                                                             __nv_bfloat16* out, int64_t R,
@@ -71,20 +66,9 @@ __global__ void __launch_bounds__(kDequantUnits) dequantize_ggml_pair_kernel(Ggm
       float v[32];
       decode_row_unit<Type>(a.blocks + n * a.row_bytes, u, v);
       auto* hi = reinterpret_cast<uint4*>(tile[0] + threadIdx.x * kTileStride);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float* w = v + 8 * q;
-        hi[q] = make_uint4(bf16x2_bits(w[0], w[1]), bf16x2_bits(w[2], w[3]), bf16x2_bits(w[4], w[5]), bf16x2_bits(w[6], w[7]));
-      }
       auto* lo = reinterpret_cast<uint4*>(tile[1] + threadIdx.x * kTileStride);
-      const __nv_bfloat16* h = tile[0] + threadIdx.x * kTileStride;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) v[j] -= __bfloat162float(h[j]);  // what hi leaves
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float* w = v + 8 * q;
-        lo[q] = make_uint4(bf16x2_bits(w[0], w[1]), bf16x2_bits(w[2], w[3]), bf16x2_bits(w[4], w[5]), bf16x2_bits(w[6], w[7]));
-      }
+      for (int q = 0; q < 4; ++q) bf16_pair8(v + 8 * q, hi[q], lo[q]);
     }
     __syncthreads();
     const int64_t stores = (total - base < kDequantUnits ? total - base : kDequantUnits) * 4;  // 16-byte stores

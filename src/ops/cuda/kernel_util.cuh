@@ -60,6 +60,19 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// 8 floats → their bf16 hi/lo pair (hi = bf16(v), lo = bf16(v − hi): v to 16 significant bits), each
+// plane's 8 values packed into 16 bytes for one store (prefill's dequantized weights, DequantOut::bf16_pair).
+__device__ __forceinline__ void bf16_pair8(const float* v, uint4& hi, uint4& lo) {
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const __nv_bfloat162 hp = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    const __nv_bfloat162 lp = __floats2bfloat162_rn(v[2 * j] - __low2float(hp), v[2 * j + 1] - __high2float(hp));
+    h[j] = *reinterpret_cast<const uint32_t*>(&hp), l[j] = *reinterpret_cast<const uint32_t*>(&lp);
+  }
+  hi = make_uint4(h[0], h[1], h[2], h[3]), lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
 // Sequence i of a batch (kernels.h, Seqs): its rows [r0, r1), its state slot, and the first row after
 // which the state is also checkpointed (r1 when there are no checkpoints).
 struct SeqRows {

@@ -46,11 +46,11 @@ void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type
 // gemv's order.
 void gemv_swiglu(const float* x, const void* w_gate, const void* w_up, ElemType type, float* y, int64_t K, int64_t N,
                  cudaStream_t s);
-// x: [n] f32 → parts: [3, n] bf16 with x = parts[0] + parts[1] + parts[2] exactly (each the bf16 rounding
-// of what the earlier ones leave), so three bf16 products on the tensor cores carry x's full f32 precision.
-void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s);
-// y[i] = (parts[2n + i] + parts[n + i]) + parts[i]: the three partial products, smallest first.
-void sum3(const float* parts, float* y, int64_t n, cudaStream_t s);
+// x: [n] f32 → parts: [n_parts, n] bf16, each the bf16 rounding of what the earlier ones leave of x: three
+// carry x exactly (so three bf16 products on the tensor cores keep f32's precision), two to 16 bits.
+void split_bf16(const float* x, void* parts, int64_t n, int n_parts, cudaStream_t s);
+// y[i] = Σ_p parts[p·n + i], smallest (last) part first: the partial products of split_bf16's parts.
+void sum_parts(const float* parts, float* y, int64_t n, int n_parts, cudaStream_t s);
 
 // How the dequantize kernels write a value v of their [R, K] output: f32 (ref's value, bit for bit), or
 // bf16_pair: out [2, R, K] bf16, hi = bf16(v) then lo = bf16(v − hi), so hi + lo carries v to 16
@@ -243,7 +243,7 @@ constexpr int64_t kGdnMaxKeyDim = 256;
 void gated_delta_rule(const GdnArgs& a, cudaStream_t s);
 // gated_delta_rule_chunked.cu — the same function in the chunked (WY) form, for prefill: sequence i's rows
 // cut into chunks [seq_first[i], seq_first[i+1]) of up to kGdnChunk rows (chunk c: rows start[c] …
-// start[c] + len[c]); no checkpoints; Dk, Dv ≤ kGdnChunkMaxDim. U, W, gamma, P: scratch of
+// start[c] + len[c]); no checkpoints; Dk, Dv ≤ kGdnChunkMaxDim, Dk % 4 == 0. U, W, gamma, P: scratch of
 // gdn_chunk_scratch_floats floats between the two kernels (U [T, Hv, Dv], W [T, Hv, Dk], gamma [T, Hv],
 // P [n, Hv, kGdnChunk, kGdnChunk]).
 constexpr int64_t kGdnChunk = 64;

@@ -1,12 +1,13 @@
-// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for one row of dense weights and up to kGemvMaxTokens of affine ones (decode; f32 accumulation, reads
-// the weight once), cuBLAS above that, always with x in full f32 precision (the op's contract, as ref
-// and cpu). f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16 product,
-// so x is split exactly into three bf16 parts (hi + mid + lo) and one bf16 GEMM of 3T rows on the tensor
-// cores (f32 accumulation) gives the three partial products, summed smallest first: 3× the tensor-core
-// work of a plain bf16 GEMM, none of its rounding of x. f16 weights (rare in checkpoints): f16 cannot
-// split x exactly (its range), so the weight is widened to f32 in scratch and SGEMM runs: exact, slow.
-// Quantized weights (MLX affine, llama.cpp blocks) past the GEMVs' token counts (prefill): x split as for
-// bf16 and the weight dequantized into a bf16 pair, four tensor-core GEMMs (quantized_prefill).
+// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for one row of dense
+// weights and up to kGemvMaxTokens of affine ones (decode; f32 accumulation, reads the weight once),
+// cuBLAS above that. f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16
+// product, so x is split into bf16 parts and one bf16 GEMM of (parts × T) rows on the tensor cores (f32
+// accumulation) gives the partial products, summed smallest first: up to 64 rows three parts (x exact,
+// f32's precision), above that two (x to 16 bits; kDenseExactMaxTokens says why). f16 weights (rare in
+// checkpoints): f16 cannot split x exactly (its range), so the weight is widened to f32 in scratch and
+// SGEMM runs: exact, slow. Quantized weights (MLX affine, llama.cpp blocks) past the GEMVs' token counts
+// (prefill): x split in three and the weight dequantized into a bf16 pair, four tensor-core GEMMs
+// (quantized_prefill).
 #include "ops/composed/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
@@ -34,6 +35,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15).
 constexpr int64_t kDenseGemvMaxTokens = 1;
+// bf16 weights over more rows than this take x to 16 bits (two bf16 parts, each product within 2^-16 of
+// itself) rather than 24 (three): prefill's GEMMs are compute-bound, so a third fewer products is a third
+// less time (4B shape, 512 tokens: docs/cuda.md, session 22), while decode batches and speculative
+// verification, bound by reading the weight, keep f32's precision at no cost.
+constexpr int64_t kDenseExactMaxTokens = 64;
 
 // x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
 // (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
@@ -232,7 +238,7 @@ void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, c
   const int64_t T = detail::rows_of(x), chunk = std::clamp<int64_t>(kChunkValues / std::max<int64_t>(K, 1), 1, N);
   auto* xb = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(3 * T * K) * 2));
   auto* wb = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(2 * chunk * K) * 2));
-  kernels::split_bf16x3(x.f32(), xb, T * K, stream());
+  kernels::split_bf16(x.f32(), xb, T * K, 3, stream());
   check_launch("matmul (split x)");
   const uint16_t *x_hi = xb, *x_mid = xb + T * K, *x_lo = xb + 2 * T * K;
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
@@ -285,15 +291,16 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
           "matmul (cublasSgemm, f16 w)");
     return;
   }
-  // bf16: parts [3, T, K] bf16 → partial products [3, T, N] f32 → y.
-  void* parts = detail::scratch(detail::Slot::temp0, static_cast<size_t>(3 * T * K) * 2);
-  float* partial = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(3 * T * N) * sizeof(float)));
-  kernels::split_bf16x3(x.f32(), parts, T * K, stream());
+  // bf16: parts [P, T, K] bf16 → partial products [P, T, N] f32 → y.
+  const int n_parts = T > kDenseExactMaxTokens ? 2 : 3;
+  void* parts = detail::scratch(detail::Slot::temp0, static_cast<size_t>(n_parts * T * K) * 2);
+  float* partial = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(n_parts * T * N) * sizeof(float)));
+  kernels::split_bf16(x.f32(), parts, T * K, n_parts, stream());
   check_launch("matmul (split x)");
-  check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, 3 * t, k, &one, w.data(), CUDA_R_16BF, k, parts,
+  check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, n_parts * t, k, &one, w.data(), CUDA_R_16BF, k, parts,
                      CUDA_R_16BF, k, &zero, partial, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "matmul (cublasGemmEx)");
-  kernels::sum3(partial, y.f32(), T * N, stream());
+  kernels::sum_parts(partial, y.f32(), T * N, n_parts, stream());
   check_launch("matmul (sum parts)");
 }
 }  // namespace

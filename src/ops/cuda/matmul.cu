@@ -249,30 +249,33 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   else launch(gemv_vec_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
 }
 
-__global__ void split_bf16x3_kernel(const float* x, __nv_bfloat16* parts, int64_t n) {
+__global__ void split_bf16_kernel(const float* x, __nv_bfloat16* parts, int64_t n, int n_parts) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = x[i];
-    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-    const float r1 = __fsub_rn(v, __bfloat162float(hi));  // exact: v and hi share the top bits
-    const __nv_bfloat16 mid = __float2bfloat16_rn(r1);
-    const float r2 = __fsub_rn(r1, __bfloat162float(mid));
-    parts[i] = hi, parts[n + i] = mid, parts[2 * n + i] = __float2bfloat16_rn(r2);
+    float rest = x[i];
+    for (int p = 0; p < n_parts; ++p) {
+      const __nv_bfloat16 part = __float2bfloat16_rn(rest);
+      parts[p * n + i] = part;
+      rest = __fsub_rn(rest, __bfloat162float(part));  // exact: rest and part share the top bits
+    }
   }
 }
 
-__global__ void sum3_kernel(const float* parts, float* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = __fadd_rn(__fadd_rn(parts[2 * n + i], parts[n + i]), parts[i]);
+__global__ void sum_parts_kernel(const float* parts, float* y, int64_t n, int n_parts) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float s = parts[(n_parts - 1) * n + i];
+    for (int p = n_parts - 2; p >= 0; --p) s = __fadd_rn(s, parts[p * n + i]);
+    y[i] = s;
+  }
 }
 
 }  // namespace
 
-void split_bf16x3(const float* x, void* parts, int64_t n, cudaStream_t s) {
-  if (n > 0) split_bf16x3_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, static_cast<__nv_bfloat16*>(parts), n);
+void split_bf16(const float* x, void* parts, int64_t n, int n_parts, cudaStream_t s) {
+  if (n > 0) split_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, static_cast<__nv_bfloat16*>(parts), n, n_parts);
 }
 
-void sum3(const float* parts, float* y, int64_t n, cudaStream_t s) {
-  if (n > 0) sum3_kernel<<<grid_for(n, 256), 256, 0, s>>>(parts, y, n);
+void sum_parts(const float* parts, float* y, int64_t n, int n_parts, cudaStream_t s) {
+  if (n > 0) sum_parts_kernel<<<grid_for(n, 256), 256, 0, s>>>(parts, y, n, n_parts);
 }
 
 void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s) {
