@@ -3,6 +3,7 @@
 // pair matmul_experts / moe_combine; every backend against ref.
 #include "op_test_helpers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -70,6 +71,20 @@ TEST_P(OnBackend, MoeRowsGatherAndScaleAdd) {
     for (int64_t h = 0; h < H; ++h) ASSERT_NEAR(dr.f32()[4 * H + h], 2.75f * x.f32()[4 * H + h], 1e-5);
     // row 1 untouched
     for (int64_t h = 0; h < H; ++h) ASSERT_EQ(dr.f32()[1 * H + h], x.f32()[1 * H + h]);
+    // 40 distinct rows of 64 in random order (an expert's tokens: the cuda kernel then spreads the rows
+    // over blocks): each row receives one product.
+    std::vector<int32_t> perm(64);
+    for (int32_t i = 0; i < 64; ++i) perm[static_cast<size_t>(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), r.gen);
+    const std::vector<int32_t> some(perm.begin(), perm.begin() + 40);
+    std::vector<float> w40(40);
+    for (float& w : w40) w = static_cast<float>(r.gen() % 1000) / 250.0f - 2.0f;
+    Buffer src = test::random_f32(r, {40, H}), big = test::random_f32(r, {64, H});
+    Buffer br = test::clone(big), bc = test::clone(big);
+    test::run(test::ref(), scale_add_rows, src, some, w40, br);
+    test::run(backend(), scale_add_rows, src, some, w40, bc);
+    EXPECT_LE(kapitsa::testing::max_abs_diff(bc, br), 1e-5);  // |terms| ≤ 1 + 2
+    EXPECT_GT(kapitsa::testing::max_abs_diff(br, big), 0.1);
   }
 }
 

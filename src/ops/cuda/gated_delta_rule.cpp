@@ -1,6 +1,6 @@
 // CUDA Gated DeltaNet: gates and the delta rule, for one sequence or a SeqBatch (its spans copied to the
 // device in one transfer). The recurrent op and decode-sized calls run the token-by-token kernel
-// (gated_delta_rule.cu); the chunked op and varlen calls of at least kGdnChunk rows without checkpoints
+// (gated_delta_rule.cu); the chunked op and varlen calls of at least kStateChunk rows without checkpoints
 // (prefill) the chunked WY kernels (gated_delta_rule_chunked.cu): the op contract makes them one
 // function. Checkpoints (the state after single tokens, for speculative verification) need the
 // token-by-token kernel.
@@ -57,45 +57,16 @@ void delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&
 // Where the chunked kernels apply: a prefill-sized call (at least one chunk of rows; fewer walk as fast
 // token by token), head dims within their shared-memory tiles (Dk in float4s), no checkpoints.
 bool chunked_applies(const kernels::GdnArgs& a, std::span<const int32_t> ckpt_offsets) {
-  return a.T >= kernels::kGdnChunk && a.Dk <= kernels::kGdnChunkMaxDim && a.Dk % 4 == 0 &&
-         a.Dv <= kernels::kGdnChunkMaxDim &&
+  return a.T >= kernels::kStateChunk && a.Dk <= kernels::kStateChunkMaxDim && a.Dk % 4 == 0 &&
+         a.Dv <= kernels::kStateChunkMaxDim &&
          (ckpt_offsets.empty() || ckpt_offsets.back() == 0);
 }
 
-// Each sequence's rows [row_offsets[i], row_offsets[i+1]) cut into chunks of kGdnChunk (the last shorter).
-struct ChunkLists {
-  std::vector<int64_t> start;
-  std::vector<int32_t> len, seq_first;
-  size_t at_start = 0, at_len = 0, at_seq_first = 0;  // in the HostPack
-};
-ChunkLists chunk_lists(std::span<const int64_t> row_offsets, detail::HostPack& pack) {
-  ChunkLists c;
-  for (size_t i = 0; i + 1 < row_offsets.size(); ++i) {
-    c.seq_first.push_back(static_cast<int32_t>(c.start.size()));
-    for (int64_t r = row_offsets[i]; r < row_offsets[i + 1]; r += kernels::kGdnChunk) {
-      c.start.push_back(r);
-      c.len.push_back(static_cast<int32_t>(std::min(kernels::kGdnChunk, row_offsets[i + 1] - r)));
-    }
-  }
-  c.seq_first.push_back(static_cast<int32_t>(c.start.size()));
-  c.at_start = pack.add(std::span<const int64_t>(c.start));
-  c.at_len = pack.add(std::span<const int32_t>(c.len));
-  c.at_seq_first = pack.add(std::span<const int32_t>(c.seq_first));
-  return c;
-}
-
 // After pack.upload(): the two chunked kernels, their scratch in Slot::temp0.
-void run_chunked(const kernels::GdnArgs& a, const ChunkLists& lists, const detail::HostPack& pack) {
-  const auto n = static_cast<int64_t>(lists.start.size());
+void run_chunked(const kernels::GdnArgs& a, const detail::ChunksInPack& chunks, const detail::HostPack& pack) {
   auto* scratch = static_cast<float*>(detail::scratch(
-      detail::Slot::temp0, kernels::gdn_chunk_scratch_floats(a.T, n, a.Hv, a.Dk, a.Dv) * sizeof(float)));
-  kernels::GdnChunks c{n, pack.at<int64_t>(lists.at_start), pack.at<int32_t>(lists.at_len),
-                       pack.at<int32_t>(lists.at_seq_first), nullptr, nullptr, nullptr, nullptr};
-  c.U = scratch;
-  c.W = c.U + a.T * a.Hv * a.Dv;
-  c.gamma = c.W + a.T * a.Hv * a.Dk;
-  c.P = c.gamma + a.T * a.Hv;
-  kernels::gated_delta_rule_chunked(a, c, detail::stream());
+      detail::Slot::temp0, kernels::gdn_chunk_scratch_floats(a.T, chunks.n, a.Hv, a.Dk, a.Dv) * sizeof(float)));
+  kernels::gated_delta_rule_chunked(a, detail::device_chunks(pack, chunks), scratch, detail::stream());
   detail::check_launch("gated_delta_rule (chunked)");
 }
 }  // namespace
@@ -111,9 +82,9 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
   if (!chunked_applies(a, {})) return delta_rule(q, k, v, g, beta, state, o);
   detail::HostPack pack;
   const int64_t rows[] = {0, a.T};
-  const ChunkLists lists = chunk_lists(rows, pack);
+  const detail::ChunksInPack chunks = detail::add_chunks(pack, rows);
   pack.upload();
-  run_chunked(a, lists, pack);
+  run_chunked(a, chunks, pack);
 }
 
 // states: [n_slots, Hv, Dk, Dv] (checked with the batch in ops.cpp).
@@ -125,10 +96,10 @@ void gated_delta_rule_varlen(const Tensor& q, const Tensor& k, const Tensor& v, 
   detail::HostPack pack;
   const detail::SeqsInPack at = detail::add_seqs(pack, batch);
   const bool chunked = chunked_applies(a, batch.ckpt_offsets);
-  const ChunkLists lists = chunked ? chunk_lists(batch.row_offsets, pack) : ChunkLists{};
+  const detail::ChunksInPack chunks = chunked ? detail::add_chunks(pack, batch.row_offsets) : detail::ChunksInPack{};
   pack.upload();
   a.seqs = detail::device_seqs(pack, at, batch);
-  if (chunked) return run_chunked(a, lists, pack);
+  if (chunked) return run_chunked(a, chunks, pack);
   kernels::gated_delta_rule(a, detail::stream());
   detail::check_launch("gated_delta_rule_varlen");
 }

@@ -60,6 +60,26 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// acc[a][b] = Σ_x X[ti + 16a, x] · Y[tj + 16b, x] for x < D: a 4×4 tile of X Yᵀ, both in shared memory
+// (rows of stride `stride`, odd, so the 16 rows a warp reads at once sit in distinct banks): 8 loads
+// serve 16 products. The chunked scans' prep kernels, 256 threads as ti = tid / 16, tj = tid % 16.
+__device__ __forceinline__ void dot_tile(const float* X, const float* Y, int stride, int D, int ti, int tj, float (&acc)[4][4]) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[p][q] = 0.0f;
+  for (int x = 0; x < D; ++x) {
+    float xr[4], yr[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) xr[p] = X[(ti + 16 * p) * stride + x], yr[p] = Y[(tj + 16 * p) * stride + x];
+#pragma unroll
+    for (int p = 0; p < 4; ++p)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[p][q] += xr[p] * yr[q];
+  }
+}
+
+
 // 8 floats → their bf16 hi/lo pair (hi = bf16(v), lo = bf16(v − hi): v to 16 significant bits), each
 // plane's 8 values packed into 16 bytes for one store (prefill's dequantized weights, DequantOut::bf16_pair).
 __device__ __forceinline__ void bf16_pair8(const float* v, uint4& hi, uint4& lo) {

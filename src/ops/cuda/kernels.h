@@ -241,22 +241,39 @@ struct GdnArgs {
 };
 constexpr int64_t kGdnMaxKeyDim = 256;
 void gated_delta_rule(const GdnArgs& a, cudaStream_t s);
-// gated_delta_rule_chunked.cu — the same function in the chunked (WY) form, for prefill: sequence i's rows
-// cut into chunks [seq_first[i], seq_first[i+1]) of up to kGdnChunk rows (chunk c: rows start[c] …
-// start[c] + len[c]); no checkpoints; Dk, Dv ≤ kGdnChunkMaxDim, Dk % 4 == 0. U, W, gamma, P: scratch of
-// gdn_chunk_scratch_floats floats between the two kernels (U [T, Hv, Dv], W [T, Hv, Dk], gamma [T, Hv],
-// P [n, Hv, kGdnChunk, kGdnChunk]).
-constexpr int64_t kGdnChunk = 64;
-constexpr int64_t kGdnChunkMaxDim = 128;
-struct GdnChunks {
+// The chunked (WY / SSD) forms of the state scans, for prefill: sequence i's rows cut into chunks
+// [seq_first[i], seq_first[i+1]) of up to kStateChunk rows (chunk c: rows start[c] … start[c] + len[c]).
+constexpr int64_t kStateChunk = 64;
+constexpr int64_t kStateChunkMaxDim = 128;  // the state's rows (Dk, N); Gated DeltaNet's Dv too (its prep)
+struct ChunkList {
   int64_t n;
   const int64_t* start;
   const int32_t* len;
   const int32_t* seq_first;  // [n_seqs + 1]
-  float *U, *W, *gamma, *P;
 };
+// chunk_scan.cu — the walk over the chunks both share, after a prep kernel computed every chunk's
+// products (γ the running sum of the log-decay, P the masked intra-chunk products): per chunk,
+//   V' = U − W S (no W: V' = U);  O = e^γ ⊙ (Q S) + P V' + skip ⊙ U;  S ← e^(γ_L) S + (e^(γ_L−γ) ⊙ K)ᵀ V'
+// with S [Dk, Dv] per (slot, value head) ([Dv, Dk] in memory when state_vk) and K's rows scaled per value
+// head by k_scale when given. Dk ≤ kStateChunkMaxDim, Dk % 4 == 0; no checkpoints.
+struct ChunkScanArgs {
+  const float *q, *k;       // [T, Hk, Dk]
+  const float* k_scale;     // [T, Hv] or nullptr
+  const float *U, *W;       // [T, Hv, Dv]; [T, Hv, Dk] or nullptr
+  const float *gamma, *P;   // [T, Hv]; [n, Hv, kStateChunk, kStateChunk], zero above the diagonal and past len
+  const float* skip;        // [Hv] or nullptr
+  float* state;             // [n_slots, Hv, Dk, Dv] in/out ([n_slots, Hv, Dv, Dk] when state_vk)
+  bool state_vk;
+  float* o;                 // [T, Hv, Dv]
+  int64_t T, Hk, Hv, Dk, Dv;
+  Seqs seqs;
+  ChunkList chunks;
+};
+void chunk_scan(const ChunkScanArgs& a, cudaStream_t s);
+// gated_delta_rule_chunked.cu — gated_delta_rule in the WY form: Dk, Dv ≤ kStateChunkMaxDim, Dk % 4 == 0,
+// no checkpoints; scratch: gdn_chunk_scratch_floats floats.
 size_t gdn_chunk_scratch_floats(int64_t T, int64_t n_chunks, int64_t Hv, int64_t Dk, int64_t Dv);
-void gated_delta_rule_chunked(const GdnArgs& a, const GdnChunks& c, cudaStream_t s);
+void gated_delta_rule_chunked(const GdnArgs& a, const ChunkList& c, float* scratch, cudaStream_t s);
 // gdn_core_varlen (op_list.inc): one block per (value head, sequence), so the head's output norm is
 // block-local. Dk ≤ kGdnMaxKeyDim, Dv ≤ kGdnCoreMaxValueDim (checked by the caller).
 struct GdnCoreArgs {
@@ -288,14 +305,20 @@ struct SsdArgs {
 };
 constexpr int64_t kSsdMaxStateDim = 256;
 void ssd_scan(const SsdArgs& a, cudaStream_t s);
+// ssm_chunked.cu — ssd_scan in the chunked (SSD) form: N ≤ kStateChunkMaxDim, N % 4 == 0, no checkpoints;
+// scratch: ssd_chunk_scratch_floats floats.
+size_t ssd_chunk_scratch_floats(int64_t T, int64_t n_chunks, int64_t H);
+void ssd_scan_chunked(const SsdArgs& a, const ChunkList& c, float* scratch, cudaStream_t s);
 
 // moe.cu — logits: [T, E];  ids: [T, k];  weights: [T, k].
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,
                        float* weights, cudaStream_t s);
 // out: [R, H] = x[rows[r], :].
 void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H, cudaStream_t s);
-// dst[rows[r], :] += weights[r] · src[r, :], r in order (deterministic).
+// dst[rows[r], :] += weights[r] · src[r, :], r in order (deterministic); distinct_rows (no row twice) lets
+// the rows run in parallel.
 void scale_add_rows(const float* src, const int32_t* rows, const float* weights, float* dst, int64_t R, int64_t H,
+                    bool distinct_rows,
                     cudaStream_t s);
 // y[t·k + j, :] = x[t, :] · experts[ids[t·k + j]]ᵀ: x [T, K];  experts: E device pointers to [N, K] weights
 // of `type`;  y: [T·k, N]. A row whose id is outside [0, E) is written as NaN (ids live on the device).

@@ -60,8 +60,11 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
   KAPITSA_CHECK(src.dim(-1) == H && src.numel() == R * H, "scale_add_rows: src {} for {} rows of width {}",
                 src.shape().str(), R, H);
   check_rows(rows, detail::rows_of(dst), "scale_add_rows");
+  std::vector<bool> seen(static_cast<size_t>(detail::rows_of(dst)));
+  bool distinct = true;
+  for (int32_t r : rows) distinct = distinct && !seen[static_cast<size_t>(r)], seen[static_cast<size_t>(r)] = true;
   kernels::scale_add_rows(src.f32(), upload(rows, Slot::span0), upload(weights, Slot::span1), dst.f32(), R, H,
-                          detail::stream());
+                          distinct, detail::stream());
   detail::check_launch("scale_add_rows");
 }
 

@@ -1,10 +1,13 @@
 // Kernels of the MoE plumbing: softmax top-k routing (one warp per token, in double, choosing by
 // repeated argmax with ties to the lower index, exactly as the reference), gathering rows, and the
 // weighted scatter-add back. The scatter walks the rows in order per column (one thread per column), so
-// repeated destination rows accumulate deterministically, in the reference's order, without atomics.
+// repeated destination rows accumulate deterministically, in the reference's order, without atomics;
+// distinct rows (an expert's tokens) are spread over blocks of 16.
 // matmul_experts is the decode GEMV (one warp per output feature, lanes over K) with a grid row per
 // (token, choice) that reads its expert's weight pointer from a device table indexed by the router's id.
 #include "ops/cuda/kernel_util.cuh"
+
+#include <algorithm>
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
@@ -52,11 +55,14 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* o
     out[r * H + h] = x[src * H + h];
 }
 
+// rows_per_block rows a block (blockIdx.y), each thread one column: rows that may repeat come one block
+// (rows_per_block = R, in order); distinct rows (an expert's tokens: the MoE's case) spread over blocks.
 __global__ void scale_add_rows_kernel(const float* src, const int32_t* rows, const float* weights, float* dst,
-                                      int64_t R, int64_t H) {
+                                      int64_t R, int64_t H, int64_t rows_per_block) {
   const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (h >= H) return;
-  for (int64_t r = 0; r < R; ++r) {
+  const int64_t r0 = blockIdx.y * rows_per_block, r1 = r0 + rows_per_block < R ? r0 + rows_per_block : R;
+  for (int64_t r = r0; r < r1; ++r) {
     float* d = dst + int64_t{rows[r]} * H + h;
     *d = __fadd_rn(*d, __fmul_rn(weights[r], src[r * H + h]));  // no fma: the reference's rounding
   }
@@ -158,11 +164,13 @@ void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int
 }
 
 void scale_add_rows(const float* src, const int32_t* rows, const float* weights, float* dst, int64_t R, int64_t H,
-                    cudaStream_t s) {
+                    bool distinct_rows, cudaStream_t s) {
   if (R == 0 || H == 0) return;
   constexpr int kThreads = 128;
-  scale_add_rows_kernel<<<static_cast<unsigned>((H + kThreads - 1) / kThreads), kThreads, 0, s>>>(src, rows, weights,
-                                                                                                 dst, R, H);
+  // 2688 columns and 384 rows (Nemotron's expert, 512-token prefill) took 157 µs as one row walk a column.
+  const int64_t per_block = distinct_rows ? std::max<int64_t>(16, (R + 65534) / 65535) : R;  // gridDim.y ≤ 65535
+  const dim3 grid(static_cast<unsigned>((H + kThreads - 1) / kThreads), static_cast<unsigned>((R + per_block - 1) / per_block));
+  scale_add_rows_kernel<<<grid, kThreads, 0, s>>>(src, rows, weights, dst, R, H, per_block);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -203,6 +203,29 @@ kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqB
   return s;
 }
 
+ChunksInPack add_chunks(HostPack& pack, std::span<const int64_t> row_offsets) {
+  std::vector<int64_t> start;
+  std::vector<int32_t> len, seq_first;
+  for (size_t i = 0; i + 1 < row_offsets.size(); ++i) {
+    seq_first.push_back(static_cast<int32_t>(start.size()));
+    for (int64_t r = row_offsets[i]; r < row_offsets[i + 1]; r += kernels::kStateChunk) {
+      start.push_back(r);
+      len.push_back(static_cast<int32_t>(std::min(kernels::kStateChunk, row_offsets[i + 1] - r)));
+    }
+  }
+  seq_first.push_back(static_cast<int32_t>(start.size()));
+  ChunksInPack at;
+  at.n = static_cast<int64_t>(start.size());
+  at.start = pack.add(std::span<const int64_t>(start));  // add() copies
+  at.len = pack.add(std::span<const int32_t>(len));
+  at.seq_first = pack.add(std::span<const int32_t>(seq_first));
+  return at;
+}
+
+kernels::ChunkList device_chunks(const HostPack& pack, const ChunksInPack& at) {
+  return kernels::ChunkList{at.n, pack.at<int64_t>(at.start), pack.at<int32_t>(at.len), pack.at<int32_t>(at.seq_first)};
+}
+
 kernels::AffineArgs affine_args(const Linear& w, const char* op) {
   KAPITSA_CHECK(w.format() == WeightFormat::affine && w.weight().rank() == 2 && w.weight().dtype() == DType::u32,
                 "{}: weight format {} {} (dense or a 2-D affine)", op, weight_format_name(w.format()),

@@ -103,6 +103,15 @@ struct SeqsInPack {
 SeqsInPack add_seqs(HostPack& pack, const SeqBatch& batch);
 kernels::Seqs device_seqs(const HostPack& pack, const SeqsInPack& at, const SeqBatch& batch);
 
+// Each sequence's rows [row_offsets[i], row_offsets[i+1]) cut into chunks of kStateChunk rows (the last
+// shorter) for the chunked scans, added to `pack`; device_chunks after pack.upload().
+struct ChunksInPack {
+  int64_t n = 0;
+  size_t start = 0, len = 0, seq_first = 0;
+};
+ChunksInPack add_chunks(HostPack& pack, std::span<const int64_t> row_offsets);
+kernels::ChunkList device_chunks(const HostPack& pack, const ChunksInPack& at);
+
 // An MLX affine Linear's kernel arguments (dequantize.cu), after checking that its codes, scales and
 // biases live on the GPU. `op` names the caller in errors.
 kernels::AffineArgs affine_args(const Linear& w, const char* op);
