@@ -100,6 +100,7 @@ BENCHMARK(BM_MatmulAffine)
     // A head streamed from DRAM at the row counts of speculative verification (the plane kernel's 2-8 tokens).
     ->Args({2, 248320, 1024, 4})
     ->Args({3, 248320, 1024, 4})
+    ->Args({4, 248320, 1024, 4})
     ->Args({5, 248320, 1024, 4})
     ->Args({8, 248320, 1024, 4})
     ->Args({64, 4096, 1024, 4})
