@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what a GPU-machine call needs into .device/gpu/ (git-excluded; carry [".device"]): the stripped
 # test and bench binaries of a CUDA build, the shared libraries the GPU machine lacks, the bench configs,
-# and the driver scripts (decode_speed_run.sh, device_setup.sh, profile_step.py, amx_device_run.sh). docs/cuda.md shows the
+# and the driver scripts (decode_speed_run.sh, device_setup.sh, profile_step.py, amx_device_run.sh,
+# prefill_run.sh with prefill_kernels.py). docs/cuda.md shows the
 # call. Usage: [BINARIES="bench_model test_ops"] bash tests/ops/cuda/pack_device_bundle.sh [BUILD_DIR]
 # (default build/release; BINARIES: a subset of the list below, when the tracked tree and the bundle
 # would pass the device's 64 MiB).
@@ -27,6 +28,7 @@ mkdir -p .device/gpu
 grep -qx ".device/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info && echo ".device/" >> .git/info/exclude; }
 rm -f .device/gpu/bin.tar.xz
 (cd "$stage" && tar -cJf "$OLDPWD/.device/gpu/bin.tar.xz" .)
-cp tests/ops/cuda/decode_speed_run.sh tests/models/device_setup.sh tests/ops/cuda/profile_step.py tests/ops/amx_device_run.sh .device/gpu/
+cp tests/ops/cuda/decode_speed_run.sh tests/models/device_setup.sh tests/ops/cuda/profile_step.py tests/ops/amx_device_run.sh \
+   tests/ops/cuda/prefill_run.sh tests/ops/cuda/prefill_kernels.py .device/gpu/
 rm -rf "$stage"
 du -sh .device/gpu
