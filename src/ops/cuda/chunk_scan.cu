@@ -22,6 +22,8 @@ constexpr int kPs = kC + 4;     // row stride of P: float4-aligned rows
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
+// kHasW: a.W given (Gated DeltaNet: V' = U − W S); without it (Mamba-2) V' = U and Ws stays unused.
+template <bool kHasW>
 __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(ChunkScanArgs a) {
   extern __shared__ float4 smem4[];  // float4: the tiles' rows are read as aligned float4
   float* sm = reinterpret_cast<float*>(smem4);
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(ChunkScanArgs a) {
     for (int e = tid; e < L * Dk; e += kThreads) {
       const int m = e / Dk, x = e % Dk;
       const int64_t qk = ((t0 + m) * a.Hk + kh) * Dk + x;
-      if (a.W != nullptr) Ws[m * bs + x] = a.W[((t0 + m) * a.Hv + h) * Dk + x];
+      if constexpr (kHasW) Ws[m * bs + x] = a.W[((t0 + m) * a.Hv + h) * Dk + x];
       Qs[m * bs + x] = a.q[qk];
       Ks[m * bs + x] = a.k_scale != nullptr ? a.k[qk] * a.k_scale[(t0 + m) * a.Hv + h] : a.k[qk];
     }
@@ -71,24 +73,16 @@ __global__ void __launch_bounds__(kThreads) chunk_scan_kernel(ChunkScanArgs a) {
       vp[r] = u[r], o[r] = 0.0f;
     }
     __syncthreads();
-    if (a.W != nullptr) {
-      for (int x = 0; x < Dk; x += 4) {  // V' = U − W S and Q S, rows side by side
-        const float s0 = Ss[x * kSc + j], s1 = Ss[(x + 1) * kSc + j], s2 = Ss[(x + 2) * kSc + j], s3 = Ss[(x + 3) * kSc + j];
+    for (int x = 0; x < Dk; x += 4) {  // V' = U − W S and Q S, rows side by side
+      const float s0 = Ss[x * kSc + j], s1 = Ss[(x + 1) * kSc + j], s2 = Ss[(x + 2) * kSc + j], s3 = Ss[(x + 3) * kSc + j];
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float4 w = ld4(Ws + (i0 + r) * bs + x), q = ld4(Qs + (i0 + r) * bs + x);
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        if constexpr (kHasW) {
+          const float4 w = ld4(Ws + (i0 + r) * bs + x);
           vp[r] -= w.x * s0 + w.y * s1 + w.z * s2 + w.w * s3;
-          o[r] += q.x * s0 + q.y * s1 + q.z * s2 + q.w * s3;
         }
-      }
-    } else {
-      for (int x = 0; x < Dk; x += 4) {  // Q S alone (V' = U)
-        const float s0 = Ss[x * kSc + j], s1 = Ss[(x + 1) * kSc + j], s2 = Ss[(x + 2) * kSc + j], s3 = Ss[(x + 3) * kSc + j];
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float4 q = ld4(Qs + (i0 + r) * bs + x);
-          o[r] += q.x * s0 + q.y * s1 + q.z * s2 + q.w * s3;
-        }
+        const float4 q = ld4(Qs + (i0 + r) * bs + x);
+        o[r] += q.x * s0 + q.y * s1 + q.z * s2 + q.w * s3;
       }
     }
 #pragma unroll
@@ -141,14 +135,16 @@ void chunk_scan(const ChunkScanArgs& a, cudaStream_t s) {
   if (a.Hv == 0 || a.Dv == 0 || a.chunks.n == 0) return;
   // Above 48 KB of dynamic shared memory a kernel must opt in (once; at Dk = 128: 144 KB).
   static const bool opted_in = [] {
-    cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(scan_smem(kStateChunkMaxDim)));
+    const int most = static_cast<int>(scan_smem(kStateChunkMaxDim));
+    cudaFuncSetAttribute(chunk_scan_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
+    cudaFuncSetAttribute(chunk_scan_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
     return true;
   }();
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>((a.Dv + kCols - 1) / kCols), static_cast<unsigned>(a.Hv),
                   static_cast<unsigned>(a.seqs.n_seqs));
-  chunk_scan_kernel<<<grid, kThreads, scan_smem(a.Dk), s>>>(a);
+  if (a.W != nullptr) chunk_scan_kernel<true><<<grid, kThreads, scan_smem(a.Dk), s>>>(a);
+  else chunk_scan_kernel<false><<<grid, kThreads, scan_smem(a.Dk), s>>>(a);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -83,13 +83,9 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(GdnArgs a, Chu
   if (tid < L) sc.gamma[(t0 + tid) * a.Hv + h] = gs[tid];
   float acc[4][4];
   dot_tile(Ks, Ks, sk, Dk, ti, tj, acc);  // −A, strictly lower (exp only where γ_i − γ_j ≤ 0)
-#pragma unroll
-  for (int p = 0; p < 4; ++p)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int i = ti + 16 * p, j = tj + 16 * q;
-      Tm[i * kTmStride + j] = i < L && j < i ? -bs[i] * acc[p][q] * expf(gs[i] - gs[j]) : 0.0f;
-    }
+  each_in_tile(ti, tj, acc, [&](int i, int j, float d) {
+    Tm[i * kTmStride + j] = i < L && j < i ? -bs[i] * d * expf(gs[i] - gs[j]) : 0.0f;
+  });
   __syncthreads();
   // Row i of (I + A)⁻¹ from the rows above it: N_im = −A_im − Σ_{m<j<i} A_ij N_jm (ref's recursion).
   for (int i = 1; i < L; ++i) {
@@ -115,13 +111,7 @@ __global__ void __launch_bounds__(kThreads) gdn_chunk_prep_kernel(GdnArgs a, Chu
   __syncthreads();
   dot_tile(Vs, Ks, sk, Dk, ti, tj, acc);  // P = (Q Kᵀ) ⊙ e^(γ_i−γ_j), lower triangle
   float* P = sc.P + (chunk * a.Hv + h) * kC * kC;
-#pragma unroll
-  for (int p = 0; p < 4; ++p)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int i = ti + 16 * p, j = tj + 16 * q;
-      P[i * kC + j] = i < L && j <= i ? acc[p][q] * expf(gs[i] - gs[j]) : 0.0f;
-    }
+  each_in_tile(ti, tj, acc, [&](int i, int j, float d) { P[i * kC + j] = i < L && j <= i ? d * expf(gs[i] - gs[j]) : 0.0f; });
 }
 
 size_t prep_smem(int64_t Dk, int64_t Dv) {

@@ -80,6 +80,15 @@ __device__ __forceinline__ void dot_tile(const float* X, const float* Y, int str
 }
 
 
+// f(i, j, acc[a][b]) for each (i, j) = (ti + 16a, tj + 16b) of dot_tile's tile.
+template <typename F>
+__device__ __forceinline__ void each_in_tile(int ti, int tj, const float (&acc)[4][4], F f) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) f(ti + 16 * p, tj + 16 * q, acc[p][q]);
+}
+
 // 8 floats → their bf16 hi/lo pair (hi = bf16(v), lo = bf16(v − hi): v to 16 significant bits), each
 // plane's 8 values packed into 16 bytes for one store (prefill's dequantized weights, DequantOut::bf16_pair).
 __device__ __forceinline__ void bf16_pair8(const float* v, uint4& hi, uint4& lo) {

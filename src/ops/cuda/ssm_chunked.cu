@@ -53,13 +53,9 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_prep_kernel(SsdArgs a, Chu
   float acc[4][4];
   dot_tile(Cs, Bs, sn, N, ti, tj, acc);
   float* P = sc.P + (chunk * a.H + h) * kC * kC;
-#pragma unroll
-  for (int p = 0; p < 4; ++p)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int i = ti + 16 * p, j = tj + 16 * q;
-      P[i * kC + j] = i < L && j <= i ? acc[p][q] * expf(gs[i] - gs[j]) * ds[j] : 0.0f;
-    }
+  each_in_tile(ti, tj, acc, [&](int i, int j, float d) {
+    P[i * kC + j] = i < L && j <= i ? d * expf(gs[i] - gs[j]) * ds[j] : 0.0f;
+  });
 }
 
 size_t prep_smem(int64_t N) { return sizeof(float) * static_cast<size_t>(2 * kC * (N + 1) + 2 * kC); }
