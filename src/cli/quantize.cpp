@@ -50,7 +50,7 @@ void add_quantize_command(CLI::App& app) {
     }
     if (!o->quiet)
       std::fprintf(stderr, "%s: %d modules quantized (%.3f bits per weight with scales and biases), %d tensors kept, %d left "
-                           "out (vision tower, mtp); %s of tensors from %s\n",
+                           "out (vision tower); %s of tensors from %s\n",
                    o->out.c_str(), summary->quantized, summary->bits_per_weight, summary->kept, summary->dropped,
                    hub::Progress::bytes(double(summary->output_bytes)).c_str(),
                    hub::Progress::bytes(double(summary->input_bytes)).c_str());

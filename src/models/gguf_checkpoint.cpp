@@ -8,6 +8,7 @@
 
 #include "ops/ref/ref.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -82,6 +83,27 @@ constexpr Mapping kNemotronGlobal[] = {
     {"token_embd.weight", "backbone.embeddings.weight"},
     {"output.weight", "lm_head.weight"},
     {"output_norm.weight", "backbone.norm_f.weight"},
+};
+
+// The MTP head's own tensors in its block (conversion/qwen.py _QwenMtpMixin.filter_tensors): under "mtp.";
+// its decoder layer's tensors take the layer mapping under "mtp.layers.{i}.".
+constexpr Mapping kQwenMtp[] = {
+    {"nextn.eh_proj.weight", "fc.weight"},
+    {"nextn.enorm.weight", "pre_fc_norm_embedding.weight"},
+    {"nextn.hnorm.weight", "pre_fc_norm_hidden.weight"},
+    {"nextn.shared_head_norm.weight", "norm.weight"},
+};
+
+// Nemotron 3's head is vLLM's mtp.layers.0 (fusion + attention) and mtp.layers.1 (MoE + final norm),
+// folded by the converter into one block (conversion/nemotron.py _MTP_SPECIAL_RENAMES): its attention
+// tensors go back to layer 0, its MoE tensors to layer 1.
+constexpr Mapping kNemotronMtp[] = {
+    {"nextn.eh_proj.weight", "layers.0.eh_proj.weight"},
+    {"nextn.enorm.weight", "layers.0.enorm.weight"},
+    {"nextn.hnorm.weight", "layers.0.hnorm.weight"},
+    {"attn_norm.weight", "layers.0.norm.weight"},
+    {"post_attention_norm.weight", "layers.1.norm.weight"},
+    {"nextn.shared_head_norm.weight", "layers.1.final_layernorm.weight"},
 };
 
 // Every Nemotron-H block has one norm (attn_norm in GGUF) and one mixer. Attention's q/k rows stay in the
@@ -247,6 +269,21 @@ class Builder {
   Heads heads_;
 };
 
+// The Hugging Face name of tensor `rest` of MTP block `index` (blk.{trunk_layers + index}.rest), empty
+// when it is none Kapitsa reads. The head's decoder layer has no GDN or Mamba tensors, so no Fix applies.
+Expected<std::string> mtp_name(GgufFamily family, int64_t index, const std::string& rest,
+                               std::span<const Mapping> per_layer) {
+  const bool nemotron = family == GgufFamily::nemotron_h;
+  for (const Mapping& m : nemotron ? std::span<const Mapping>(kNemotronMtp) : kQwenMtp)
+    if (rest == m.gguf) return fmt::format("mtp.{}", m.hf);
+  for (const Mapping& m : per_layer) {
+    if (rest != m.gguf) continue;
+    if (!nemotron) return fmt::format("mtp.layers.{}.{}", index, m.hf);
+    return fmt::format("mtp.layers.{}.{}", rest.starts_with("attn_") ? 0 : 1, m.hf);
+  }
+  return std::string();
+}
+
 }  // namespace
 
 Expected<GgufCheckpoint> open_gguf_checkpoint(const std::string& path) {
@@ -271,9 +308,17 @@ Expected<GgufCheckpoint> open_gguf_checkpoint(const std::string& path) {
       if (name == m.gguf) KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, m.hf, m.fix));
     if (!name.starts_with("blk.")) continue;
     const size_t dot = name.find('.', 4);
-    if (dot == std::string::npos) continue;
-    const std::string layer = name.substr(4, dot - 4), rest = name.substr(dot + 1);
-    for (const Mapping& m : per_layer)  // tensors the models do not read (e.g. MTP layers) match nothing
+    int64_t layer = -1;
+    if (dot == std::string::npos || std::from_chars(name.data() + 4, name.data() + dot, layer).ptr != name.data() + dot)
+      continue;
+    const std::string rest = name.substr(dot + 1);
+    if (layer >= config.trunk_layers) {
+      KAPITSA_TRY(const std::string hf, mtp_name(config.family, layer - config.trunk_layers, rest, per_layer));
+      if (hf.empty()) return error("{}: tensor '{}' of the MTP head is not one Kapitsa reads", file_of[name]->path(), name);
+      KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, hf, Fix::none));
+      continue;
+    }
+    for (const Mapping& m : per_layer)  // tensors the models do not read match nothing
       if (rest == m.gguf)
         KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, fmt::format("{}.{}.{}", layer_prefix, layer, m.hf), m.fix));
   }

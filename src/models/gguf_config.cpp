@@ -37,6 +37,19 @@ void eos_of(const GgufFile& f, Json& c) {
   if (const weights::GgufValue* v = f.find("tokenizer.ggml.eos_token_id"); v != nullptr && v->is_integer()) c["eos_token_id"] = v->i;
 }
 
+// block_count less the MTP blocks the converter appended (0 when it wrote none, or ran with --no-mtp).
+Expected<int64_t> trunk_block_count(const GgufFile& f, const std::string& a, GgufModelConfig& out) {
+  KAPITSA_TRY(const int64_t blocks, f.get_int(a + "block_count"));
+  if (f.find(a + "nextn_predict_layers")) {
+    KAPITSA_TRY(out.mtp_layers, f.get_int(a + "nextn_predict_layers"));
+  }
+  if (out.mtp_layers < 0 || out.mtp_layers >= blocks)
+    return error("{}: metadata '{}nextn_predict_layers' is {} of {} blocks: the model would have no layers left",
+                 f.path(), a, out.mtp_layers, blocks);
+  out.trunk_layers = blocks - out.mtp_layers;
+  return out.trunk_layers;
+}
+
 bool layer_has(const TensorMap& tensors, int64_t layer, const char* name) {
   return tensors.contains(fmt::format("blk.{}.{}", layer, name));
 }
@@ -50,7 +63,8 @@ Expected<GgufModelConfig> qwen_config(const GgufFile& f, const std::string& arch
   c["model_type"] = arch == "qwen35" ? "qwen3_5_text" : arch == "qwen35moe" ? "qwen3_5_moe_text" : "qwen3_next";
   KAPITSA_TRY(c["vocab_size"], vocab_rows(f, tensors));
   KAPITSA_TRY(const int64_t hidden, f.get_int(a + "embedding_length"));
-  KAPITSA_TRY(const int64_t layers, f.get_int(a + "block_count"));
+  KAPITSA_TRY(const int64_t layers, trunk_block_count(f, a, out));
+  if (out.mtp_layers > 0) c["mtp_num_hidden_layers"] = out.mtp_layers;
   KAPITSA_TRY(const int64_t n_heads, int_or_max(f, a + "attention.head_count"));
   KAPITSA_TRY(const int64_t n_kv, int_or_max(f, a + "attention.head_count_kv"));
   KAPITSA_TRY(const int64_t head_dim, f.get_int(a + "attention.key_length"));
@@ -119,7 +133,7 @@ Expected<GgufModelConfig> nemotron_config(const GgufFile& f, const std::string& 
   c["model_type"] = "nemotron_h";
   KAPITSA_TRY(c["vocab_size"], vocab_rows(f, tensors));
   KAPITSA_TRY(c["hidden_size"], f.get_int(a + "embedding_length"));
-  KAPITSA_TRY(const int64_t layers, f.get_int(a + "block_count"));
+  KAPITSA_TRY(const int64_t layers, trunk_block_count(f, a, out));
   KAPITSA_TRY(c["layer_norm_epsilon"], f.get_float(a + "attention.layer_norm_epsilon"));
   Json kinds = Json::array();
   int64_t first_mamba = -1, first_mlp = -1, n_attention = 0, n_moe = 0;
@@ -139,7 +153,16 @@ Expected<GgufModelConfig> nemotron_config(const GgufFile& f, const std::string& 
     }
   }
   c["layers_block_type"] = kinds;
-  if (n_attention > 0) {
+  // The converter folds Nemotron 3's two-layer MTP head (attention, then MoE: vLLM's pattern "*E") into
+  // one block with both sub-layers; no other head shape is written.
+  if (out.mtp_layers > 1) return error("{}: {} MTP blocks; the converter writes one", f.path(), out.mtp_layers);
+  if (out.mtp_layers == 1) {
+    if (!layer_has(tensors, layers, "attn_q.weight") || !layer_has(tensors, layers, "ffn_up_exps.weight"))
+      return error("{}: MTP block {} lacks attn_q or ffn_up_exps: not the attention + MoE head the converter folds",
+                   f.path(), layers);
+    c["num_nextn_predict_layers"] = 1, c["mtp_hybrid_override_pattern"] = "*E";
+  }
+  if (n_attention > 0 || out.mtp_layers > 0) {
     KAPITSA_TRY(c["num_attention_heads"], int_or_max(f, a + "attention.head_count"));
     KAPITSA_TRY(c["num_key_value_heads"], int_or_max(f, a + "attention.head_count_kv"));
     KAPITSA_TRY(c["head_dim"], f.get_int(a + "attention.key_length"));

@@ -28,6 +28,9 @@ struct GgufModelConfig {
   GgufFamily family = GgufFamily::qwen35;
   Json json;           // config.json equivalent
   GgufGdnHeads heads;  // Qwen families only
+  // The converter appends a multi-token-prediction head as the last block(s) ("{arch}.nextn_predict_layers"
+  // of block_count): blocks [0, trunk_layers) are the model, the rest the head (gguf_checkpoint.cpp).
+  int64_t trunk_layers = 0, mtp_layers = 0;
 };
 
 // `tensors`: every tensor of every part by GGUF name. Errors name the file and the key or tensor.

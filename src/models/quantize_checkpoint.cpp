@@ -29,11 +29,15 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
-// What mlx-lm's sanitize leaves out: the vision tower and the multi-token-prediction head.
+// What mlx-lm's sanitize leaves out and Kapitsa does not read: the vision tower.
 bool dropped(const std::string& name) {
-  return name.rfind("vision_tower", 0) == 0 || name.rfind("model.visual", 0) == 0 || name.rfind("visual.", 0) == 0 ||
-         name.rfind("mtp.", 0) == 0 || contains(name, ".mtp.");
+  return name.rfind("vision_tower", 0) == 0 || name.rfind("model.visual", 0) == 0 || name.rfind("visual.", 0) == 0;
 }
+
+// The multi-token-prediction head: quantized like the rest but written to its own model-mtp.safetensors,
+// the file MLX folders that keep a head use (mlx-lm's sanitize drops mtp.* on load, so the folder stays
+// one it reads; Kapitsa reads every model*.safetensors and so gets the head for --spec mtp).
+bool is_mtp(const std::string& name) { return name.rfind("mtp.", 0) == 0 || contains(name, ".mtp."); }
 
 // The module path of a tensor mlx-lm would quantize (its module has to_quantized), by name and rank;
 // nullopt for tensors kept as they are.
@@ -183,10 +187,13 @@ Expected<QuantizeSummary> quantize_checkpoint(const std::string& in, const std::
     plan.push_back(p);
   }
 
-  // Shards as mlx-lm cuts them: in order, a new one when the next tensor would pass 5 GiB.
+  // Shards as mlx-lm cuts them: in order, a new one when the next tensor would pass 5 GiB; the head last,
+  // in a file of its own.
+  const size_t n_trunk = static_cast<size_t>(
+      std::stable_partition(plan.begin(), plan.end(), [](const Planned& p) { return !is_mtp(p.name); }) - plan.begin());
   std::vector<std::pair<size_t, size_t>> shards;  // [begin, end) of plan
   int64_t size = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
+  for (size_t i = 0; i < n_trunk; ++i) {
     if (shards.empty() || (size + plan[i].out_bytes > kMaxShardBytes && shards.back().second > shards.back().first)) {
       shards.push_back({i, i});
       size = 0;
@@ -194,14 +201,17 @@ Expected<QuantizeSummary> quantize_checkpoint(const std::string& in, const std::
     shards.back().second = i + 1;
     size += plan[i].out_bytes;
   }
+  const size_t n_trunk_shards = shards.size();
+  if (n_trunk < plan.size()) shards.push_back({n_trunk, plan.size()});
 
   fs::create_directories(out, ec);
   if (ec) return error("{}: cannot create the folder: {}", out, ec.message());
   Json weight_map = Json::object();
   int64_t total_out = 0;
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file = shards.size() == 1 ? "model.safetensors"
-                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    const std::string file = s == n_trunk_shards ? "model-mtp.safetensors"
+                             : n_trunk_shards == 1 ? "model.safetensors"
+                                                   : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, n_trunk_shards);
     std::vector<weights::NamedTensor> tensors;
     std::vector<AffineQuantized> keep;
     keep.reserve(shards[s].second - shards[s].first);
@@ -233,7 +243,7 @@ Expected<QuantizeSummary> quantize_checkpoint(const std::string& in, const std::
     if (options.on_shard) options.on_shard(file, shard_bytes);
   }
   summary.output_bytes = total_out;
-  summary.shards = static_cast<int>(shards.size());
+  summary.shards = static_cast<int>(n_trunk_shards);
   summary.bits_per_weight = quantized_values > 0 ? double(quantized_bits) / double(quantized_values) : 0;
 
   Json index = {{"metadata", {{"total_size", total_out}}}, {"weight_map", weight_map}};  // nlohmann sorts keys

@@ -6,7 +6,9 @@
 //     embedding, the head), stacked experts (3-D "switch_mlp.*.weight", fused "experts.gate_up_proj" /
 //     "experts.down_proj") — whose input width is a multiple of the group size. Norms, biases, conv1d,
 //     A_log, dt_bias, Nemotron-H's router ("mixer.gate", not an nn.Linear in mlx-lm) stay as they are.
-//     The vision tower and "mtp." tensors are dropped, as mlx-lm's sanitize does;
+//     The vision tower is dropped, as mlx-lm's sanitize does. A multi-token-prediction head ("mtp.*") is
+//     quantized by the same rules (a recipe counts its layer as layer 0) and written last, to
+//     "model-mtp.safetensors" (listed in the index): mlx-lm's sanitize drops it on load, Kapitsa reads it;
 //   - bits per module: --bits for all, except Qwen MoE routers ("mlp.gate", "shared_expert_gate") at
 //     8 bits, group 64 (the models' own quant_predicate in mlx-lm); or a mixed recipe (mixed_2_6,
 //     mixed_3_4, mixed_3_6, mixed_4_6) that gives v_proj and down_proj of the first and last eighth of
@@ -45,8 +47,8 @@ struct QuantizeSummary {
   int64_t output_bytes = 0;    // the tensors written
   int quantized = 0;           // modules quantized
   int kept = 0;                // tensors copied as they are
-  int dropped = 0;             // vision tower / mtp tensors left out
-  int shards = 0;
+  int dropped = 0;             // vision tower tensors left out
+  int shards = 0;              // of the trunk (model-mtp.safetensors not counted)
   double bits_per_weight = 0;  // over the quantized modules, scales and biases included
 };
 

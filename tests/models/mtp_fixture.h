@@ -1,8 +1,11 @@
 // Tiny fixtures with a random MTP head, for tests: a copy of tests/fixtures/NAME in a scratch folder
 // with mtp.* tensors in model-mtp.safetensors (the loader reads every model*.safetensors of a folder);
-// for Nemotron, nemotron-h-tiny with the head of tests/fixtures/nemotron-h-tiny-mtp.
+// for Nemotron, nemotron-h-tiny with the head of tests/fixtures/nemotron-h-tiny-mtp; and a head's output
+// over a fixture's prompt.
 #pragma once
 
+#include "fixture_reference.h"
+#include "models/model.h"
 #include "test_util.h"
 #include "weights/safetensors.h"
 #include "weights/safetensors_writer.h"
@@ -79,6 +82,29 @@ inline std::string nemotron_with_mtp(const std::filesystem::path& dir, const std
   if (edit) edit(config);  // as text: the config keeps NVIDIA's bare Infinity
   std::ofstream(dir / "config.json") << config;
   return dir.string();
+}
+
+// The head over a fixture's prompt (row i: token i + 1 with the reference's final-normed hidden row i):
+// logits [n, V] and output rows [n, H].
+struct HeadRows {
+  Buffer logits, rows;
+};
+inline HeadRows head_over_prompt(const std::string& path, const std::string& fixture) {
+  auto model = models::load_model(path);
+  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message);
+  if (!model.ok()) return {};
+  const models::Model& m = **model;
+  EXPECT_EQ(m.info().mtp_layers, 1);
+  FixtureReference ref = load_fixture_reference(test_data_path("fixtures/" + fixture));
+  const int64_t n = static_cast<int64_t>(ref.prompt_ids.size()) - 1, V = m.info().vocab_size, H = m.info().hidden_size;
+  const Tensor hidden = ref.hidden_states.index(ref.hidden_states.dim(0) - 1).rows(0, n);
+  HeadRows out{Buffer::allocate(DType::f32, {n, V}), Buffer::allocate(DType::f32, {n, H})};
+  auto state = m.new_state(n + 1);
+  const std::span<const int32_t> next(ref.prompt_ids.data() + 1, static_cast<size_t>(n));
+  const models::Model::MtpRows rows[] = {{state.get(), 0, next, hidden, out.logits, out.rows}};
+  const Status s = m.run_mtp(rows);
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+  return out;
 }
 
 }  // namespace kapitsa::testing

@@ -3,17 +3,21 @@
 // block type in blocks.gguf): every tensor's values as Kapitsa reads them against gguf-py's numpy
 // dequantization (reference.json, written by that script, not by Kapitsa); the BF16 file gives the
 // safetensors fixture's logits, as do BF16 files of the Qwen3-Next and Nemotron-H fixtures; the Q8_0
-// file stays close; and broken model files (unknown
-// architecture, a missing tensor, a block type Kapitsa does not decode) are errors naming them.
+// file stays close; files with the multi-token-prediction head the converter appends (Qwen3.5 and
+// Nemotron 3) give the same head as the safetensors folder; and broken model files (unknown
+// architecture, a missing tensor, a block type Kapitsa does not decode, an MTP tensor it does not read)
+// are errors naming them.
 #include "cli_runner.h"
 #include "fixture_reference.h"
 #include "model_logits.h"
 #include "base/json.h"
 #include "models/model.h"
+#include "models/mtp_fixture.h"
 #include "ops/ref/ref.h"
 #include "test_util.h"
 #include "weights/gguf.h"
 #include "weights/safetensors.h"
+#include "weights/safetensors_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -161,6 +165,69 @@ TEST(GgufModel, Q8_0FileIsCloseToBf16) {
   EXPECT_LT(q8_bytes, dense_bytes * 0.6);  // 8.5 bits per weight instead of 16
 }
 
+// tools/gguf/mtp_folders.py's Qwen3.5 head, built again here for the folder to compare with: copies of the
+// qwen35-dense-tiny trunk's tensors (its full-attention layer 3 as the head's layer, that layer's o_proj
+// [H, 2H] as fc, the input norms of layers 0, 1, 2 as the embedding, hidden and final norms).
+std::string qwen35_folder_with_copied_head(const ScratchDir& dir) {
+  const fs::path src = test_data_path("fixtures/qwen35-dense-tiny");
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src / f, dir.path(f));
+  auto trunk = weights::Checkpoint::open(src.string());
+  EXPECT_TRUE(trunk.ok());
+  const std::string p = "model.language_model.layers.";
+  std::vector<weights::NamedTensor> head;
+  auto copy = [&](const std::string& to, const std::string& from) { head.push_back({to, *trunk->get_any_shape(from)}); };
+  for (const auto& name : trunk->names())
+    if (name.starts_with(p + "3.")) copy("mtp.layers.0." + name.substr(p.size() + 2), name);
+  copy("mtp.fc.weight", p + "3.self_attn.o_proj.weight");
+  copy("mtp.pre_fc_norm_embedding.weight", p + "0.input_layernorm.weight");
+  copy("mtp.pre_fc_norm_hidden.weight", p + "1.input_layernorm.weight");
+  copy("mtp.norm.weight", p + "2.input_layernorm.weight");
+  EXPECT_TRUE(weights::write_safetensors(dir.path("model-mtp.safetensors"), head).ok());
+  return dir.path();
+}
+
+// The converter appends the head as block n_layers ("nextn_predict_layers" 1): Qwen3.5's fc / enorm /
+// hnorm / shared_head_norm as nextn.* beside its decoder layer's tensors (norms stored 1 + w), Nemotron 3's
+// two head layers folded into one block (attention, then MoE with post_attention_norm). Each file's head
+// gives the folder's within 1e-5; Nemotron's also its float64 reference
+// (tools/fixtures/nemotron_mtp_reference.py) at the folder test's 1e-4.
+TEST(GgufModel, MtpHeadsMatchTheFolders) {
+  {
+    ScratchDir dir;
+    const HeadRows folder = head_over_prompt(qwen35_folder_with_copied_head(dir), "qwen35-dense-tiny");
+    const HeadRows gguf = head_over_prompt(gguf_path("qwen35-dense-tiny-mtp-BF16.gguf"), "qwen35-dense-tiny");
+    ASSERT_FALSE(folder.logits.tensor().empty() || gguf.logits.tensor().empty());
+    const double e = relative_error(gguf.logits, folder.logits), e_rows = relative_error(gguf.rows, folder.rows);
+    std::printf("qwen35 MTP head, GGUF vs folder: logits %.2e, rows %.2e\n", e, e_rows);
+    EXPECT_LE(e, 1e-5);
+    EXPECT_LE(e_rows, 1e-5);
+    EXPECT_EQ(top1_agreement(gguf.logits, folder.logits), 1.0);
+    // The trunk is the same model with or without the appended block.
+    const FixtureReference ref = load_fixture_reference(test_data_path("fixtures/qwen35-dense-tiny"));
+    const Buffer with_head = prompt_logits(gguf_path("qwen35-dense-tiny-mtp-BF16.gguf"), ref.prompt_ids);
+    const Buffer without = prompt_logits(gguf_path("qwen35-dense-tiny-BF16.gguf"), ref.prompt_ids);
+    ASSERT_FALSE(with_head.tensor().empty() || without.tensor().empty());
+    EXPECT_EQ(relative_error(with_head, without), 0.0);
+  }
+  {
+    const fs::path root = fs::temp_directory_path() / ("kapitsa_gguf_mtp_" + std::to_string(::getpid()));
+    struct Cleanup {
+      fs::path p;
+      ~Cleanup() { fs::remove_all(p); }
+    } cleanup{root};
+    const HeadRows folder = head_over_prompt(nemotron_with_mtp(root), "nemotron-h-tiny");
+    const HeadRows gguf = head_over_prompt(gguf_path("nemotron-h-tiny-mtp-BF16.gguf"), "nemotron-h-tiny");
+    ASSERT_FALSE(folder.logits.tensor().empty() || gguf.logits.tensor().empty());
+    auto ref = weights::Checkpoint::open(test_data_path("fixtures/nemotron-h-tiny-mtp/mtp_reference.safetensors"));
+    auto mtp_hidden = ref->get_any_shape("mtp_hidden", {DType::f32});
+    ASSERT_TRUE(mtp_hidden.ok());
+    const double e = relative_error(gguf.logits, folder.logits), e_ref = relative_error(gguf.rows, *mtp_hidden);
+    std::printf("nemotron_h MTP head, GGUF: logits %.2e vs folder, rows %.2e vs float64 reference\n", e, e_ref);
+    EXPECT_LE(e, 1e-5);
+    EXPECT_LE(e_ref, 1e-4);
+  }
+}
+
 // A copy of a committed file with `from` replaced by `to` (same length) in its header.
 std::string patched(const ScratchDir& dir, const std::string& name, const std::string& from, const std::string& to,
                     std::initializer_list<uint8_t> after = {}, size_t skip = 0) {
@@ -194,6 +261,12 @@ TEST(GgufModel, BrokenFilesAreNamed) {
   expect_load_error(patched(dir, "qwen35-dense-tiny-Q8_0.gguf", "blk.2.ffn_down.weight", "blk.2.ffn_down.weight",
                             {16, 0, 0, 0}, 4 + 16),
                     {"model.layers.2.mlp.down_proj.weight", "IQ2_XXS", "does not decode"});
+  // In the MTP block every tensor must be one the head reads (a dedicated embedding would go unused);
+  // one missing (renamed into a trunk block, where unread names are skipped) is named as the folder would.
+  expect_load_error(patched(dir, "qwen35-dense-tiny-mtp-BF16.gguf", "blk.8.nextn.enorm.weight", "blk.8.nextn.enorX.weight"),
+                    {"blk.8.nextn.enorX.weight", "MTP head"});
+  expect_load_error(patched(dir, "qwen35-dense-tiny-mtp-BF16.gguf", "blk.8.nextn.hnorm.weight", "blk.7.nextn.hnorm.weight"),
+                    {"mtp.pre_fc_norm_hidden.weight"});
 }
 
 }  // namespace

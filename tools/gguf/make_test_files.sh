@@ -17,6 +17,8 @@
 #                    the fixture converted (--no-mtp), tracked as a zstd patch against the fixture's
 #                    model.safetensors (20-40 kB; xz-packed, qwen35-dense-tiny's was 2.8 MB)
 #                    (the build applies it: CMakeLists.txt, kapitsa_data)
+#   FIXTURE-mtp-BF16.gguf.zst for qwen35-dense-tiny and nemotron-h-tiny with an MTP head (mtp_folders.py),
+#                    converted with the head: patches against the trunk's weights (+ the tracked head)
 #   reference.json   per tensor of the three files: gguf-py's dequantized values summarised (count, sum,
 #                    sum of squares, and 16 values at fixed indices)
 set -euo pipefail
@@ -47,6 +49,21 @@ for fx in qwen3-next-tiny nemotron-h-tiny nemotron-h-latent-tiny; do
   GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/$fx" --no-mtp --outtype bf16 \
       --outfile "$WORK/$fx-BF16.gguf" > "$WORK/convert-$fx.log" 2>&1 || { tail -20 "$WORK/convert-$fx.log"; exit 1; }
   zstd -q -19 -f --patch-from="$FX/model.safetensors" "$WORK/$fx-BF16.gguf" -o "$OUT/$fx-BF16.gguf.zst"
+done
+# The converter's MTP blocks: Qwen3.5 and Nemotron 3 folders with a head (mtp_folders.py), converted with it
+# (no --no-mtp), patched against the trunk's weights followed by the tracked head where there is one (the
+# same concatenation the build makes, CMakeLists.txt).
+for f in nemotron-h-tiny/model.safetensors nemotron-h-tiny-mtp/model-mtp.safetensors; do
+  [ -f "$ROOT/tests/fixtures/$f" ] || xz -dkc "$ROOT/tests/fixtures/$f.xz" > "$ROOT/tests/fixtures/$f"
+done
+"$PY" "$HERE/mtp_folders.py" "$WORK"
+for fx in qwen35-dense-tiny-mtp nemotron-h-tiny-mtp; do
+  GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/$fx" --outtype bf16 \
+      --outfile "$WORK/$fx-BF16.gguf" > "$WORK/convert-$fx.log" 2>&1 || { tail -20 "$WORK/convert-$fx.log"; exit 1; }
+  base=("$ROOT/tests/fixtures/${fx%-mtp}/model.safetensors")
+  [ -f "$ROOT/tests/fixtures/$fx/model-mtp.safetensors.xz" ] && base+=("$ROOT/tests/fixtures/$fx/model-mtp.safetensors")
+  cat "${base[@]}" > "$WORK/$fx.base"
+  zstd -q -19 -f --patch-from="$WORK/$fx.base" "$WORK/$fx-BF16.gguf" -o "$OUT/$fx-BF16.gguf.zst"
 done
 # The demo model's tokenizer as the converter writes it (metadata only; the demo tokenizer's hash is not in
 # the converter's table, so its pre-tokenizer name is given: the demo uses Qwen2's split regex).
