@@ -37,6 +37,9 @@ Expected<std::shared_ptr<runtime::Proposer>> load_draft_proposer(const std::stri
   o.kv_page_tokens = options.kv_page_tokens;
   o.prefill_chunk_tokens = options.prefill_chunk_tokens;
   o.seed = options.seed;
+  // The draft's snapshots follow the target's conversations; a draft is a few percent of the target, so an
+  // eighth of the target's budget holds them (none where the target keeps none: kapitsa run).
+  o.prefix_cache_bytes = options.prefix_cache_bytes / 8;
   return std::shared_ptr<runtime::Proposer>(std::make_shared<runtime::DraftModelProposer>(std::move(model).value(), o));
 }
 

@@ -41,6 +41,7 @@ DraftModelProposer::DraftModelProposer(std::unique_ptr<models::Model> draft, Opt
   models::KvLayout layout = model_->kv_layout();
   layout.dtype = options_.kv_dtype;
   pool_ = std::make_shared<models::KvPagePool>(layout, std::max<int64_t>(options_.kv_page_tokens, 1), 0);
+  if (options_.prefix_cache_bytes > 0) cache_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes);
 }
 
 DraftModelProposer::~DraftModelProposer() = default;
@@ -55,9 +56,31 @@ int64_t DraftModelProposer::rebuilds() const {
   return rebuilds_;
 }
 
+int64_t DraftModelProposer::cached_tokens() const {
+  std::lock_guard lock(mu_);
+  return cached_;
+}
+
 void DraftModelProposer::release(uint64_t sequence) {
   std::lock_guard lock(mu_);
   entries_.erase(sequence);
+  if (cache_) cache_->trim();  // pages the sequence shared with snapshots are the cache's alone now
+}
+
+// A state for a sequence starting at `tokens`: a copy of the deepest cached snapshot on their path (at
+// most all but the last token), whose tokens go to `folded`; else an empty one.
+std::unique_ptr<models::SequenceState> DraftModelProposer::new_state(std::span<const int32_t> tokens,
+                                                                     std::vector<int32_t>& folded) {
+  folded.clear();
+  if (cache_) {
+    const PrefixCache::Hit hit = cache_->lookup(tokens, static_cast<int64_t>(tokens.size()) - 1, options_.context_tokens);
+    if (hit.snapshot != nullptr) {
+      folded.assign(tokens.begin(), tokens.begin() + hit.tokens);
+      cached_ += hit.tokens;
+      return hit.snapshot->clone();
+    }
+  }
+  return model_->new_state(options_.context_tokens, pool_);
 }
 
 void DraftModelProposer::propose(std::span<const int32_t> tokens, int max_tokens, std::vector<int32_t>& out) {
@@ -79,7 +102,7 @@ DraftModelProposer::Entry& DraftModelProposer::sync(const DraftRequest& r, std::
   std::unique_ptr<Entry>& slot = entries_[r.sequence];
   if (!slot) slot = std::make_unique<Entry>();
   Entry& e = *slot;
-  if (!e.state) e.state = model_->new_state(options_.context_tokens, pool_);
+  if (!e.state) e.state = new_state(r.tokens, e.folded);
   const size_t limit = std::min(e.folded.size(), r.tokens.size() - 1);
   size_t c = static_cast<size_t>(std::mismatch(e.folded.begin(), e.folded.begin() + static_cast<std::ptrdiff_t>(limit),
                                                r.tokens.begin()).first - e.folded.begin());
@@ -96,8 +119,8 @@ DraftModelProposer::Entry& DraftModelProposer::sync(const DraftRequest& r, std::
       if (e.state->slot_pool() != nullptr)
         for (int32_t s : e.slots) e.state->slot_pool()->release(s);
       e.slots.clear();
-      e.state = model_->new_state(options_.context_tokens, pool_);
-      c = 0;
+      e.state = new_state(r.tokens, e.folded);
+      c = e.folded.size();
       ++rebuilds_;
     }
     e.folded.resize(c);
@@ -108,22 +131,28 @@ DraftModelProposer::Entry& DraftModelProposer::sync(const DraftRequest& r, std::
 }
 
 // A long catch-up (the prompt, at the first proposal) is folded in chunks without logits, leaving at
-// most prefill_chunk_tokens for the first draft step. False when the forward failed.
+// most prefill_chunk_tokens for the first draft step; with a prefix cache, a catch-up of at least
+// kSnapshotMinTokens leaves only its last token, and the state before it becomes a snapshot. False
+// when the forward failed.
 bool DraftModelProposer::fold_long_catch_up(Entry& e, std::vector<int32_t>& pending) {
   const size_t chunk = static_cast<size_t>(std::max<int64_t>(options_.prefill_chunk_tokens, 1));
+  const bool snapshot = cache_ && static_cast<int64_t>(pending.size()) > kSnapshotMinTokens;
+  const size_t leave = snapshot ? 1 : chunk;
   size_t at = 0;
-  while (pending.size() - at > chunk) {
-    const models::ForwardBatch::Sequence seq{std::span<const int32_t>(pending).subspan(at, chunk), e.state.get()};
+  while (pending.size() - at > leave) {
+    const size_t n = std::min(chunk, pending.size() - at - leave);
+    const models::ForwardBatch::Sequence seq{std::span<const int32_t>(pending).subspan(at, n), e.state.get()};
     if (Status s = run_forward(*model_, models::ForwardBatch{std::span(&seq, 1)}, models::ForwardOutputs{}); !s.ok()) {
       log::warn("draft model: {}", s.error().message);
       return false;
     }
     e.folded.insert(e.folded.end(), pending.begin() + static_cast<std::ptrdiff_t>(at),
-                    pending.begin() + static_cast<std::ptrdiff_t>(at + chunk));
-    folded_ += static_cast<int64_t>(chunk);
-    at += chunk;
+                    pending.begin() + static_cast<std::ptrdiff_t>(at + n));
+    folded_ += static_cast<int64_t>(n);
+    at += n;
   }
   pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(at));
+  if (snapshot && !cache_->contains(e.folded)) cache_->insert(e.folded, e.state->clone());
   return true;
 }
 

@@ -8,11 +8,16 @@
 // prompt). Greedy targets get the draft's argmax; sampling targets get draws from the draft's
 // distribution under the request's bias/temperature/top-k/top-p/min-p, returned as q for
 // speculative sampling (runtime/speculation.h).
+// A prefix cache of draft states (runtime/prefix_cache.h, its own budget): when a proposal folds a new
+// stretch of text (a prompt, a new turn: at least kSnapshotMinTokens), the draft folds all of it but the
+// last token, snapshots that state, then drafts; a new sequence starts from the deepest snapshot on its
+// path, so an agent's next turn folds its new tokens, not the whole conversation again.
 // Memory: the draft's KV and states are outside the engine's memory budget (a draft is a few percent
 // of the target). One engine per proposer (sequence ids are the engine's).
 #pragma once
 
 #include "models/model.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/proposer.h"
 #include "runtime/sampler.h"
 
@@ -31,7 +36,9 @@ class DraftModelProposer final : public Proposer {
     int64_t kv_page_tokens = 16;
     int64_t prefill_chunk_tokens = 512;  // catch-up forwards fold at most this many tokens each
     uint64_t seed = 0;                   // draws for requests without a seed; 0: random
+    size_t prefix_cache_bytes = 0;       // snapshots of draft states kept for later sequences; 0: none
   };
+  static constexpr int64_t kSnapshotMinTokens = 64;
   DraftModelProposer(std::unique_ptr<models::Model> draft, Options options);
   ~DraftModelProposer() override;
 
@@ -46,21 +53,25 @@ class DraftModelProposer final : public Proposer {
   // rebuilt from the start because the sequence diverged before its checkpoints (should stay 0).
   int64_t folded_tokens() const;
   int64_t rebuilds() const;
+  // Tokens new draft states took from the prefix cache instead of folding them.
+  int64_t cached_tokens() const;
 
  private:
   struct Entry;
   struct Active;
   Entry& sync(const DraftRequest& r, std::vector<int32_t>& pending);
   bool fold_long_catch_up(Entry& e, std::vector<int32_t>& pending);
+  std::unique_ptr<models::SequenceState> new_state(std::span<const int32_t> tokens, std::vector<int32_t>& folded);
   int32_t choose(Entry& e, const DraftRequest& r, std::span<const float> logits);
 
   std::unique_ptr<models::Model> model_;  // first: outlives the states below
   Options options_;
   std::shared_ptr<models::KvPagePool> pool_;
+  std::unique_ptr<PrefixCache> cache_;  // null when prefix_cache_bytes is 0
   mutable std::mutex mu_;
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;  // by sequence id
   uint64_t next_seed_;
-  int64_t folded_ = 0, rebuilds_ = 0;
+  int64_t folded_ = 0, rebuilds_ = 0, cached_ = 0;
   std::vector<float> row_;  // [V target] one row of draft logits, padded / cut to the target's vocabulary
 };
 

@@ -391,10 +391,12 @@ std::unique_ptr<models::Model> demo_draft_model() {
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-std::shared_ptr<DraftModelProposer> draft_proposer(std::unique_ptr<models::Model> model = demo_draft_model()) {
+std::shared_ptr<DraftModelProposer> draft_proposer(std::unique_ptr<models::Model> model = demo_draft_model(),
+                                                   size_t prefix_cache_bytes = 0) {
   DraftModelProposer::Options o;
   o.context_tokens = 1024;
   o.seed = 5;
+  o.prefix_cache_bytes = prefix_cache_bytes;
   return std::make_shared<DraftModelProposer>(std::move(model), o);
 }
 
@@ -460,7 +462,8 @@ TEST(Speculation, GrammarAdvancesOnlyOverKeptTokens) {
 
 TEST(Speculation, PrefixCacheResumeIsIdentical) {
   const Demo d = demo();
-  // Turn 1, then turn 2 continuing turn 1's prompt and reply: the second resumes from the cache.
+  // Turns 1, 2, 3, each continuing the previous prompt and reply: each resumes from the cache (with a
+  // draft model that keeps snapshots, turn 3's draft state starts from turn 2's).
   auto two_turns = [&](std::shared_ptr<Proposer> proposer) {
     EngineOptions options;
     options.context_tokens = 1024;
@@ -469,7 +472,7 @@ TEST(Speculation, PrefixCacheResumeIsIdentical) {
     EXPECT_TRUE(engine.ok());
     std::vector<std::vector<int32_t>> outputs;
     GenerateRequest r = code_request(*d.tokenizer, kCode, 24);
-    for (int turn = 0; turn < 2; ++turn) {
+    for (int turn = 0; turn < 3; ++turn) {
       auto g = (*engine)->submit(r);
       EXPECT_TRUE(g.ok());
       std::vector<int32_t> ids;
@@ -487,6 +490,9 @@ TEST(Speculation, PrefixCacheResumeIsIdentical) {
   const auto plain = two_turns(nullptr);
   EXPECT_EQ(two_turns(std::make_shared<NgramProposer>()), plain);
   EXPECT_EQ(two_turns(draft_proposer()), plain);
+  auto with_cache = draft_proposer(demo_draft_model(), size_t{64} << 20);
+  EXPECT_EQ(two_turns(with_cache), plain);
+  EXPECT_GT(with_cache->cached_tokens(), 0);  // turn 2's draft state started from turn 1's snapshot
 }
 
 
@@ -527,6 +533,51 @@ TEST(DraftProposer, KeptInStepByRollbackWithoutRecompute) {
   }
   EXPECT_EQ(incremental->rebuilds(), 0);
   incremental->release(1);
+}
+
+// The draft's prefix cache: a sequence whose text continues an earlier one's (an agent's next turn) starts
+// from the snapshot taken when the earlier prompt was folded (all but its last token), so it folds only
+// the new text, and its guesses are those of a fresh draft state that folded the whole text. A text that
+// leaves the earlier prompt early finds only a shallower snapshot or none.
+TEST(DraftProposer, NextTurnStartsFromTheSnapshot) {
+  const Demo d = demo();
+  auto cached = draft_proposer(demo_draft_model(), size_t{64} << 20);
+  auto fresh = draft_proposer();
+  const std::string first = std::string(kCode) + "div(a, b):\n    return a / b\n\n\ndef mod(a, b):\n    return a % b\n\n\n"
+                            "def max(a, b):\n    return a if a > b else b\n\n\ndef ";
+  const std::vector<int32_t> turn1 = d.tokenizer->encode(first);
+  ASSERT_GT(static_cast<int64_t>(turn1.size()), DraftModelProposer::kSnapshotMinTokens);
+  const int k = 4;
+  const SamplingParams greedy{.temperature = 0};
+  std::vector<int32_t> guesses, reference;
+  DraftRequest r1{1, turn1, k, &greedy, d.tokenizer->vocab_size(), &guesses, nullptr};
+  cached->propose_batch(std::span(&r1, 1));
+  fresh->propose(turn1, k, reference);
+  EXPECT_EQ(guesses, reference);
+  cached->release(1);
+  EXPECT_EQ(cached->cached_tokens(), 0);
+  const int64_t folded_before = cached->folded_tokens();
+
+  std::vector<int32_t> turn2 = turn1;
+  const std::vector<int32_t> more = d.tokenizer->encode("pow(a, b):\n    return a ** b\n\n\ndef neg(a):\n    return -a\n");
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  DraftRequest r2{2, turn2, k, &greedy, d.tokenizer->vocab_size(), &guesses, nullptr};
+  cached->propose_batch(std::span(&r2, 1));
+  fresh->propose(turn2, k, reference);
+  EXPECT_EQ(guesses, reference);
+  EXPECT_EQ(cached->cached_tokens(), static_cast<int64_t>(turn1.size()) - 1);
+  EXPECT_EQ(cached->folded_tokens() - folded_before, static_cast<int64_t>(more.size()) + 1 + (k - 1));
+  cached->release(2);
+
+  // Turn 2's catch-up was short (no snapshot of its own); a text changed at token 10 finds none at all.
+  std::vector<int32_t> other = turn2;
+  other[10] = (other[10] + 1) % static_cast<int32_t>(d.tokenizer->vocab_size());
+  DraftRequest r3{3, other, k, &greedy, d.tokenizer->vocab_size(), &guesses, nullptr};
+  cached->propose_batch(std::span(&r3, 1));
+  fresh->propose(other, k, reference);
+  EXPECT_EQ(guesses, reference);
+  EXPECT_EQ(cached->cached_tokens(), static_cast<int64_t>(turn1.size()) - 1);
+  cached->release(3);
 }
 
 // Five greedy code completions of 40 tokens each, run to the end.
