@@ -407,6 +407,58 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], _mm256_setr_m128(mins[t], _mm_setzero_ps())));
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// Q4_K at the avx512 level, 512 bits a step: the 32 bytes of qs that hold sub-blocks 2c (low nibbles)
+// and 2c + 1 (high nibbles) are broadcast to both halves and shifted by 0 and 4 bits, so one step
+// covers 64 consecutive values, against 64 consecutive activation codes; the int16 scales of 2c and
+// 2c + 1 fill the two halves of the VPDPWSSD operand. The halves' int32 lanes are added before the
+// float step (lane l of row_q4_k's sum is lane l + lane l + 8 here: integers, exact), so the float
+// arithmetic and the outputs are row_q4_k's, bit for bit, whatever TB (GgmlInt8 test).
+template <int TB>
+void row_q4_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i nibble = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+  // int16 element 2c (lanes of the low half) or 2c + 1 (high half) of each 128-bit lane's 8 scales
+  __m512i pick[4];
+  for (int c = 0; c < 4; ++c) {
+    const int16_t lo = static_cast<int16_t>((4 * c + 1) << 8 | 4 * c), hi = static_cast<int16_t>((4 * c + 3) << 8 | (4 * c + 2));
+    pick[c] = _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+  }
+  __m256 acc[TB];
+  __m128 mins[TB];  // Σ dmin·dx·m·Σx̂, 4 lanes
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = _mm_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 144;
+    const float d = f16(blk), dmin = f16(blk + 2);
+    const __m128i sm = k4_scales_and_mins(blk + 4);
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    __m512i q[4], scale[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_broadcast_i64x4(load(blk + 16 + 32 * c));
+      q[c] = _mm512_and_si512(_mm512_srlv_epi64(v, nibble), m4);
+      scale[c] = _mm512_shuffle_epi8(sc, pick[c]);
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m512i even = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[0], _mm512_loadu_si512(xq)), scale[0]);
+      __m512i odd = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[1], _mm512_loadu_si512(xq + 64)), scale[1]);
+      even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(xq + 128)), scale[2]);
+      odd = _mm512_dpwssd_epi32(odd, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(xq + 192)), scale[3]);
+      const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8));
+      const float dx = a.d[(t0 + t) * ns + s];
+      const __m512i sum = _mm512_add_epi32(even, odd);
+      const __m256i sum8 = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8), _mm256_set1_ps(d * dx), acc[t]);
+      mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_set1_ps(dmin * dx), mins[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], _mm256_setr_m128(mins[t], _mm_setzero_ps())));
+}
+#define KAPITSA_Q4_K_512 1
+#endif
+
 // Q6_K {ql[128]; qh[64]; scales[16] int8; d f16}, 210 bytes: in half h, values 32i + l (i < 4) take
 // their low 4 bits from ql[64h + 32(i % 2) + l] (low nibble for i < 2) and bits 2i..2i+1 of
 // qh[32h + l] as bits 4..5; w = d·scale·(q − 32) per 16 values.
@@ -450,6 +502,58 @@ void row_q6_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   }
   for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
 }
+#if defined(KAPITSA_Q4_K_512)
+// Q6_K at the avx512 level, 512 bits a step: ql's 64 bytes of half h, whole, give values 0–63 of the half
+// (low nibbles: ql[0..31] then ql[32..63]) and, shifted, values 64–127 (high nibbles); qh's 32 bytes,
+// broadcast to both halves and shifted by a different count in each, give bits 4–5. Group g of 16
+// values takes scale g: each 128-bit lane of a step holds one group, its int16 scale broadcast by
+// VPERMW. As in row_q4_k_512 the halves' int32 lanes are added before the float step: outputs equal
+// row_q6_k's bit for bit.
+template <int TB>
+void row_q6_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+  const __m512i up_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4), down_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+  __m512i pick[4];  // int16 element 4m + lane / 8 in 128-bit lane i of step m (32 elements: i = element / 8)
+  for (int m = 0; m < 4; ++m) pick[m] = _mm512_set_epi16(
+      4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3,
+      4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2,
+      4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1,
+      4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m, 4 * m);
+  __m256 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 210;
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const float d = f16(blk + 208);
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const __m512i sc32 = _mm512_castsi256_si512(sc16);
+    __m512i q[4], scale[4];  // step m: values 64m..64m+63
+    for (int h = 0; h < 2; ++h) {
+      const __m512i l = _mm512_loadu_si512(blk + 64 * h), hb = _mm512_broadcast_i64x4(load(blk + 128 + 32 * h));
+      q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi64(hb, up_lo), m2));
+      q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                     _mm512_and_si512(_mm512_srlv_epi64(hb, down_hi), m2));
+    }
+    for (int m = 0; m < 4; ++m) scale[m] = _mm512_permutexvar_epi16(pick[m], sc32);
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m512i even = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[0], _mm512_loadu_si512(xq)), scale[0]);
+      __m512i odd = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[1], _mm512_loadu_si512(xq + 64)), scale[1]);
+      even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(xq + 128)), scale[2]);
+      odd = _mm512_dpwssd_epi32(odd, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(xq + 192)), scale[3]);
+      const __m512i sum16 = _mm512_add_epi32(even, odd);
+      __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(sum16), _mm512_extracti64x4_epi64(sum16, 1));
+      // − 32 · Σ_g scale_g · Σ x̂ over group g
+      const __m256i corr = _mm256_madd_epi16(sc16, load(a.bsum16 + (t0 + t) * (a.K / 16) + s * 16));
+      sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(corr, 5));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a.d[(t0 + t) * ns + s]), acc[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
+}
+#endif
 #endif  // KAPITSA_GGML_INT8_NEON
 
 using RowFn = void (*)(const uint8_t*, const Act&, int64_t, float*, int64_t);
@@ -458,8 +562,13 @@ template <bool VNNI, int TB>
 RowFn row_fn(GgmlType type) {
   switch (type) {
     case GgmlType::q8_0: return row_q8_0<VNNI, TB>;
+#if defined(KAPITSA_Q4_K_512)
+    case GgmlType::q4_k: return VNNI ? row_q4_k_512<TB> : row_q4_k<VNNI, TB>;
+    default: return VNNI ? row_q6_k_512<TB> : row_q6_k<VNNI, TB>;
+#else
     case GgmlType::q4_k: return row_q4_k<VNNI, TB>;
     default: return row_q6_k<VNNI, TB>;
+#endif
   }
 }
 template <bool VNNI>
