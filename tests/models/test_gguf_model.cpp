@@ -165,15 +165,15 @@ TEST(GgufModel, Q8_0FileIsCloseToBf16) {
   EXPECT_LT(q8_bytes, dense_bytes * 0.6);  // 8.5 bits per weight instead of 16
 }
 
-// tools/gguf/mtp_folders.py's Qwen3.5 head, built again here for the folder to compare with: copies of the
-// qwen35-dense-tiny trunk's tensors (its full-attention layer 3 as the head's layer, that layer's o_proj
-// [H, 2H] as fc, the input norms of layers 0, 1, 2 as the embedding, hidden and final norms).
-std::string qwen35_folder_with_copied_head(const ScratchDir& dir) {
-  const fs::path src = test_data_path("fixtures/qwen35-dense-tiny");
+// tools/gguf/mtp_folders.py's Qwen head, built again here for the folder to compare with: copies of the
+// fixture's trunk tensors (its full-attention layer 3 as the head's layer, that layer's o_proj [H, 2H] as
+// fc, the input norms of layers 0, 1, 2 as the embedding, hidden and final norms).
+std::string folder_with_copied_head(const ScratchDir& dir, const std::string& fixture) {
+  const fs::path src = test_data_path("fixtures/" + fixture);
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src / f, dir.path(f));
   auto trunk = weights::Checkpoint::open(src.string());
   EXPECT_TRUE(trunk.ok());
-  const std::string p = "model.language_model.layers.";
+  const std::string p = trunk->contains("model.language_model.norm.weight") ? "model.language_model.layers." : "model.layers.";
   std::vector<weights::NamedTensor> head;
   auto copy = [&](const std::string& to, const std::string& from) { head.push_back({to, *trunk->get_any_shape(from)}); };
   for (const auto& name : trunk->names())
@@ -186,22 +186,25 @@ std::string qwen35_folder_with_copied_head(const ScratchDir& dir) {
   return dir.path();
 }
 
-// The converter appends the head as block n_layers ("nextn_predict_layers" 1): Qwen3.5's fc / enorm /
-// hnorm / shared_head_norm as nextn.* beside its decoder layer's tensors (norms stored 1 + w), Nemotron 3's
-// two head layers folded into one block (attention, then MoE with post_attention_norm). Each file's head
-// gives the folder's within 1e-5; Nemotron's also its float64 reference
-// (tools/fixtures/nemotron_mtp_reference.py) at the folder test's 1e-4.
+// The converter appends the head as block n_layers ("nextn_predict_layers" 1): Qwen3.5's and Qwen3-Next's
+// fc / enorm / hnorm / shared_head_norm as nextn.* beside the decoder layer's tensors (norms stored 1 + w;
+// Qwen3-Next's layer with its MoE: stacked experts, shared expert and gate), Nemotron 3's two head layers
+// folded into one block (attention, then MoE with post_attention_norm). Each file's head gives the
+// folder's within 1e-5; Nemotron's also its float64 reference (tools/fixtures/nemotron_mtp_reference.py)
+// at the folder test's 1e-4.
 TEST(GgufModel, MtpHeadsMatchTheFolders) {
-  {
+  for (const std::string fixture : {"qwen35-dense-tiny", "qwen3-next-tiny"}) {
     ScratchDir dir;
-    const HeadRows folder = head_over_prompt(qwen35_folder_with_copied_head(dir), "qwen35-dense-tiny");
-    const HeadRows gguf = head_over_prompt(gguf_path("qwen35-dense-tiny-mtp-BF16.gguf"), "qwen35-dense-tiny");
+    const HeadRows folder = head_over_prompt(folder_with_copied_head(dir, fixture), fixture);
+    const HeadRows gguf = head_over_prompt(gguf_path(fixture + "-mtp-BF16.gguf"), fixture);
     ASSERT_FALSE(folder.logits.tensor().empty() || gguf.logits.tensor().empty());
     const double e = relative_error(gguf.logits, folder.logits), e_rows = relative_error(gguf.rows, folder.rows);
-    std::printf("qwen35 MTP head, GGUF vs folder: logits %.2e, rows %.2e\n", e, e_rows);
+    std::printf("%s MTP head, GGUF vs folder: logits %.2e, rows %.2e\n", fixture.c_str(), e, e_rows);
     EXPECT_LE(e, 1e-5);
     EXPECT_LE(e_rows, 1e-5);
     EXPECT_EQ(top1_agreement(gguf.logits, folder.logits), 1.0);
+  }
+  {
     // The trunk is the same model with or without the appended block.
     const FixtureReference ref = load_fixture_reference(test_data_path("fixtures/qwen35-dense-tiny"));
     const Buffer with_head = prompt_logits(gguf_path("qwen35-dense-tiny-mtp-BF16.gguf"), ref.prompt_ids);

@@ -17,7 +17,7 @@
 #                    the fixture converted (--no-mtp), tracked as a zstd patch against the fixture's
 #                    model.safetensors (20-40 kB; xz-packed, qwen35-dense-tiny's was 2.8 MB)
 #                    (the build applies it: CMakeLists.txt, kapitsa_data)
-#   FIXTURE-mtp-BF16.gguf.zst for qwen35-dense-tiny and nemotron-h-tiny with an MTP head (mtp_folders.py),
+#   FIXTURE-mtp-BF16.gguf.zst for qwen35-dense-tiny, qwen3-next-tiny and nemotron-h-tiny with an MTP head (mtp_folders.py),
 #                    converted with the head: patches against the trunk's weights (+ the tracked head)
 #   reference.json   per tensor of the three files: gguf-py's dequantized values summarised (count, sum,
 #                    sum of squares, and 16 values at fixed indices)
@@ -53,11 +53,11 @@ done
 # The converter's MTP blocks: Qwen3.5 and Nemotron 3 folders with a head (mtp_folders.py), converted with it
 # (no --no-mtp), patched against the trunk's weights followed by the tracked head where there is one (the
 # same concatenation the build makes, CMakeLists.txt).
-for f in nemotron-h-tiny/model.safetensors nemotron-h-tiny-mtp/model-mtp.safetensors; do
+for f in qwen3-next-tiny/model.safetensors nemotron-h-tiny/model.safetensors nemotron-h-tiny-mtp/model-mtp.safetensors; do
   [ -f "$ROOT/tests/fixtures/$f" ] || xz -dkc "$ROOT/tests/fixtures/$f.xz" > "$ROOT/tests/fixtures/$f"
 done
 "$PY" "$HERE/mtp_folders.py" "$WORK"
-for fx in qwen35-dense-tiny-mtp nemotron-h-tiny-mtp; do
+for fx in qwen35-dense-tiny-mtp qwen3-next-tiny-mtp nemotron-h-tiny-mtp; do
   GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/$fx" --outtype bf16 \
       --outfile "$WORK/$fx-BF16.gguf" > "$WORK/convert-$fx.log" 2>&1 || { tail -20 "$WORK/convert-$fx.log"; exit 1; }
   base=("$ROOT/tests/fixtures/${fx%-mtp}/model.safetensors")
