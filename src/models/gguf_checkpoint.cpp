@@ -271,8 +271,7 @@ class Builder {
 
 // The Hugging Face name of tensor `rest` of MTP block `index` (blk.{trunk_layers + index}.rest), empty
 // when it is none Kapitsa reads. The head's decoder layer has no GDN or Mamba tensors, so no Fix applies.
-Expected<std::string> mtp_name(GgufFamily family, int64_t index, const std::string& rest,
-                               std::span<const Mapping> per_layer) {
+std::string mtp_name(GgufFamily family, int64_t index, const std::string& rest, std::span<const Mapping> per_layer) {
   const bool nemotron = family == GgufFamily::nemotron_h;
   for (const Mapping& m : nemotron ? std::span<const Mapping>(kNemotronMtp) : kQwenMtp)
     if (rest == m.gguf) return fmt::format("mtp.{}", m.hf);
@@ -281,7 +280,7 @@ Expected<std::string> mtp_name(GgufFamily family, int64_t index, const std::stri
     if (!nemotron) return fmt::format("mtp.layers.{}.{}", index, m.hf);
     return fmt::format("mtp.layers.{}.{}", rest.starts_with("attn_") ? 0 : 1, m.hf);
   }
-  return std::string();
+  return {};
 }
 
 }  // namespace
@@ -313,7 +312,7 @@ Expected<GgufCheckpoint> open_gguf_checkpoint(const std::string& path) {
       continue;
     const std::string rest = name.substr(dot + 1);
     if (layer >= config.trunk_layers) {
-      KAPITSA_TRY(const std::string hf, mtp_name(config.family, layer - config.trunk_layers, rest, per_layer));
+      const std::string hf = mtp_name(config.family, layer - config.trunk_layers, rest, per_layer);
       if (hf.empty()) return error("{}: tensor '{}' of the MTP head is not one Kapitsa reads", file_of[name]->path(), name);
       KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, hf, Fix::none));
       continue;
