@@ -411,9 +411,20 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
 // Q4_K at the avx512 level, 512 bits a step: the 32 bytes of qs that hold sub-blocks 2c (low nibbles)
 // and 2c + 1 (high nibbles) are broadcast to both halves and shifted by 0 and 4 bits, so one step
 // covers 64 consecutive values, against 64 consecutive activation codes; the int16 scales of 2c and
-// 2c + 1 fill the two halves of the VPDPWSSD operand. The halves' int32 lanes are added before the
-// float step (lane l of row_q4_k's sum is lane l + lane l + 8 here: integers, exact), so the float
-// arithmetic and the outputs are row_q4_k's, bit for bit, whatever TB (GgmlInt8 test).
+// 2c + 1 fill the two halves of the VPDPWSSD operand. dot_256_codes folds the halves before the float
+// step, so the float arithmetic and the outputs are row_q4_k's, bit for bit, whatever TB (GgmlInt8 test).
+// Σ scale·(q · x) over 256 codes in four 512-bit steps (step m: codes 64m..64m+63 against xq[64m..]), in
+// two integer chains (VPDPWSSD waits for its accumulator), the result folded to 8 int32 lanes: lane l +
+// lane l + 8, the lanes of the 256-bit kernels' sums (integers: exact in any order).
+inline __m256i dot_256_codes(const __m512i q[4], const __m512i scale[4], const int8_t* xq) {
+  __m512i even = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[0], _mm512_loadu_si512(xq)), scale[0]);
+  __m512i odd = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[1], _mm512_loadu_si512(xq + 64)), scale[1]);
+  even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(xq + 128)), scale[2]);
+  odd = _mm512_dpwssd_epi32(odd, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(xq + 192)), scale[3]);
+  const __m512i sum = _mm512_add_epi32(even, odd);
+  return _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+}
+
 template <int TB>
 void row_q4_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
   const int64_t ns = a.K / 256;
@@ -442,14 +453,9 @@ void row_q4_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_
     }
     for (int t = 0; t < TB; ++t) {
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
-      __m512i even = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[0], _mm512_loadu_si512(xq)), scale[0]);
-      __m512i odd = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[1], _mm512_loadu_si512(xq + 64)), scale[1]);
-      even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(xq + 128)), scale[2]);
-      odd = _mm512_dpwssd_epi32(odd, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(xq + 192)), scale[3]);
+      const __m256i sum8 = dot_256_codes(q, scale, xq);
       const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8));
       const float dx = a.d[(t0 + t) * ns + s];
-      const __m512i sum = _mm512_add_epi32(even, odd);
-      const __m256i sum8 = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8), _mm256_set1_ps(d * dx), acc[t]);
       mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_set1_ps(dmin * dx), mins[t]);
     }
@@ -539,12 +545,7 @@ void row_q6_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_
     for (int m = 0; m < 4; ++m) scale[m] = _mm512_permutexvar_epi16(pick[m], sc32);
     for (int t = 0; t < TB; ++t) {
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
-      __m512i even = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[0], _mm512_loadu_si512(xq)), scale[0]);
-      __m512i odd = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(q[1], _mm512_loadu_si512(xq + 64)), scale[1]);
-      even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(q[2], _mm512_loadu_si512(xq + 128)), scale[2]);
-      odd = _mm512_dpwssd_epi32(odd, _mm512_maddubs_epi16(q[3], _mm512_loadu_si512(xq + 192)), scale[3]);
-      const __m512i sum16 = _mm512_add_epi32(even, odd);
-      __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(sum16), _mm512_extracti64x4_epi64(sum16, 1));
+      __m256i sum = dot_256_codes(q, scale, xq);
       // − 32 · Σ_g scale_g · Σ x̂ over group g
       const __m256i corr = _mm256_madd_epi16(sc16, load(a.bsum16 + (t0 + t) * (a.K / 16) + s * 16));
       sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(corr, 5));
