@@ -179,6 +179,12 @@ BENCHMARK(BM_MatmulGgml)
     ->Args({1, 2560, 9728, 14, 0})
     ->Args({1, 3584, 1024, 8, 0})
     ->Args({1, 3584, 1024, 12, 0})
+    ->Args({1, 3584, 1024, 13, 0})  // the other types of common GGUF mixes (Q5_K_M, unsloth's): Q5_K,
+    ->Args({1, 3584, 1024, 2, 0})   // Q4_0, Q5_0, IQ4_XS, MXFP4
+    ->Args({1, 3584, 1024, 6, 0})
+    ->Args({1, 3584, 1024, 23, 0})
+    ->Args({1, 3584, 1024, 20, 0})
+    ->Args({1, 3584, 1024, 39, 0})
     ->Args({1, 248320, 1024, 8, 0})
     ->Args({1, 248320, 1024, 12, 0})
     ->Args({2, 248320, 1024, 12, 0})  // verification rows on a head from DRAM, beside BM_MatmulAffine's
@@ -191,6 +197,10 @@ BENCHMARK(BM_MatmulGgml)
     ->Args({512, 3584, 1024, 8, 1})
     ->Args({512, 3584, 1024, 12, 0})
     ->Args({512, 3584, 1024, 12, 1})
+    ->Args({512, 3584, 1024, 13, 0})
+    ->Args({512, 3584, 1024, 13, 1})
+    ->Args({512, 3584, 1024, 2, 0})
+    ->Args({512, 3584, 1024, 2, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

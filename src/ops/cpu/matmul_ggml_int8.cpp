@@ -1,4 +1,5 @@
-// Decode GEMV (and prefill) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it:
+// Decode GEMV (and prefill) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it
+// (the other GGUF types' row kernels: matmul_ggml_int8_more.cpp, x86-64 only so far):
 // each token's x is rounded once per call to int8 codes with one f32 scale per block of inputs
 // (dx = max|x| / 127 over 32 inputs for Q8_0 — llama.cpp's q8_0 — and over 256 for the K-quants —
 // its q8_K — with Σ codes per 16 and per 32 inputs), then each weight block is dotted in integers
@@ -16,26 +17,13 @@
 // Built where AVX2, FMA and F16C or NEON are compiled for; other builds keep matmul_ggml.cpp's decoder.
 #include "base/thread_pool.h"
 #include "ops/cpu/ggml.h"
+#include "ops/cpu/ggml_int8.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-// GCC 12 reports its own _mm512_undefined_*() inside intrinsics (_mm512_cvtepi32_ps, the 512-bit casts)
-// as uninitialised once rows_q8_0_x2's loops are unrolled: a known false positive in its headers.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#define KAPITSA_GGML_INT8 1
-#elif defined(__aarch64__)
-#include <arm_neon.h>
-#define KAPITSA_GGML_INT8 1
-#define KAPITSA_GGML_INT8_NEON 1
-#endif
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 
@@ -45,6 +33,18 @@ int64_t ggml_int8_block(GgmlType type) {
     case GgmlType::q8_0: return 32;
     case GgmlType::q4_k:
     case GgmlType::q6_k: return 256;
+#if defined(KAPITSA_GGML_INT8_MORE)
+    case GgmlType::q4_0:
+    case GgmlType::q4_1:
+    case GgmlType::q5_0:
+    case GgmlType::q5_1:
+    case GgmlType::iq4_nl:
+    case GgmlType::mxfp4: return 32;
+    case GgmlType::q2_k:
+    case GgmlType::q3_k:
+    case GgmlType::q5_k:
+    case GgmlType::iq4_xs: return 256;
+#endif
     default: return 0;
   }
 #else
@@ -68,16 +68,8 @@ bool ggml_int8_has_vnni() {
 #if defined(KAPITSA_GGML_INT8)
 namespace {
 
-constexpr int kTokens = 4;  // tokens per pass over a row (accumulators stay in registers)
+using namespace ggml_int8;
 
-// T tokens' activations as int8: x ≈ d · q per block of B inputs.
-struct Act {
-  const int8_t* q;        // [T, K]
-  const float* d;         // [T, K/B]
-  const int16_t* bsum16;  // [T, K/16] Σ q over each 16 inputs (K-quants only)
-  const int16_t* bsum32;  // [T, K/32] Σ q over each 32 inputs (K-quants only)
-  int64_t K, B;
-};
 
 // x: [T, K] → the arrays of Act. q = round(x / d), ties to even; |q| ≤ 127.
 void quantize(const float* x, int64_t T, int64_t K, int64_t B, bool sums, int8_t* q, float* d, int16_t* b16,
@@ -103,23 +95,6 @@ void quantize(const float* x, int64_t T, int64_t K, int64_t B, bool sums, int8_t
 }
 
 #if defined(KAPITSA_GGML_INT8_NEON)
-inline float f16(const uint8_t* p) {
-  __fp16 h;  // FCVT: the conversion is in ARMv8.0
-  std::memcpy(&h, p, 2);
-  return h;
-}
-
-// acc + Σ a·b over each 4 bytes into 4 int32 lanes (signed × signed): SDOT, or without it SMULL of the
-// two halves, added in int16 (each pair at most 2·128·127 = 32512), then SADALP. The lanes' sums differ
-// between the two; their total does not.
-template <bool DOT>
-inline int32x4_t dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
-#if defined(__ARM_FEATURE_DOTPROD)
-  if constexpr (DOT) return vdotq_s32(acc, a, b);
-#endif
-  return vpadalq_s16(acc, vaddq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)), vmull_high_s8(a, b)));
-}
-inline int8x16_t load8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
 
 // The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
 // unpacking; ref's scale_min_k4 says where each bit is).
@@ -228,61 +203,6 @@ void row_q6_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]);
 }
 #else
-inline float f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-// Σ u·s over each 4 bytes (u unsigned, s signed) into 8 int32 lanes.
-template <bool VNNI>
-inline __m256i dot(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  if constexpr (VNNI) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#elif defined(__AVXVNNI__)
-  if constexpr (VNNI) return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#endif
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-// Σ u·s·scale over each 4 bytes into acc: u·s summed in byte pairs (VPMADDUBSW; below 2^15 for the
-// 4- and 6-bit codes), times an int16 scale per pair, the pairs added into int32 lanes (VPDPWSSD, or
-// VPMADDWD + VPADDD).
-template <bool VNNI>
-inline __m256i dot_scaled(__m256i acc, __m256i u, __m256i s, __m256i scale16) {
-  const __m256i p = _mm256_maddubs_epi16(u, s);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  if constexpr (VNNI) return _mm256_dpwssd_epi32(acc, p, scale16);
-#elif defined(__AVXVNNI__)
-  if constexpr (VNNI) return _mm256_dpwssd_avx_epi32(acc, p, scale16);
-#endif
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, scale16));
-}
-// Lane-half k of a 16-bit vector broadcast: within each 128-bit lane, int16 element k everywhere.
-inline __m256i broadcast16(__m256i v, int k) {
-  return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>((2 * k + 1) << 8 | 2 * k)));
-}
-
-// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
-// unpacking; ref's scale_min_k4 says where each bit is).
-inline __m128i k4_scales_and_mins(const uint8_t* p) {
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, p, 12);
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
-  const uint32_t mins03 = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
-  u[2] = mins03;
-  u[0] &= kLow6;  // scales 0..3
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-}
-
 // One row · TB tokens; y[t · N] for token t. Q8_0 {d f16; qs[32] int8}, 34 bytes. Block b adds into
 // chain b % kQ8Chains of its token: one chain would wait for each FMA before the next (the latency, not
 // the loads, bounded a row), and the rows stay one sequential stream (rows interleaved in one pass
@@ -629,6 +549,12 @@ void rows(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a,
         continue;
       }
 #endif
+#if defined(KAPITSA_GGML_INT8_MORE)
+      if (type != GgmlType::q8_0 && type != GgmlType::q4_k && type != GgmlType::q6_k) {
+        rows_more(VNNI, type, tb, blocks, row_bytes, a, t0, y, N, begin, end);
+        continue;
+      }
+#endif
       each_row<VNNI>(type, tb, blocks, row_bytes, a, t0, y, N, begin, end);
     }
   });
@@ -640,7 +566,7 @@ void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vn
   const GgmlType type = w.ggml_type();
   const int64_t N = w.rows(), K = w.cols(), T = x.numel() / K, B = ggml_int8_block(type);
   KAPITSA_CHECK(B > 0 && K % B == 0, "cpu: int8-activation GEMV for ggml {} with {} inputs", ggml_type_name(type), K);
-  const bool sums = B == 256;
+  const bool sums = type != GgmlType::q8_0;  // the offsets and mins of the other types come from Σ x̂
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int16_t> b16, b32;

@@ -1,0 +1,321 @@
+// The int8-activation GEMV (matmul_ggml_int8.cpp has the method) for the GGUF block types beyond Q8_0,
+// Q4_K and Q6_K, on x86-64 with AVX2 (VPDPBUSD / VPDPWSSD where the level has them): the other types of
+// common files (Q5_K_M, Q3_K_M, Q2_K, Q4_0, IQ4_XS and IQ4_NL mixes, MXFP4 experts, Q5_0 / Q5_1 / Q4_1
+// fallbacks), which the f32 decoder of matmul_ggml.cpp ran ~80× slower than Q4_K.
+// Each row kernel turns a block's bits into byte codes in registers and sums them against the activation
+// codes in integers, with one f32 step per block of 32 (per 256 values for the K-quants, whose sub-block
+// scales multiply the 16-bit pair sums in VPDPWSSD). Unsigned codes keep their offset (Q4_0's −8, Q5_0's
+// −16, Q3_K's −4) or min (Q4_1, Q5_1, Q2_K) out of the integer sum: it comes from the activation's code
+// sums (Act::bsum16 / bsum32). Code-book levels (IQ4_NL, IQ4_XS; MXFP4's doubled E2M1 values) are looked
+// up by VPSHUFB and are signed: multiplied as |w| · sign(x, w), as Q8_0 is.
+// Byte products stay below 2^15 in pairs (VPMADDUBSW): at most 2 · 127 · 127 for the signed levels, 2 · 31 ·
+// 127 for 5-bit codes. The rounding of x is the only change from ref (the bound tests/ops/test_ggml.cpp
+// checks); each token's sums are formed alone, whatever the token count (batch invariance).
+#include "base/check.h"
+#include "ops/cpu/ggml_int8.h"
+
+#include <cstring>
+
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
+#if defined(KAPITSA_GGML_INT8_MORE)
+namespace {
+
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline __m256i low4() { return _mm256_set1_epi8(0x0F); }  // a function: a global would run AVX2 at start-up
+
+// 16 bytes of nibbles → value j in byte j: the low nibbles are values 0–15, the high ones 16–31 (the
+// order of Q4_0, Q5_0, IQ4_NL, MXFP4 and each IQ4_XS sub-block).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i v = load16(qs);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4());
+}
+// Bit j of 4 little-endian bytes as 0x10 in byte j (Q5_0 / Q5_1's fifth bits).
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)),
+                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+// Bit k of each byte moved to bit `to` (16-bit shifts: the bits that cross into the neighbour byte land
+// below `to`, or above it, and are masked off).
+inline __m256i bit_to(__m256i v, int k, int to) {
+  const __m256i moved = k >= to ? _mm256_srli_epi16(v, k - to) : _mm256_slli_epi16(v, to - k);
+  return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
+}
+// Code-book lookups (VPSHUFB, per 128-bit lane): ggml's kvalues_iq4nl, and MXFP4's E2M1 values doubled
+// to integers (0, 1, 2, 3, 4, 6, 8, 12; bit 3 the sign), whose scale is then halved.
+inline __m256i iq4_levels(__m256i codes) {
+  const __m256i table = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                         -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  return _mm256_shuffle_epi8(table, codes);
+}
+inline __m256i e2m1_doubled(__m256i codes) {
+  const __m256i table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  return _mm256_shuffle_epi8(table, codes);
+}
+// MXFP4's E8M0 scale 2^(e − 127), halved for the doubled values: 2^(e − 128) as float bits (ref's).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, 4);
+  return d;
+}
+
+// A block of 32 values decoded: w_j = d · codes_j + c (c = 0 for the signed code books).
+struct Block32 {
+  __m256i codes;
+  float d, c;
+};
+template <GgmlType TYPE>
+inline Block32 decode32(const uint8_t* b) {
+  if constexpr (TYPE == GgmlType::q4_0) return {_mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8)), f16(b), 0};  // {d; qs[16]}
+  if constexpr (TYPE == GgmlType::q4_1) return {nibbles(b + 4), f16(b), f16(b + 2)};   // {d; m; qs[16]}
+  if constexpr (TYPE == GgmlType::q5_0)  // {d; qh u32; qs[16]}
+    return {_mm256_sub_epi8(_mm256_or_si256(nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16)), f16(b), 0};
+  if constexpr (TYPE == GgmlType::q5_1)  // {d; m; qh u32; qs[16]}
+    return {_mm256_or_si256(nibbles(b + 8), fifth_bits(b + 4)), f16(b), f16(b + 2)};
+  if constexpr (TYPE == GgmlType::iq4_nl) return {iq4_levels(nibbles(b + 2)), f16(b), 0};  // {d; qs[16]}
+  if constexpr (TYPE == GgmlType::mxfp4) return {e2m1_doubled(nibbles(b + 1)), e8m0_half(b[0]), 0};  // {e; qs[16]}
+}
+template <GgmlType TYPE>
+constexpr int64_t kBlockBytes = TYPE == GgmlType::q4_1 ? 20 : TYPE == GgmlType::q5_0 ? 22 : TYPE == GgmlType::q5_1 ? 24
+                                : TYPE == GgmlType::mxfp4 ? 17 : 18;  // q4_0, iq4_nl
+template <GgmlType TYPE>
+constexpr bool kSignedCodes = TYPE != GgmlType::q4_1 && TYPE != GgmlType::q5_1;
+
+// One row · TB tokens of a 32-value block type; y[t · N] for token t:
+// y = Σ_blocks d·dx·Σ codes·x̂ + c·dx·Σ x̂. Even and odd blocks in two chains (an FMA waits for its
+// accumulator); every token's sums in the same order whatever TB.
+template <GgmlType TYPE, bool VNNI, int TB>
+void row_b32(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  __m256 acc[TB][2];
+  float constant[TB][2];
+  for (int t = 0; t < TB; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), constant[t][0] = constant[t][1] = 0;
+  // Block b into chain `chain` (a constant after unrolling by two: an index known only at run time put
+  // the accumulators on the stack, and each FMA waited for a store).
+  auto block = [&](int64_t b, int chain) {
+    const Block32 w = decode32<TYPE>(row + b * kBlockBytes<TYPE>);
+    const __m256i u = kSignedCodes<TYPE> ? _mm256_sign_epi8(w.codes, w.codes) : w.codes;
+    for (int t = 0; t < TB; ++t) {
+      const int64_t at = (t0 + t) * nb + b;  // block b of token t0 + t in d and bsum32
+      __m256i xq = load(a.q + (t0 + t) * a.K + b * 32);
+      if constexpr (kSignedCodes<TYPE>) xq = _mm256_sign_epi8(xq, w.codes);
+      const float dx = a.d[at];
+      acc[t][chain] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot<VNNI>(u, xq)), _mm256_set1_ps(w.d * dx), acc[t][chain]);
+      if constexpr (!kSignedCodes<TYPE>) constant[t][chain] += w.c * dx * static_cast<float>(a.bsum32[at]);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) block(b, 0), block(b + 1, 1);
+  if (b < nb) block(b, 0);
+  for (int t = 0; t < TB; ++t)
+    y[t * N] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + (constant[t][0] + constant[t][1]);
+}
+
+// Q5_K {d, dmin f16; scales[12]; qh[32]; qs[128]}, 176 bytes: Q4_K's layout plus a fifth bit, bit j of
+// qh[l] for value l of sub-block j; w = d·sc·q − dmin·m per sub-block of 32.
+template <bool VNNI, int TB>
+void row_q5_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  __m256 acc[TB];
+  __m128 mins[TB];  // Σ dmin·dx·m·Σx̂, 4 lanes
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = _mm_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 176;
+    const float d = f16(blk), dmin = f16(blk + 2);
+    const __m128i sm = k4_scales_and_mins(blk + 4);
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // scale j: broadcast16(sc, j)
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    const __m256i qh = load(blk + 16);
+    __m256i q[8];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load(blk + 48 + 32 * c);
+      q[2 * c] = _mm256_or_si256(_mm256_and_si256(v, low4()), bit_to(qh, 2 * c, 4));
+      q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4()), bit_to(qh, 2 * c + 1, 4));
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+      for (int j = 0; j < 8; j += 2) {
+        even = dot_scaled<VNNI>(even, q[j], load(xq + 32 * j), broadcast16(sc, j));
+        odd = dot_scaled<VNNI>(odd, q[j + 1], load(xq + 32 * (j + 1)), broadcast16(sc, j + 1));
+      }
+      const __m256i sum = _mm256_add_epi32(even, odd);
+      const __m128i bs = load16(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8);
+      const float dx = a.d[(t0 + t) * ns + s];
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * dx), acc[t]);
+      mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_set1_ps(dmin * dx), mins[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], _mm256_setr_m128(mins[t], _mm_setzero_ps())));
+}
+
+// IQ4_XS {d f16; scales_h u16; scales_l[4]; qs[128]}, 136 bytes: 8 sub-blocks of 32 laid out as IQ4_NL
+// blocks, each with a 6-bit scale ls stored + 32 (low 4 bits: nibble i % 2 of scales_l[i / 2]; top 2:
+// bits 2i, 2i + 1 of scales_h); w = d·(ls − 32)·level.
+template <bool VNNI, int TB>
+void row_iq4_xs(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  __m256 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 136;
+    const float d = f16(blk);
+    const int scales_h = blk[2] | blk[3] << 8;
+    alignas(16) int16_t ls[8];
+    for (int i = 0; i < 8; ++i)
+      ls[i] = static_cast<int16_t>((((blk[4 + i / 2] >> (4 * (i % 2))) & 0xF) | (((scales_h >> (2 * i)) & 3) << 4)) - 32);
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ls)));
+    __m256i w[8], u[8];
+    for (int i = 0; i < 8; ++i) w[i] = iq4_levels(nibbles(blk + 8 + 16 * i)), u[i] = _mm256_sign_epi8(w[i], w[i]);
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+      for (int i = 0; i < 8; i += 2) {
+        even = dot_scaled<VNNI>(even, u[i], _mm256_sign_epi8(load(xq + 32 * i), w[i]), broadcast16(sc, i));
+        odd = dot_scaled<VNNI>(odd, u[i + 1], _mm256_sign_epi8(load(xq + 32 * (i + 1)), w[i + 1]), broadcast16(sc, i + 1));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(even, odd)), _mm256_set1_ps(d * a.d[(t0 + t) * ns + s]), acc[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
+}
+
+// Even-numbered then odd-numbered of 16 int16 scales, one per sub-block of 16: the lanes of
+// broadcast16(·, k) then hold sub-block 2k's scale (low 128 bits) and 2k + 1's (high), the sub-blocks a
+// register of 32 codes of Q2_K / Q3_K covers.
+inline __m256i split_even_odd(__m128i scales8, bool is_signed) {
+  const __m128i order = _mm_shuffle_epi8(scales8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  return is_signed ? _mm256_cvtepi8_epi16(order) : _mm256_cvtepu8_epi16(order);
+}
+
+// Q2_K {scales[16]; qs[64]; d, dmin f16}, 84 bytes: 16 sub-blocks of 16, scales[g] = sub-block g's scale
+// (low nibble) and min (high); value 32j + l of half n is bits 2j..2j+1 of qs[32n + l] — register (n, j)
+// holds sub-blocks 8n + 2j and 8n + 2j + 1. w = d·sc·q − dmin·m.
+template <bool VNNI, int TB>
+void row_q2_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const __m256i m2 = _mm256_set1_epi8(3);
+  __m256 acc[TB], mins[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = mins[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 84;
+    const float d = f16(blk + 80), dmin = f16(blk + 82);
+    const __m128i bytes = load16(blk);
+    const __m256i sc = split_even_odd(_mm_and_si128(bytes, _mm_set1_epi8(0x0F)), false);
+    const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F)));
+    __m256i q[8];
+    for (int n = 0; n < 2; ++n) {
+      const __m256i v = load(blk + 16 + 32 * n);
+      for (int j = 0; j < 4; ++j) q[4 * n + j] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2);
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+      for (int k = 0; k < 8; k += 2) {
+        even = dot_scaled<VNNI>(even, q[k], load(xq + 32 * k), broadcast16(sc, k));
+        odd = dot_scaled<VNNI>(odd, q[k + 1], load(xq + 32 * (k + 1)), broadcast16(sc, k + 1));
+      }
+      const float dx = a.d[(t0 + t) * ns + s];
+      const __m256i msum = _mm256_madd_epi16(mn, load(a.bsum16 + (t0 + t) * (a.K / 16) + s * 16));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(even, odd)), _mm256_set1_ps(d * dx), acc[t]);
+      mins[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), mins[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], mins[t]));
+}
+
+// Q3_K {hmask[32]; qs[64]; scales[12]; d f16}, 110 bytes: Q2_K's order of 2-bit codes plus a third bit,
+// bit 4n + j of hmask[l] for register (n, j); 16 six-bit scales stored + 32 (scale i: low 4 bits the low
+// (i < 8) or high nibble of scales[i % 8], top 2 bits bits 2(i / 4).. of scales[8 + i % 4] — unpacked
+// four at a time in 32-bit words, as llama.cpp does). w = d·(sc − 32)·(q − 4), q = low 2 bits + 4·bit.
+template <bool VNNI, int TB>
+void row_q3_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const __m256i m2 = _mm256_set1_epi8(3);
+  __m256 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 110;
+    const float d = f16(blk + 108);
+    constexpr uint32_t k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    uint32_t u[4];
+    std::memcpy(u, blk + 96, 12);
+    const uint32_t top = u[2];
+    u[2] = ((u[0] >> 4) & k4) | (((top >> 4) & k2) << 4);
+    u[3] = ((u[1] >> 4) & k4) | (((top >> 6) & k2) << 4);
+    u[0] = (u[0] & k4) | ((top & k2) << 4);
+    u[1] = (u[1] & k4) | (((top >> 2) & k2) << 4);
+    const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)), _mm_set1_epi8(32));
+    const __m256i sc = split_even_odd(sc8, true);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const __m256i hm = load(blk);
+    __m256i q[8];
+    for (int n = 0; n < 2; ++n) {
+      const __m256i v = load(blk + 32 + 32 * n);
+      for (int j = 0; j < 4; ++j)
+        q[4 * n + j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m2), bit_to(hm, 4 * n + j, 2));
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+      for (int k = 0; k < 8; k += 2) {
+        even = dot_scaled<VNNI>(even, q[k], load(xq + 32 * k), broadcast16(sc, k));
+        odd = dot_scaled<VNNI>(odd, q[k + 1], load(xq + 32 * (k + 1)), broadcast16(sc, k + 1));
+      }
+      // − 4 · Σ_g (sc_g − 32) · Σ x̂ over sub-block g
+      const __m256i corr = _mm256_madd_epi16(sc16, load(a.bsum16 + (t0 + t) * (a.K / 16) + s * 16));
+      const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(even, odd), _mm256_slli_epi32(corr, 2));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * a.d[(t0 + t) * ns + s]), acc[t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
+}
+
+// Rows [begin, end) × tokens [t0, t0 + TB), the row kernel called directly (inlined into the loop).
+template <bool VNNI, int TB>
+void each_row(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0, float* y, int64_t N,
+              size_t begin, size_t end) {
+  auto loop = [&](auto kernel) {
+    for (size_t n = begin; n < end; ++n)
+      kernel(blocks + static_cast<int64_t>(n) * row_bytes, a, t0, y + t0 * N + static_cast<int64_t>(n), N);
+  };
+  switch (type) {
+    case GgmlType::q4_0: return loop([](auto... args) { row_b32<GgmlType::q4_0, VNNI, TB>(args...); });
+    case GgmlType::q4_1: return loop([](auto... args) { row_b32<GgmlType::q4_1, VNNI, TB>(args...); });
+    case GgmlType::q5_0: return loop([](auto... args) { row_b32<GgmlType::q5_0, VNNI, TB>(args...); });
+    case GgmlType::q5_1: return loop([](auto... args) { row_b32<GgmlType::q5_1, VNNI, TB>(args...); });
+    case GgmlType::iq4_nl: return loop([](auto... args) { row_b32<GgmlType::iq4_nl, VNNI, TB>(args...); });
+    case GgmlType::mxfp4: return loop([](auto... args) { row_b32<GgmlType::mxfp4, VNNI, TB>(args...); });
+    case GgmlType::q2_k: return loop([](auto... args) { row_q2_k<VNNI, TB>(args...); });
+    case GgmlType::q3_k: return loop([](auto... args) { row_q3_k<VNNI, TB>(args...); });
+    case GgmlType::q5_k: return loop([](auto... args) { row_q5_k<VNNI, TB>(args...); });
+    case GgmlType::iq4_xs: return loop([](auto... args) { row_iq4_xs<VNNI, TB>(args...); });
+    default: KAPITSA_CHECK(false, "cpu: no int8-activation row kernel for ggml {}", ggml_type_name(type));
+  }
+}
+template <bool VNNI>
+void each_row(GgmlType type, int64_t tb, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0, float* y,
+              int64_t N, size_t begin, size_t end) {
+  switch (tb) {
+    case 1: return each_row<VNNI, 1>(type, blocks, row_bytes, a, t0, y, N, begin, end);
+    case 2: return each_row<VNNI, 2>(type, blocks, row_bytes, a, t0, y, N, begin, end);
+    case 3: return each_row<VNNI, 3>(type, blocks, row_bytes, a, t0, y, N, begin, end);
+    default: return each_row<VNNI, 4>(type, blocks, row_bytes, a, t0, y, N, begin, end);
+  }
+}
+
+}  // namespace
+
+void rows_more(bool vnni, GgmlType type, int64_t tb, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0,
+               float* y, int64_t N, size_t begin, size_t end) {
+  if (vnni) each_row<true>(type, tb, blocks, row_bytes, a, t0, y, N, begin, end);
+  else each_row<false>(type, tb, blocks, row_bytes, a, t0, y, N, begin, end);
+}
+
+#endif  // KAPITSA_GGML_INT8_MORE
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8
