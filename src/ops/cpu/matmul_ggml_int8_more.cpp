@@ -157,6 +157,22 @@ void row_q5_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
 // IQ4_XS {d f16; scales_h u16; scales_l[4]; qs[128]}, 136 bytes: 8 sub-blocks of 32 laid out as IQ4_NL
 // blocks, each with a 6-bit scale ls stored + 32 (low 4 bits: nibble i % 2 of scales_l[i / 2]; top 2:
 // bits 2i, 2i + 1 of scales_h); w = d·(ls − 32)·level.
+// IQ4_XS's 8 six-bit scales (stored + 32) from scales_h and scales_l, in bytes 0–7 (in registers, as Q3_K's).
+inline __m128i iq4_xs_scales(const uint8_t* p) {
+  uint16_t h;
+  uint32_t l;
+  std::memcpy(&h, p, 2);
+  std::memcpy(&l, p + 2, 4);
+  const __m128i low = _mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(l & 0x0F0F0F0F)),
+                                        _mm_cvtsi32_si128(static_cast<int>((l >> 4) & 0x0F0F0F0F)));
+  const __m128i hv = _mm_set1_epi32(h), m2 = _mm_set1_epi32(3);
+  const __m128i even = _mm_and_si128(_mm_srlv_epi32(hv, _mm_setr_epi32(0, 4, 8, 12)), m2);  // lane k: scale 2k's bits
+  const __m128i odd = _mm_and_si128(_mm_srlv_epi32(hv, _mm_setr_epi32(2, 6, 10, 14)), m2);  // 2k + 1's
+  const __m128i pairs = _mm_or_si128(even, _mm_slli_epi32(odd, 8));
+  const __m128i high = _mm_shuffle_epi8(pairs, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1));
+  return _mm_or_si128(low, _mm_slli_epi16(high, 4));
+}
+
 template <bool VNNI, int TB>
 void row_iq4_xs(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
   const int64_t ns = a.K / 256;
@@ -165,11 +181,7 @@ void row_iq4_xs(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t 
   for (int64_t s = 0; s < ns; ++s) {
     const uint8_t* blk = row + s * 136;
     const float d = f16(blk);
-    const int scales_h = blk[2] | blk[3] << 8;
-    alignas(16) int16_t ls[8];
-    for (int i = 0; i < 8; ++i)
-      ls[i] = static_cast<int16_t>((((blk[4 + i / 2] >> (4 * (i % 2))) & 0xF) | (((scales_h >> (2 * i)) & 3) << 4)) - 32);
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(ls)));
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_sub_epi8(iq4_xs_scales(blk + 2), _mm_set1_epi8(32))));
     __m256i w[8], u[8];
     for (int i = 0; i < 8; ++i) w[i] = iq4_levels(nibbles(blk + 8 + 16 * i)), u[i] = _mm256_sign_epi8(w[i], w[i]);
     for (int t = 0; t < TB; ++t) {
@@ -229,10 +241,25 @@ void row_q2_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], mins[t]));
 }
 
+// Q3_K's 16 six-bit scales (stored + 32) from their 12 bytes, one per byte: scale i's low 4 bits are the
+// low (i < 8) or high nibble of byte i % 8, its top 2 bits bits 2(i / 4).. of byte 8 + i % 4. In
+// registers: scalar unpacking into memory read back as a vector stalled on store forwarding (a third
+// of a Q3_K decode).
+inline __m128i q3_k_scales(const uint8_t* p) {
+  uint32_t top;
+  std::memcpy(&top, p + 8, 4);
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));  // bytes 0..7
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(bytes, m4), _mm_and_si128(_mm_srli_epi16(bytes, 4), m4));
+  const __m128i high = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(top)), _mm_setr_epi32(0, 2, 4, 6)),
+                                     _mm_set1_epi8(3));  // byte i: bits 2(i / 4).. of byte i % 4 of `top`
+  return _mm_or_si128(low, _mm_slli_epi16(high, 4));
+}
+
 // Q3_K {hmask[32]; qs[64]; scales[12]; d f16}, 110 bytes: Q2_K's order of 2-bit codes plus a third bit,
 // bit 4n + j of hmask[l] for register (n, j); 16 six-bit scales stored + 32 (scale i: low 4 bits the low
-// (i < 8) or high nibble of scales[i % 8], top 2 bits bits 2(i / 4).. of scales[8 + i % 4] — unpacked
-// four at a time in 32-bit words, as llama.cpp does). w = d·(sc − 32)·(q − 4), q = low 2 bits + 4·bit.
+// (i < 8) or high nibble of scales[i % 8], top 2 bits bits 2(i / 4).. of scales[8 + i % 4]).
+// w = d·(sc − 32)·(q − 4), q = low 2 bits + 4·bit.
 template <bool VNNI, int TB>
 void row_q3_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
   const int64_t ns = a.K / 256;
@@ -242,15 +269,7 @@ void row_q3_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   for (int64_t s = 0; s < ns; ++s) {
     const uint8_t* blk = row + s * 110;
     const float d = f16(blk + 108);
-    constexpr uint32_t k4 = 0x0f0f0f0f, k2 = 0x03030303;
-    uint32_t u[4];
-    std::memcpy(u, blk + 96, 12);
-    const uint32_t top = u[2];
-    u[2] = ((u[0] >> 4) & k4) | (((top >> 4) & k2) << 4);
-    u[3] = ((u[1] >> 4) & k4) | (((top >> 6) & k2) << 4);
-    u[0] = (u[0] & k4) | ((top & k2) << 4);
-    u[1] = (u[1] & k4) | (((top >> 2) & k2) << 4);
-    const __m128i sc8 = _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u)), _mm_set1_epi8(32));
+    const __m128i sc8 = _mm_sub_epi8(q3_k_scales(blk + 96), _mm_set1_epi8(32));
     const __m256i sc = split_even_odd(sc8, true);
     const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
     const __m256i hm = load(blk);
