@@ -14,6 +14,8 @@
 #include "base/check.h"
 #include "ops/cpu/ggml_int8.h"
 
+#include <array>
+#include <bit>
 #include <cstring>
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
@@ -56,13 +58,13 @@ inline __m256i e2m1_doubled(__m256i codes) {
                                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
   return _mm256_shuffle_epi8(table, codes);
 }
-// MXFP4's E8M0 scale 2^(e − 127), halved for the doubled values: 2^(e − 128) as float bits (ref's).
-inline float e8m0_half(uint8_t e) {
-  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-  float d;
-  std::memcpy(&d, &bits, 4);
-  return d;
-}
+// MXFP4's E8M0 scale 2^(e − 127), halved for the doubled values: 2^(e − 128) as float bits (ref's), from
+// a table (building the bits per block, through a general register, cost a quarter of the kernel).
+constexpr std::array<float, 256> kE8m0Half = [] {
+  std::array<float, 256> table{};
+  for (uint32_t e = 0; e < 256; ++e) table[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  return table;
+}();
 
 // A block of 32 values decoded: w_j = d · codes_j + c (c = 0 for the signed code books).
 struct Block32 {
@@ -78,7 +80,7 @@ inline Block32 decode32(const uint8_t* b) {
   if constexpr (TYPE == GgmlType::q5_1)  // {d; m; qh u32; qs[16]}
     return {_mm256_or_si256(nibbles(b + 8), fifth_bits(b + 4)), f16(b), f16(b + 2)};
   if constexpr (TYPE == GgmlType::iq4_nl) return {iq4_levels(nibbles(b + 2)), f16(b), 0};  // {d; qs[16]}
-  if constexpr (TYPE == GgmlType::mxfp4) return {e2m1_doubled(nibbles(b + 1)), e8m0_half(b[0]), 0};  // {e; qs[16]}
+  if constexpr (TYPE == GgmlType::mxfp4) return {e2m1_doubled(nibbles(b + 1)), kE8m0Half[b[0]], 0};  // {e; qs[16]}
 }
 template <GgmlType TYPE>
 constexpr int64_t kBlockBytes = TYPE == GgmlType::q4_1 ? 20 : TYPE == GgmlType::q5_0 ? 22 : TYPE == GgmlType::q5_1 ? 24
