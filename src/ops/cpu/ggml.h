@@ -21,7 +21,7 @@ void dequantize_ggml_row(GgmlType type, const uint8_t* row, int64_t K, float* ou
 // Declared for every level in cpu.h (tests call them): the int8-activation GEMV — x rounded per block of
 // ggml_int8_block(type) inputs to d·q, q = round(x/d) in [−127, 127], d = max|x| / 127 over the block;
 // the block is 32 for Q8_0, 256 for Q4_K and Q6_K on levels with AVX2 + FMA + F16C (x86-64) or NEON
-// (AArch64: every level); on x86-64 also 32 for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and 256 for Q2_K,
+// (AArch64: every level), and there also 32 for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 and 256 for Q2_K,
 // Q3_K, Q5_K, IQ4_XS; 0 for other types (Kapitsa's float blocks) and levels. ggml_int8_activations: whether matmul_ggml takes that
 // path (any token count: at 512 tokens it measured 1.4× (Q8_0) and 1.8× (Q4_K) faster than the packed
 // GEMM on x86-64, docs/performance.md).

@@ -20,10 +20,11 @@
 #endif
 #include <immintrin.h>
 #define KAPITSA_GGML_INT8 1
-#define KAPITSA_GGML_INT8_MORE 1  // matmul_ggml_int8_more.cpp's types (x86-64 only so far)
+#define KAPITSA_GGML_INT8_MORE 1  // matmul_ggml_int8_more.cpp's types
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #define KAPITSA_GGML_INT8 1
+#define KAPITSA_GGML_INT8_MORE 1
 #define KAPITSA_GGML_INT8_NEON 1
 #endif
 
@@ -59,6 +60,19 @@ inline int32x4_t dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
   return vpadalq_s16(acc, vaddq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)), vmull_high_s8(a, b)));
 }
 inline int8x16_t load8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
+// unpacking; ref's scale_min_k4 says where each bit is).
+inline void k4_scales_and_mins(const uint8_t* p, uint8_t out[16]) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, p, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins03 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins03;
+  u[0] &= kLow6;  // scales 0..3
+  std::memcpy(out, u, 16);
+}
 #else
 inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -116,7 +130,8 @@ inline __m128i k4_scales_and_mins(const uint8_t* p) {
 #endif
 #endif  // KAPITSA_GGML_INT8
 
-// Rows [begin, end) × tokens [t0, t0 + tb) (tb ≤ kTokens) of a type matmul_ggml_int8_more.cpp holds:
+// Rows [begin, end) × tokens [t0, t0 + tb) (tb ≤ kTokens) of a type matmul_ggml_int8_more.cpp holds
+// (vnni: VPDPBUSD on x86-64, SDOT on AArch64, where the level has it):
 // Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (x in blocks of 32), Q2_K, Q3_K, Q5_K, IQ4_XS (blocks of 256).
 #if defined(KAPITSA_GGML_INT8_MORE)
 void rows_more(bool vnni, GgmlType type, int64_t tb, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0,

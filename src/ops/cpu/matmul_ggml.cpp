@@ -3,7 +3,7 @@
 // offset) per run of 16 or 32 values, then y = scale·q + offset in one
 // loop the compiler vectorizes; rows are decoded kTileR at a time into an f32 panel and multiplied with
 // the dense register tiles (dot_tile.h): the path for few tokens of the types without an int8 kernel.
-// The types with one (ggml_int8_block: Q8_0 / Q4_K / Q6_K everywhere, the other GGUF types on x86-64) go
+// The types with one (ggml_int8_block: every GGUF type, where AVX2 or NEON is compiled for) go
 // to the fused int8-activation kernels of matmul_ggml_int8*.cpp (any token count), the rest at many
 // tokens (prefill) to the packed GEMM of matmul.cpp. Compared with ops/ref in tests/ops/test_ggml.cpp.
 #include "ops/cpu/level.h"

@@ -1,5 +1,5 @@
 // Decode GEMV (and prefill) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it
-// (the other GGUF types' row kernels: matmul_ggml_int8_more.cpp, x86-64 only so far):
+// (the other GGUF types' row kernels: matmul_ggml_int8_more.cpp):
 // each token's x is rounded once per call to int8 codes with one f32 scale per block of inputs
 // (dx = max|x| / 127 over 32 inputs for Q8_0 — llama.cpp's q8_0 — and over 256 for the K-quants —
 // its q8_K — with Σ codes per 16 and per 32 inputs), then each weight block is dotted in integers
@@ -95,21 +95,6 @@ void quantize(const float* x, int64_t T, int64_t K, int64_t B, bool sums, int8_t
 }
 
 #if defined(KAPITSA_GGML_INT8_NEON)
-
-// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
-// unpacking; ref's scale_min_k4 says where each bit is).
-inline void k4_scales_and_mins(const uint8_t* p, uint8_t out[16]) {
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, p, 12);
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
-  const uint32_t mins03 = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
-  u[2] = mins03;
-  u[0] &= kLow6;  // scales 0..3
-  std::memcpy(out, u, 16);
-}
-
 // One row · TB tokens; y[t · N] for token t. Q8_0 {d f16; qs[32] int8}, 34 bytes.
 template <bool DOT, int TB>
 void row_q8_0(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {

@@ -1,5 +1,6 @@
 // The int8-activation GEMV (matmul_ggml_int8.cpp has the method) for the GGUF block types beyond Q8_0,
-// Q4_K and Q6_K, on x86-64 with AVX2 (VPDPBUSD / VPDPWSSD where the level has them): the other types of
+// Q4_K and Q6_K, on x86-64 with AVX2 (VPDPBUSD / VPDPWSSD where the level has them) and on AArch64 (NEON;
+// its section below says what differs): the other types of
 // common files (Q5_K_M, Q3_K_M, Q2_K, Q4_0, IQ4_XS and IQ4_NL mixes, MXFP4 experts, Q5_0 / Q5_1 / Q4_1
 // fallbacks), which the f32 decoder of matmul_ggml.cpp ran ~80× slower than Q4_K.
 // Each row kernel turns a block's bits into byte codes in registers and sums them against the activation
@@ -22,6 +23,228 @@ namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
 #if defined(KAPITSA_GGML_INT8_MORE)
 namespace {
 
+// Bytes of a 32-value block, whether its codes are signed (multiplied as |w| · sign(x, w) on x86), and
+// MXFP4's E8M0 scale 2^(e − 127) halved for the doubled values: 2^(e − 128) as float bits (ref's), from a
+// table (building the bits per block, through a general register, cost a quarter of the x86 kernel).
+template <GgmlType TYPE>
+constexpr int64_t kBlockBytes = TYPE == GgmlType::q4_1 ? 20 : TYPE == GgmlType::q5_0 ? 22 : TYPE == GgmlType::q5_1 ? 24
+                                : TYPE == GgmlType::mxfp4 ? 17 : 18;  // q4_0, iq4_nl
+template <GgmlType TYPE>
+constexpr bool kSignedCodes = TYPE != GgmlType::q4_1 && TYPE != GgmlType::q5_1;
+constexpr std::array<float, 256> kE8m0Half = [] {
+  std::array<float, 256> table{};
+  for (uint32_t e = 0; e < 256; ++e) table[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  return table;
+}();
+
+#if defined(KAPITSA_GGML_INT8_NEON)
+// AArch64 (every level; SDOT at the dotprod level): codes as signed bytes — offsets applied to the codes
+// themselves (q − 8, q − 16, Q3_K's q − 4), code-book levels by TBL — multiplied with the activation codes
+// signed × signed (dot<DOT>: SDOT, or SMULL + SADALP), sub-block scales applied to the int32 sums (MLA).
+// Q4_1 / Q5_1 / Q2_K's mins come from the activation code sums as on x86.
+
+// 16 bytes of nibbles: value j in lane j of lo (low nibbles) and hi (high nibbles, values 16–31).
+struct Halves {
+  int8x16_t lo, hi;
+};
+inline Halves nibbles(const uint8_t* qs) {
+  const uint8x16_t v = vld1q_u8(qs);
+  return {vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8(v, 4))};
+}
+// Bits 0–15 (lo) and 16–31 (hi) of 4 little-endian bytes as 0x10 in lane j (Q5_0 / Q5_1's fifth bits).
+inline Halves fifth_bits(const uint8_t* qh) {
+  const uint8x16_t bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  auto spread = [&](uint8_t b0, uint8_t b1) {
+    const uint8x16_t v = vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1));
+    return vreinterpretq_s8_u8(vandq_u8(vtstq_u8(v, bit), vdupq_n_u8(0x10)));
+  };
+  return {spread(qh[0], qh[1]), spread(qh[2], qh[3])};
+}
+inline Halves offset(Halves h, int8_t by) { return {vaddq_s8(h.lo, vdupq_n_s8(by)), vaddq_s8(h.hi, vdupq_n_s8(by))}; }
+inline Halves either(Halves a, Halves b) { return {vorrq_s8(a.lo, b.lo), vorrq_s8(a.hi, b.hi)}; }
+inline Halves lookup(int8x16_t table, Halves h) {
+  return {vqtbl1q_s8(table, vreinterpretq_u8_s8(h.lo)), vqtbl1q_s8(table, vreinterpretq_u8_s8(h.hi))};
+}
+inline int8x16_t iq4_table() {
+  return int8x16_t{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+}
+
+// A block of 32 values decoded: w_j = d · codes_j + c (c only for Q4_1 / Q5_1's min).
+struct Block32 {
+  Halves codes;
+  float d, c;
+};
+template <GgmlType TYPE>
+inline Block32 decode32(const uint8_t* b) {
+  if constexpr (TYPE == GgmlType::q4_0) return {offset(nibbles(b + 2), -8), f16(b), 0};
+  if constexpr (TYPE == GgmlType::q4_1) return {nibbles(b + 4), f16(b), f16(b + 2)};
+  if constexpr (TYPE == GgmlType::q5_0) return {offset(either(nibbles(b + 6), fifth_bits(b + 2)), -16), f16(b), 0};
+  if constexpr (TYPE == GgmlType::q5_1) return {either(nibbles(b + 8), fifth_bits(b + 4)), f16(b), f16(b + 2)};
+  if constexpr (TYPE == GgmlType::iq4_nl) return {lookup(iq4_table(), nibbles(b + 2)), f16(b), 0};
+  if constexpr (TYPE == GgmlType::mxfp4)
+    return {lookup(int8x16_t{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, nibbles(b + 1)), kE8m0Half[b[0]], 0};
+}
+
+template <GgmlType TYPE, bool DOT, int TB>
+void row_b32(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  float32x4_t acc[TB];
+  float constant[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f), constant[t] = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block32 w = decode32<TYPE>(row + b * kBlockBytes<TYPE>);
+    for (int t = 0; t < TB; ++t) {
+      const int64_t at = (t0 + t) * nb + b;
+      const int8_t* xq = a.q + (t0 + t) * a.K + b * 32;
+      const int32x4_t p = dot<DOT>(dot<DOT>(vdupq_n_s32(0), w.codes.lo, load8(xq)), w.codes.hi, load8(xq + 16));
+      const float dx = a.d[at];
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(p), w.d * dx);
+      if constexpr (!kSignedCodes<TYPE>) constant[t] += w.c * dx * static_cast<float>(a.bsum32[at]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]) + constant[t];
+}
+
+// Bit k of each byte moved to bit `to` (a signed shift count: right where negative).
+inline uint8x16_t bit_to(uint8x16_t v, int k, int to) {
+  return vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(to - k))), vdupq_n_u8(static_cast<uint8_t>(1 << to)));
+}
+
+// Q5_K: Q4_K's layout plus bit j of qh[l] as the fifth bit of value l of sub-block j (x86's comment).
+template <bool DOT, int TB>
+void row_q5_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const uint8x16_t m4 = vdupq_n_u8(0x0F);
+  float32x4_t acc[TB];
+  float mins[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f), mins[t] = 0;
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 176;
+    const float d = f16(blk), dmin = f16(blk + 2);
+    alignas(16) uint8_t sm[16];
+    k4_scales_and_mins(blk + 4, sm);
+    const int16x8_t mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8)));
+    const uint8x16_t qh[2] = {vld1q_u8(blk + 16), vld1q_u8(blk + 32)};
+    int8x16_t q[8][2];
+    for (int c = 0; c < 4; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const uint8x16_t v = vld1q_u8(blk + 48 + 32 * c + 16 * h);
+        q[2 * c][h] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), bit_to(qh[h], 2 * c, 4)));
+        q[2 * c + 1][h] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(v, 4), bit_to(qh[h], 2 * c + 1, 4)));
+      }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      int32x4_t sum = vdupq_n_s32(0);
+      for (int j = 0; j < 8; ++j) {
+        const int32x4_t p = dot<DOT>(dot<DOT>(vdupq_n_s32(0), q[j][0], load8(xq + 32 * j)), q[j][1], load8(xq + 32 * j + 16));
+        sum = vmlaq_n_s32(sum, p, sm[j]);
+      }
+      const int16x8_t bs = vld1q_s16(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8);
+      const int32_t msum = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn), vget_low_s16(bs)), mn, bs));
+      const float dx = a.d[(t0 + t) * ns + s];
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * dx);
+      mins[t] += dmin * dx * static_cast<float>(msum);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]) - mins[t];
+}
+
+// IQ4_XS: 8 IQ4_NL-laid sub-blocks with 6-bit scales stored + 32 (x86's comment).
+template <bool DOT, int TB>
+void row_iq4_xs(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const int8x16_t table = iq4_table();
+  float32x4_t acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f);
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 136;
+    const float d = f16(blk);
+    const int scales_h = blk[2] | blk[3] << 8;
+    int32_t ls[8];
+    Halves w[8];
+    for (int i = 0; i < 8; ++i) {
+      ls[i] = ((((blk[4 + i / 2] >> (4 * (i % 2))) & 0xF) | (((scales_h >> (2 * i)) & 3) << 4)) - 32);
+      w[i] = lookup(table, nibbles(blk + 8 + 16 * i));
+    }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      int32x4_t sum = vdupq_n_s32(0);
+      for (int i = 0; i < 8; ++i)
+        sum = vmlaq_n_s32(sum, dot<DOT>(dot<DOT>(vdupq_n_s32(0), w[i].lo, load8(xq + 32 * i)), w[i].hi, load8(xq + 32 * i + 16)), ls[i]);
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * a.d[(t0 + t) * ns + s]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]);
+}
+
+// Q2_K: value 32j + l of half n is bits 2j.. of qs[32n + l], sub-block 8n + 2j + l / 16 (x86's comment).
+template <bool DOT, int TB>
+void row_q2_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  float32x4_t acc[TB];
+  float mins[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f), mins[t] = 0;
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 84;
+    const float d = f16(blk + 80), dmin = f16(blk + 82);
+    const uint8x16_t bytes = vld1q_u8(blk);
+    const int16x8_t mn0 = vreinterpretq_s16_u16(vmovl_u8(vshr_n_u8(vget_low_u8(bytes), 4)));
+    const int16x8_t mn1 = vreinterpretq_s16_u16(vmovl_u8(vshr_n_u8(vget_high_u8(bytes), 4)));
+    int8x16_t q[16];  // sub-block g
+    for (int n = 0; n < 2; ++n)
+      for (int half = 0; half < 2; ++half) {
+        const uint8x16_t v = vld1q_u8(blk + 16 + 32 * n + 16 * half);
+        for (int j = 0; j < 4; ++j)
+          q[8 * n + 2 * j + half] = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(-2 * j))), vdupq_n_u8(3)));
+      }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      int32x4_t sum = vdupq_n_s32(0);
+      for (int g = 0; g < 16; ++g) sum = vmlaq_n_s32(sum, dot<DOT>(vdupq_n_s32(0), q[g], load8(xq + 16 * g)), blk[g] & 0xF);
+      const int16_t* bs = a.bsum16 + (t0 + t) * (a.K / 16) + s * 16;
+      const int32_t msum = vaddvq_s32(vmlal_s16(vmull_s16(vget_low_s16(mn0), vld1_s16(bs)), vget_high_s16(mn0), vld1_s16(bs + 4))) +
+                           vaddvq_s32(vmlal_s16(vmull_s16(vget_low_s16(mn1), vld1_s16(bs + 8)), vget_high_s16(mn1), vld1_s16(bs + 12)));
+      const float dx = a.d[(t0 + t) * ns + s];
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * dx);
+      mins[t] += dmin * dx * static_cast<float>(msum);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]) - mins[t];
+}
+
+// Q3_K: Q2_K's order plus bit 4n + j of hmask[l]; codes q − 4 directly, scales − 32 (x86's comment).
+template <bool DOT, int TB>
+void row_q3_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  float32x4_t acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f);
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* blk = row + s * 110;
+    const float d = f16(blk + 108);
+    const uint8_t* sb = blk + 96;
+    int32_t sc[16];
+    for (int i = 0; i < 16; ++i)
+      sc[i] = (((i < 8 ? sb[i] : sb[i - 8] >> 4) & 0xF) | (((sb[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32;
+    const uint8x16_t hm[2] = {vld1q_u8(blk), vld1q_u8(blk + 16)};
+    int8x16_t q[16];
+    for (int n = 0; n < 2; ++n)
+      for (int half = 0; half < 2; ++half) {
+        const uint8x16_t v = vld1q_u8(blk + 32 + 32 * n + 16 * half);
+        for (int j = 0; j < 4; ++j) {
+          const uint8x16_t low = vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(-2 * j))), vdupq_n_u8(3));
+          q[8 * n + 2 * j + half] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, bit_to(hm[half], 4 * n + j, 2))), vdupq_n_s8(4));
+        }
+      }
+    for (int t = 0; t < TB; ++t) {
+      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
+      int32x4_t sum = vdupq_n_s32(0);
+      for (int g = 0; g < 16; ++g) sum = vmlaq_n_s32(sum, dot<DOT>(vdupq_n_s32(0), q[g], load8(xq + 16 * g)), sc[g]);
+      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * a.d[(t0 + t) * ns + s]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]);
+}
+#else
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline __m256i low4() { return _mm256_set1_epi8(0x0F); }  // a function: a global would run AVX2 at start-up
 
@@ -58,14 +281,6 @@ inline __m256i e2m1_doubled(__m256i codes) {
                                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
   return _mm256_shuffle_epi8(table, codes);
 }
-// MXFP4's E8M0 scale 2^(e − 127), halved for the doubled values: 2^(e − 128) as float bits (ref's), from
-// a table (building the bits per block, through a general register, cost a quarter of the kernel).
-constexpr std::array<float, 256> kE8m0Half = [] {
-  std::array<float, 256> table{};
-  for (uint32_t e = 0; e < 256; ++e) table[e] = std::bit_cast<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-  return table;
-}();
-
 // A block of 32 values decoded: w_j = d · codes_j + c (c = 0 for the signed code books).
 struct Block32 {
   __m256i codes;
@@ -82,12 +297,6 @@ inline Block32 decode32(const uint8_t* b) {
   if constexpr (TYPE == GgmlType::iq4_nl) return {iq4_levels(nibbles(b + 2)), f16(b), 0};  // {d; qs[16]}
   if constexpr (TYPE == GgmlType::mxfp4) return {e2m1_doubled(nibbles(b + 1)), kE8m0Half[b[0]], 0};  // {e; qs[16]}
 }
-template <GgmlType TYPE>
-constexpr int64_t kBlockBytes = TYPE == GgmlType::q4_1 ? 20 : TYPE == GgmlType::q5_0 ? 22 : TYPE == GgmlType::q5_1 ? 24
-                                : TYPE == GgmlType::mxfp4 ? 17 : 18;  // q4_0, iq4_nl
-template <GgmlType TYPE>
-constexpr bool kSignedCodes = TYPE != GgmlType::q4_1 && TYPE != GgmlType::q5_1;
-
 // One row · TB tokens of a 32-value block type; y[t · N] for token t:
 // y = Σ_blocks d·dx·Σ codes·x̂ + c·dx·Σ x̂. Even and odd blocks in two chains (an FMA waits for its
 // accumulator); every token's sums in the same order whatever TB.
@@ -296,6 +505,8 @@ void row_q3_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   }
   for (int t = 0; t < TB; ++t) y[t * N] = hsum(acc[t]);
 }
+
+#endif  // KAPITSA_GGML_INT8_NEON
 
 // Rows [begin, end) × tokens [t0, t0 + TB), the row kernel called directly (inlined into the loop).
 template <bool VNNI, int TB>
