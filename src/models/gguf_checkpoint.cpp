@@ -32,6 +32,7 @@ enum class Fix {
   ba_b,         // Qwen3-Next's packed in_proj_ba [Hk·2r, H] (per key head r rows of b, then r of a): the b rows
   ba_a,         // … the a rows
   flatten,      // an f32 tensor stored [n, 1] or [groups, n / groups] (Mamba-2's D, norm): read as [n]
+  one_row,      // a [1, n] matrix the converter stores as the vector [n] (shared_expert_gate): read as [1, n]
 };
 
 struct Mapping {
@@ -74,7 +75,7 @@ constexpr Mapping kQwen35Layer[] = {
     {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
     {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
-    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", Fix::one_row},
     {"ssm_ba.weight", "linear_attn.in_proj_b.weight", Fix::ba_b},  // Qwen3-Next: in_proj_ba kept packed
     {"ssm_ba.weight", "linear_attn.in_proj_a.weight", Fix::ba_a},
 };
@@ -180,6 +181,10 @@ class Builder {
       e.shape = {t.numel()};
       return out_.add(hf, std::move(e), src, file->path(), file);
     }
+    if (fix == Fix::one_row) {
+      if (t.shape.size() == 1 && is_dense(t.type)) e.shape = {1, t.shape[0]};
+      return out_.add(hf, std::move(e), src, file->path(), file);
+    }
     if (!heads_.reordered() || fix == Fix::none) {
       if (fix == Fix::a_log) return add_a_log(file, t, hf);
       if (hf.ends_with("conv1d.weight")) e.shape.push_back(1);  // [C, K] presented as mlx-lm's [C, K, 1]
@@ -199,7 +204,7 @@ class Builder {
       }
       case Fix::a_log: return add_a_log(file, t, hf);
       case Fix::v_cols: return out_.add(hf, std::move(e), src, file->path(), file);  // as stored: gated_deltanet.h
-      case Fix::none: case Fix::ba_b: case Fix::ba_a: case Fix::flatten: break;
+      case Fix::none: case Fix::ba_b: case Fix::ba_a: case Fix::flatten: case Fix::one_row: break;
     }
     return ok_status();
   }
@@ -269,16 +274,19 @@ class Builder {
   Heads heads_;
 };
 
-// The Hugging Face name of tensor `rest` of MTP block `index` (blk.{trunk_layers + index}.rest), empty
-// when it is none Kapitsa reads. The head's decoder layer has no GDN or Mamba tensors, so no Fix applies.
-std::string mtp_name(GgufFamily family, int64_t index, const std::string& rest, std::span<const Mapping> per_layer) {
+// The Hugging Face name of tensor `rest` of MTP block `index` (blk.{trunk_layers + index}.rest) and its
+// Fix, an empty name when it is none Kapitsa reads. The head's decoder layer has no GDN or Mamba tensors:
+// of the trunk's fixes only one_row (the shared-expert gate) can apply.
+std::pair<std::string, Fix> mtp_name(GgufFamily family, int64_t index, const std::string& rest,
+                                     std::span<const Mapping> per_layer) {
   const bool nemotron = family == GgufFamily::nemotron_h;
   for (const Mapping& m : nemotron ? std::span<const Mapping>(kNemotronMtp) : kQwenMtp)
-    if (rest == m.gguf) return fmt::format("mtp.{}", m.hf);
+    if (rest == m.gguf) return {fmt::format("mtp.{}", m.hf), Fix::none};
   for (const Mapping& m : per_layer) {
     if (rest != m.gguf) continue;
-    if (!nemotron) return fmt::format("mtp.layers.{}.{}", index, m.hf);
-    return fmt::format("mtp.layers.{}.{}", rest.starts_with("attn_") ? 0 : 1, m.hf);
+    const Fix fix = m.fix == Fix::one_row ? Fix::one_row : Fix::none;
+    if (!nemotron) return {fmt::format("mtp.layers.{}.{}", index, m.hf), fix};
+    return {fmt::format("mtp.layers.{}.{}", rest.starts_with("attn_") ? 0 : 1, m.hf), fix};
   }
   return {};
 }
@@ -312,9 +320,9 @@ Expected<GgufCheckpoint> open_gguf_checkpoint(const std::string& path) {
       continue;
     const std::string rest = name.substr(dot + 1);
     if (layer >= config.trunk_layers) {
-      const std::string hf = mtp_name(config.family, layer - config.trunk_layers, rest, per_layer);
+      const auto [hf, fix] = mtp_name(config.family, layer - config.trunk_layers, rest, per_layer);
       if (hf.empty()) return error("{}: tensor '{}' of the MTP head is not one Kapitsa reads", file_of[name]->path(), name);
-      KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, hf, Fix::none));
+      KAPITSA_RETURN_IF_ERROR(builder.add(file_of[name], *t, hf, fix));
       continue;
     }
     for (const Mapping& m : per_layer)  // tensors the models do not read match nothing

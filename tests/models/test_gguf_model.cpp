@@ -139,7 +139,7 @@ TEST_P(GgufArchitecture, Bf16FileGivesTheFixtureLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufArchitecture,
-                         ::testing::Values("qwen3-next-tiny", "nemotron-h-tiny", "nemotron-h-latent-tiny"),
+                         ::testing::Values("qwen3-next-tiny", "qwen35-moe-tiny", "nemotron-h-tiny", "nemotron-h-latent-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

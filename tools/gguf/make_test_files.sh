@@ -13,7 +13,8 @@
 #                    gguf-py's numpy code, Q4_K, Q5_K, Q6_K copied as llama-quantize wrote them (Q4_K_M /
 #                    Q5_K_M), Q2_K, Q3_K, IQ4_NL, IQ4_XS as it wrote them for --tensor-type ffn_down=TYPE
 #   demo-vocab.gguf  models/demo/target's tokenizer, chat template and sampling (--vocab-only)
-#   FIXTURE-BF16.gguf.zst for qwen35-dense-tiny, qwen3-next-tiny, nemotron-h-tiny, nemotron-h-latent-tiny:
+#   FIXTURE-BF16.gguf.zst for qwen35-dense-tiny, qwen3-next-tiny, qwen35-moe-tiny (rewritten by
+#                    `llama-quantize … COPY`, as quantized files are), nemotron-h-tiny, nemotron-h-latent-tiny:
 #                    the fixture converted (--no-mtp), tracked as a zstd patch against the fixture's
 #                    model.safetensors (20-40 kB; xz-packed, qwen35-dense-tiny's was 2.8 MB)
 #                    (the build applies it: CMakeLists.txt, kapitsa_data)
@@ -41,13 +42,18 @@ for t in bf16 q8_0; do
   GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/qwen35-dense-tiny" --no-mtp --outtype $t \
       --outfile "$WORK/qwen35-dense-tiny-$T.gguf" > "$WORK/convert-$t.log" 2>&1 || { tail -20 "$WORK/convert-$t.log"; exit 1; }
 done
-for fx in qwen3-next-tiny nemotron-h-tiny nemotron-h-latent-tiny; do
+for fx in qwen3-next-tiny qwen35-moe-tiny nemotron-h-tiny nemotron-h-latent-tiny; do
   FX=$ROOT/tests/fixtures/$fx
   [ -f "$FX/model.safetensors" ] || xz -dkc "$FX/model.safetensors.xz" > "$FX/model.safetensors"
   mkdir -p "$WORK/$fx"
   cp "$FX/config.json" "$FX/model.safetensors" "$WORK/$fx/"
   GGUF_NO_VOCAB=1 PYTHONPATH="$SHIM" "$PY" "$HERE/convert.py" "$WORK/$fx" --no-mtp --outtype bf16 \
       --outfile "$WORK/$fx-BF16.gguf" > "$WORK/convert-$fx.log" 2>&1 || { tail -20 "$WORK/convert-$fx.log"; exit 1; }
+  if [ $fx = qwen35-moe-tiny ]; then  # as llama-quantize writes every file (COPY: same types), e.g. the
+    # shared-expert gate as a vector [H] where the converter wrote [H, 1]
+    "$LLAMA_CPP_DIR/build/bin/llama-quantize" "$WORK/$fx-BF16.gguf" "$WORK/$fx-copy.gguf" COPY > "$WORK/copy.log" 2>&1
+    mv "$WORK/$fx-copy.gguf" "$WORK/$fx-BF16.gguf"
+  fi
   zstd -q -19 -f --patch-from="$FX/model.safetensors" "$WORK/$fx-BF16.gguf" -o "$OUT/$fx-BF16.gguf.zst"
 done
 # The converter's MTP blocks: Qwen3.5 and Nemotron 3 folders with a head (mtp_folders.py), converted with it
