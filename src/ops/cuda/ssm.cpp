@@ -1,15 +1,13 @@
 // CUDA Mamba-2 selective scan, for one sequence or a SeqBatch (its spans copied to the device in one
 // transfer). The recurrent op and decode-sized calls run the token-by-token kernel (ssm.cu); the chunked op
 // and varlen calls of at least kStateChunk rows without checkpoints (prefill) the chunked SSD kernels
-// (ssm_chunked.cu; for now only with KAPITSA_CUDA_SSD_CHUNKED=1, below): the op contract makes them one
+// (ssm_chunked.cu): the op contract makes them one
 // function (chunk_size only changes the reference's rounding; the kernels' chunks are kStateChunk rows).
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
 
-#include <cstdlib>
 #include <span>
-#include <string_view>
 
 namespace kapitsa::ops::cuda {
 
@@ -37,21 +35,10 @@ kernels::SsdArgs scan_args(const Tensor& x, const Tensor& dt, const Tensor& B, c
                           state.f32(), y.f32(), T, H, P, G, N, {}};
 }
 
-// The chunked kernels were written and compiled in session 22 when no GPU was lent: not yet run, so off
-// unless KAPITSA_CUDA_SSD_CHUNKED=1 (docs/cuda.md, "Next"). The first GPU session runs the SSD op tests
-// with it set, then makes it the default and deletes this switch.
-bool ssd_chunked_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_CUDA_SSD_CHUNKED");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
-  return on;
-}
-
 // Where the chunked kernels apply: a prefill-sized call, the state's rows (N) within the scan's tiles
 // and in float4s, no checkpoints.
 bool chunked_applies(const kernels::SsdArgs& a, std::span<const int32_t> ckpt_offsets) {
-  return ssd_chunked_enabled() && a.T >= kernels::kStateChunk && a.N <= kernels::kStateChunkMaxDim && a.N % 4 == 0 &&
+  return a.T >= kernels::kStateChunk && a.N <= kernels::kStateChunkMaxDim && a.N % 4 == 0 &&
          (ckpt_offsets.empty() || ckpt_offsets.back() == 0);
 }
 

@@ -1,10 +1,10 @@
 #!/bin/bash
-# The prefill call for the GPU machine (docs/cuda.md, session 22): the state-scan and MoE op tests on cuda
-# (the chunked SSD scan with KAPITSA_CUDA_SSD_CHUNKED=1 too, while that switch exists), compute-sanitizer
-# memcheck of them, the cuda model tests, then for each bench config a 512-token prefill (`bench_model
-# --prompt 512 --decode 32`) and the kernel times of a prefill pair (ncu, summed by prefill_kernels.py).
+# The prefill call for the GPU machine (docs/cuda.md, sessions 22 and 24): the state-scan and MoE op tests on
+# cuda, compute-sanitizer memcheck of them, the cuda model tests, then for each bench config a 512-token
+# prefill (`bench_model --prompt 512 --decode 32`) and the kernel times of a prefill pair (ncu, summed by
+# prefill_kernels.py).
 # Logs in $OUT/logs.tar.xz (a call returns at most 8 files), summary on stdout.
-# Bundle: BINARIES="test_ops test_models bench_model" bash tests/ops/cuda/pack_device_bundle.sh
+# Bundle: BINARIES="test_ops test_models bench_model kapitsa" bash tests/ops/cuda/pack_device_bundle.sh
 # Call (carry [".device/gpu"]): bash .device/gpu/prefill_run.sh [config ...]   (default: qwen35-4b
 # nemotron3-nano-8experts)
 DEV="$(cd "$(dirname "$0")" && pwd)"
@@ -23,20 +23,13 @@ step() {  # step LOG LIMIT CMD...: output into $L/LOG, its tail and rc on stdout
 }
 OPS='*GatedDelta*/cuda:*Varlen*/cuda:*Ssd*/cuda:*Moe*/cuda:*Matmul*/cuda'
 step ops.log 200 "$DEV/test_ops" --gtest_filter="$OPS"
-step ops_ssd.log 100 env KAPITSA_CUDA_SSD_CHUNKED=1 "$DEV/test_ops" --gtest_filter='*Ssd*/cuda:*Varlen*/cuda'
-step memcheck.log 200 env KAPITSA_CUDA_SSD_CHUNKED=1 "$CS" --tool memcheck "$DEV/test_ops" \
+step memcheck.log 200 "$CS" --tool memcheck "$DEV/test_ops" \
   --gtest_filter='*GatedDelta*/cuda:*Ssd*/cuda:*MoeRows*/cuda'
 step models.log 200 "$DEV/test_models" --gtest_filter='*Cuda*:*cuda*'
-step models_ssd.log 200 env KAPITSA_CUDA_SSD_CHUNKED=1 "$DEV/test_models" --gtest_filter='*Cuda*:*cuda*'
 for c in ${@:-qwen35-4b nemotron3-nano-8experts}; do
-  for ssd in 0 1; do
-    [ $ssd = 1 ] && ! grep -q '"nemotron' "$DEV/configs/$c.json" && continue  # the switch touches Mamba-2 only
-    step bench_${c}_ssd$ssd.log 200 env KAPITSA_CUDA_SSD_CHUNKED=$ssd "$DEV/bench_model" --config "$DEV/configs/$c.json" \
-      --device cuda --prompt 512 --decode 32
-    step ncu_${c}_ssd$ssd.csv 200 env KAPITSA_CUDA_SSD_CHUNKED=$ssd KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none \
-      --cache-control none --csv --page raw --metrics gpu__time_duration.sum "$DEV/bench_model" \
-      --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 0
-    python3 "$DEV/prefill_kernels.py" "$L/ncu_${c}_ssd$ssd.csv" | head -14
-  done
+  step bench_$c.log 200 "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 32
+  step ncu_$c.csv 200 env KAPITSA_CUDA_GRAPHS=0 "$NCU" --clock-control none --cache-control none --csv --page raw \
+    --metrics gpu__time_duration.sum "$DEV/bench_model" --config "$DEV/configs/$c.json" --device cuda --prompt 512 --decode 0
+  python3 "$DEV/prefill_kernels.py" "$L/ncu_$c.csv" 2>/dev/null | head -14
 done
 (cd /tmp && tar -cJf "$OUT/logs.tar.xz" logs)
