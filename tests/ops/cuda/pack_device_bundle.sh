@@ -2,17 +2,17 @@
 # Packs what a GPU-machine call needs into .device/gpu/ (git-excluded; carry [".device"]): the stripped
 # test and bench binaries of a CUDA build, the shared libraries the GPU machine lacks, the bench configs,
 # and the driver scripts (decode_speed_run.sh, device_setup.sh, profile_step.py, amx_device_run.sh,
-# prefill_run.sh with prefill_kernels.py). docs/cuda.md shows the
+# prefill_run.sh with prefill_kernels.py, cuda_device_run.sh). docs/cuda.md shows the
 # call. Usage: [BINARIES="bench_model test_ops"] bash tests/ops/cuda/pack_device_bundle.sh [BUILD_DIR]
 # (default build/release; BINARIES: a subset of the list below, when the tracked tree and the bundle
 # would pass the device's 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build/release}
-cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models kapitsa bench_model bench_runtime bench_ops
+cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models test_runtime kapitsa bench_model bench_runtime bench_ops
 stage=$(mktemp -d)
 mkdir -p "$stage/lib" "$stage/configs"
-for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models kapitsa \
+for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models tests/test_runtime kapitsa \
          bench/bench_model bench/bench_runtime bench/bench_ops; do
   name=$(basename "$b")
   [ -z "${BINARIES:-}" ] || [[ " $BINARIES " == *" $name "* ]] || continue
@@ -29,6 +29,6 @@ grep -qx ".device/" .git/info/exclude 2>/dev/null || { mkdir -p .git/info && ech
 rm -f .device/gpu/bin.tar.xz
 (cd "$stage" && tar -cJf "$OLDPWD/.device/gpu/bin.tar.xz" .)
 cp tests/ops/cuda/decode_speed_run.sh tests/models/device_setup.sh tests/ops/cuda/profile_step.py tests/ops/amx_device_run.sh \
-   tests/ops/cuda/prefill_run.sh tests/ops/cuda/prefill_kernels.py .device/gpu/
+   tests/ops/cuda/prefill_run.sh tests/ops/cuda/prefill_kernels.py tests/models/cuda_device_run.sh .device/gpu/
 rm -rf "$stage"
 du -sh .device/gpu
