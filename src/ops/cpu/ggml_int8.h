@@ -1,6 +1,6 @@
 // The int8-activation GEMV's shared parts (internal to ops/cpu; matmul_ggml_int8.cpp has the method): the
 // activation codes a row kernel reads (Act) and the integer dot-product steps of each instruction set.
-// Included by the files holding row kernels (matmul_ggml_int8.cpp: Q8_0, Q4_K, Q6_K;
+// Included by the files holding row kernels (matmul_ggml_int8.cpp: Q8_0, Q4_K, Q5_K, Q6_K;
 // matmul_ggml_int8_more.cpp: the other GGUF types), each compiled once per cpu level.
 #pragma once
 
@@ -60,6 +60,11 @@ inline int32x4_t dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
   return vpadalq_s16(acc, vaddq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)), vmull_high_s8(a, b)));
 }
 inline int8x16_t load8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+// Bit k of each byte moved to bit `to` (a signed shift count: right where negative).
+inline uint8x16_t bit_to(uint8x16_t v, int k, int to) {
+  return vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(to - k))), vdupq_n_u8(static_cast<uint8_t>(1 << to)));
+}
+
 // The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
 // unpacking; ref's scale_min_k4 says where each bit is).
 inline void k4_scales_and_mins(const uint8_t* p, uint8_t out[16]) {
@@ -114,6 +119,12 @@ inline __m256i dot_scaled(__m256i acc, __m256i u, __m256i s, __m256i scale16) {
 inline __m256i broadcast16(__m256i v, int k) {
   return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>((2 * k + 1) << 8 | 2 * k)));
 }
+// Bit k of each byte moved to bit `to` (16-bit shifts: the bits that cross into the neighbour byte land
+// below `to`, or above it, and are masked off).
+inline __m256i bit_to(__m256i v, int k, int to) {
+  const __m256i moved = k >= to ? _mm256_srli_epi16(v, k - to) : _mm256_slli_epi16(v, to - k);
+  return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
+}
 // The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
 // unpacking; ref's scale_min_k4 says where each bit is).
 inline __m128i k4_scales_and_mins(const uint8_t* p) {
@@ -132,7 +143,7 @@ inline __m128i k4_scales_and_mins(const uint8_t* p) {
 
 // Rows [begin, end) × tokens [t0, t0 + tb) (tb ≤ kTokens) of a type matmul_ggml_int8_more.cpp holds
 // (vnni: VPDPBUSD on x86-64, SDOT on AArch64, where the level has it):
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (x in blocks of 32), Q2_K, Q3_K, Q5_K, IQ4_XS (blocks of 256).
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (x in blocks of 32), Q2_K, Q3_K, IQ4_XS (blocks of 256).
 #if defined(KAPITSA_GGML_INT8_MORE)
 void rows_more(bool vnni, GgmlType type, int64_t tb, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t t0,
                float* y, int64_t N, size_t begin, size_t end);

@@ -1,4 +1,4 @@
-// Decode GEMV (and prefill) for llama.cpp's Q8_0, Q4_K and Q6_K blocks with int8 activations, as llama.cpp does it
+// Decode GEMV (and prefill) for llama.cpp's Q8_0, Q4_K, Q5_K and Q6_K blocks with int8 activations, as llama.cpp does it
 // (the other GGUF types' row kernels: matmul_ggml_int8_more.cpp):
 // each token's x is rounded once per call to int8 codes with one f32 scale per block of inputs
 // (dx = max|x| / 127 over 32 inputs for Q8_0 — llama.cpp's q8_0 — and over 256 for the K-quants —
@@ -115,8 +115,10 @@ void row_q8_0(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
 }
 
 // Q4_K {d, dmin f16; scales[12]; qs[128]}, 144 bytes: per 64 values, 32 bytes of qs hold sub-block 2c
-// in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32.
-template <bool DOT, int TB>
+// in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32. FIVE: Q5_K {d, dmin;
+// scales[12]; qh[32]; qs[128]}, 176 bytes, the same plus bit j of qh[l] as the fifth bit of value l of
+// sub-block j.
+template <bool DOT, int TB, bool FIVE = false>
 void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
   const int64_t ns = a.K / 256;
   const uint8x16_t m4 = vdupq_n_u8(0x0F);
@@ -124,17 +126,21 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   float mins[TB];  // Σ dmin·dx·Σ_j m_j·Σx̂_j
   for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f), mins[t] = 0;
   for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* blk = row + s * 144;
+    const uint8_t* blk = row + s * (FIVE ? 176 : 144);
     const float d = f16(blk), dmin = f16(blk + 2);
     alignas(16) uint8_t sm[16];
     k4_scales_and_mins(blk + 4, sm);
     const int16x8_t mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8)));
+    const uint8_t* qs = blk + (FIVE ? 48 : 16);
     int8x16_t q[8][2];  // sub-block j in two halves of 16
     for (int c = 0; c < 4; ++c)
       for (int h = 0; h < 2; ++h) {
-        const uint8x16_t v = vld1q_u8(blk + 16 + 32 * c + 16 * h);
-        q[2 * c][h] = vreinterpretq_s8_u8(vandq_u8(v, m4));
-        q[2 * c + 1][h] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+        uint8x16_t lo = vandq_u8(vld1q_u8(qs + 32 * c + 16 * h), m4), hi = vshrq_n_u8(vld1q_u8(qs + 32 * c + 16 * h), 4);
+        if constexpr (FIVE) {
+          const uint8x16_t qh = vld1q_u8(blk + 16 + 16 * h);
+          lo = vorrq_u8(lo, bit_to(qh, 2 * c, 4)), hi = vorrq_u8(hi, bit_to(qh, 2 * c + 1, 4));
+        }
+        q[2 * c][h] = vreinterpretq_s8_u8(lo), q[2 * c + 1][h] = vreinterpretq_s8_u8(hi);
       }
     for (int t = 0; t < TB; ++t) {
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
@@ -274,8 +280,10 @@ void rows_q8_0_x2(const uint8_t* row, int64_t row_bytes, const Act& a, int64_t t
 #endif
 
 // Q4_K {d, dmin f16; scales[12]; qs[128]}, 144 bytes: per 64 values, 32 bytes of qs hold sub-block 2c
-// in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32.
-template <bool VNNI, int TB>
+// in low nibbles and 2c + 1 in high nibbles; w = d·sc·q − dmin·m per sub-block of 32. FIVE: Q5_K {d, dmin;
+// scales[12]; qh[32]; qs[128]}, 176 bytes, the same plus bit j of qh[l] as the fifth bit of value l of
+// sub-block j (codes up to 31: pair sums 2 · 31 · 127 stay below 2^15).
+template <bool VNNI, int TB, bool FIVE = false>
 void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
   const int64_t ns = a.K / 256;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -283,15 +291,20 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
   __m128 mins[TB];  // Σ dmin·dx·m·Σx̂, 4 lanes
   for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = _mm_setzero_ps();
   for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* blk = row + s * 144;
+    const uint8_t* blk = row + s * (FIVE ? 176 : 144);
     const float d = f16(blk), dmin = f16(blk + 2);
     const __m128i sm = k4_scales_and_mins(blk + 4);
     const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // scale j: broadcast16(sc, j)
     const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
     __m256i q[8];
     for (int c = 0; c < 4; ++c) {
-      const __m256i v = load(blk + 16 + 32 * c);
+      const __m256i v = load(blk + (FIVE ? 48 : 16) + 32 * c);
       q[2 * c] = _mm256_and_si256(v, m4), q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if constexpr (FIVE) {
+        const __m256i qh = load(blk + 16);
+        q[2 * c] = _mm256_or_si256(q[2 * c], bit_to(qh, 2 * c, 4));
+        q[2 * c + 1] = _mm256_or_si256(q[2 * c + 1], bit_to(qh, 2 * c + 1, 4));
+      }
     }
     for (int t = 0; t < TB; ++t) {
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
@@ -473,6 +486,7 @@ void each_row(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act
   };
   switch (type) {
     case GgmlType::q8_0: return loop([](auto... args) { row_q8_0<VNNI, TB>(args...); });
+    case GgmlType::q5_k: return loop([](auto... args) { row_q4_k<VNNI, TB, true>(args...); });
 #if defined(KAPITSA_Q4_K_512)
     case GgmlType::q4_k:
       if constexpr (VNNI) return loop([](auto... args) { row_q4_k_512<TB>(args...); });
@@ -535,7 +549,7 @@ void rows(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a,
       }
 #endif
 #if defined(KAPITSA_GGML_INT8_MORE)
-      if (type != GgmlType::q8_0 && type != GgmlType::q4_k && type != GgmlType::q6_k) {
+      if (type != GgmlType::q8_0 && type != GgmlType::q4_k && type != GgmlType::q5_k && type != GgmlType::q6_k) {
         rows_more(VNNI, type, tb, blocks, row_bytes, a, t0, y, N, begin, end);
         continue;
       }

@@ -1,8 +1,8 @@
-// The int8-activation GEMV (matmul_ggml_int8.cpp has the method) for the GGUF block types beyond Q8_0,
-// Q4_K and Q6_K, on x86-64 with AVX2 (VPDPBUSD / VPDPWSSD where the level has them) and on AArch64 (NEON;
-// its section below says what differs): the other types of
-// common files (Q5_K_M, Q3_K_M, Q2_K, Q4_0, IQ4_XS and IQ4_NL mixes, MXFP4 experts, Q5_0 / Q5_1 / Q4_1
-// fallbacks), which the f32 decoder of matmul_ggml.cpp ran ~80× slower than Q4_K.
+// The int8-activation GEMV (matmul_ggml_int8.cpp has the method, and Q8_0, Q4_K, Q5_K, Q6_K) for the other
+// GGUF block types, on x86-64 with AVX2 (VPDPBUSD / VPDPWSSD where the level has them) and on AArch64 (NEON;
+// its section below says what differs): the other types of common files (Q3_K_M, Q2_K, Q4_0, IQ4_XS and
+// IQ4_NL mixes, MXFP4 experts, Q5_0 / Q5_1 / Q4_1 fallbacks), which the f32 decoder of matmul_ggml.cpp ran
+// ~40-80× slower than Q4_K.
 // Each row kernel turns a block's bits into byte codes in registers and sums them against the activation
 // codes in integers, with one f32 step per block of 32 (per 256 values for the K-quants, whose sub-block
 // scales multiply the 16-bit pair sums in VPDPWSSD). Unsigned codes keep their offset (Q4_0's −8, Q5_0's
@@ -103,50 +103,6 @@ void row_b32(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) 
     }
   }
   for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]) + constant[t];
-}
-
-// Bit k of each byte moved to bit `to` (a signed shift count: right where negative).
-inline uint8x16_t bit_to(uint8x16_t v, int k, int to) {
-  return vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(to - k))), vdupq_n_u8(static_cast<uint8_t>(1 << to)));
-}
-
-// Q5_K: Q4_K's layout plus bit j of qh[l] as the fifth bit of value l of sub-block j (x86's comment).
-template <bool DOT, int TB>
-void row_q5_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
-  const int64_t ns = a.K / 256;
-  const uint8x16_t m4 = vdupq_n_u8(0x0F);
-  float32x4_t acc[TB];
-  float mins[TB];
-  for (int t = 0; t < TB; ++t) acc[t] = vdupq_n_f32(0.0f), mins[t] = 0;
-  for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* blk = row + s * 176;
-    const float d = f16(blk), dmin = f16(blk + 2);
-    alignas(16) uint8_t sm[16];
-    k4_scales_and_mins(blk + 4, sm);
-    const int16x8_t mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8)));
-    const uint8x16_t qh[2] = {vld1q_u8(blk + 16), vld1q_u8(blk + 32)};
-    int8x16_t q[8][2];
-    for (int c = 0; c < 4; ++c)
-      for (int h = 0; h < 2; ++h) {
-        const uint8x16_t v = vld1q_u8(blk + 48 + 32 * c + 16 * h);
-        q[2 * c][h] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(v, m4), bit_to(qh[h], 2 * c, 4)));
-        q[2 * c + 1][h] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(v, 4), bit_to(qh[h], 2 * c + 1, 4)));
-      }
-    for (int t = 0; t < TB; ++t) {
-      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
-      int32x4_t sum = vdupq_n_s32(0);
-      for (int j = 0; j < 8; ++j) {
-        const int32x4_t p = dot<DOT>(dot<DOT>(vdupq_n_s32(0), q[j][0], load8(xq + 32 * j)), q[j][1], load8(xq + 32 * j + 16));
-        sum = vmlaq_n_s32(sum, p, sm[j]);
-      }
-      const int16x8_t bs = vld1q_s16(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8);
-      const int32_t msum = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn), vget_low_s16(bs)), mn, bs));
-      const float dx = a.d[(t0 + t) * ns + s];
-      acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(sum), d * dx);
-      mins[t] += dmin * dx * static_cast<float>(msum);
-    }
-  }
-  for (int t = 0; t < TB; ++t) y[t * N] = vaddvq_f32(acc[t]) - mins[t];
 }
 
 // IQ4_XS: 8 IQ4_NL-laid sub-blocks with 6-bit scales stored + 32 (x86's comment).
@@ -263,12 +219,6 @@ inline __m256i fifth_bits(const uint8_t* qh) {
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
-// Bit k of each byte moved to bit `to` (16-bit shifts: the bits that cross into the neighbour byte land
-// below `to`, or above it, and are masked off).
-inline __m256i bit_to(__m256i v, int k, int to) {
-  const __m256i moved = k >= to ? _mm256_srli_epi16(v, k - to) : _mm256_slli_epi16(v, to - k);
-  return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
-}
 // Code-book lookups (VPSHUFB, per 128-bit lane): ggml's kvalues_iq4nl, and MXFP4's E2M1 values doubled
 // to integers (0, 1, 2, 3, 4, 6, 8, 12; bit 3 the sign), whose scale is then halved.
 inline __m256i iq4_levels(__m256i codes) {
@@ -327,47 +277,6 @@ void row_b32(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) 
     y[t * N] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + (constant[t][0] + constant[t][1]);
 }
 
-// Q5_K {d, dmin f16; scales[12]; qh[32]; qs[128]}, 176 bytes: Q4_K's layout plus a fifth bit, bit j of
-// qh[l] for value l of sub-block j; w = d·sc·q − dmin·m per sub-block of 32.
-template <bool VNNI, int TB>
-void row_q5_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N) {
-  const int64_t ns = a.K / 256;
-  __m256 acc[TB];
-  __m128 mins[TB];  // Σ dmin·dx·m·Σx̂, 4 lanes
-  for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = _mm_setzero_ps();
-  for (int64_t s = 0; s < ns; ++s) {
-    const uint8_t* blk = row + s * 176;
-    const float d = f16(blk), dmin = f16(blk + 2);
-    const __m128i sm = k4_scales_and_mins(blk + 4);
-    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // scale j: broadcast16(sc, j)
-    const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-    const __m256i qh = load(blk + 16);
-    __m256i q[8];
-    for (int c = 0; c < 4; ++c) {
-      const __m256i v = load(blk + 48 + 32 * c);
-      q[2 * c] = _mm256_or_si256(_mm256_and_si256(v, low4()), bit_to(qh, 2 * c, 4));
-      q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4()), bit_to(qh, 2 * c + 1, 4));
-    }
-    for (int t = 0; t < TB; ++t) {
-      const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
-      __m256i even = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
-      for (int j = 0; j < 8; j += 2) {
-        even = dot_scaled<VNNI>(even, q[j], load(xq + 32 * j), broadcast16(sc, j));
-        odd = dot_scaled<VNNI>(odd, q[j + 1], load(xq + 32 * (j + 1)), broadcast16(sc, j + 1));
-      }
-      const __m256i sum = _mm256_add_epi32(even, odd);
-      const __m128i bs = load16(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8);
-      const float dx = a.d[(t0 + t) * ns + s];
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * dx), acc[t]);
-      mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_set1_ps(dmin * dx), mins[t]);
-    }
-  }
-  for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], _mm256_setr_m128(mins[t], _mm_setzero_ps())));
-}
-
-// IQ4_XS {d f16; scales_h u16; scales_l[4]; qs[128]}, 136 bytes: 8 sub-blocks of 32 laid out as IQ4_NL
-// blocks, each with a 6-bit scale ls stored + 32 (low 4 bits: nibble i % 2 of scales_l[i / 2]; top 2:
-// bits 2i, 2i + 1 of scales_h); w = d·(ls − 32)·level.
 // IQ4_XS's 8 six-bit scales (stored + 32) from scales_h and scales_l, in bytes 0–7 (in registers, as Q3_K's).
 inline __m128i iq4_xs_scales(const uint8_t* p) {
   uint16_t h;
@@ -525,7 +434,6 @@ void each_row(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act
     case GgmlType::mxfp4: return loop([](auto... args) { row_b32<GgmlType::mxfp4, VNNI, TB>(args...); });
     case GgmlType::q2_k: return loop([](auto... args) { row_q2_k<VNNI, TB>(args...); });
     case GgmlType::q3_k: return loop([](auto... args) { row_q3_k<VNNI, TB>(args...); });
-    case GgmlType::q5_k: return loop([](auto... args) { row_q5_k<VNNI, TB>(args...); });
     case GgmlType::iq4_xs: return loop([](auto... args) { row_iq4_xs<VNNI, TB>(args...); });
     default: KAPITSA_CHECK(false, "cpu: no int8-activation row kernel for ggml {}", ggml_type_name(type));
   }
