@@ -5,10 +5,10 @@
 // ~40-80× slower than Q4_K.
 // Each row kernel turns a block's bits into byte codes in registers and sums them against the activation
 // codes in integers, with one f32 step per block of 32 (per 256 values for the K-quants, whose sub-block
-// scales multiply the 16-bit pair sums in VPDPWSSD). Unsigned codes keep their offset (Q4_0's −8, Q5_0's
-// −16, Q3_K's −4) or min (Q4_1, Q5_1, Q2_K) out of the integer sum: it comes from the activation's code
-// sums (Act::bsum16 / bsum32). Code-book levels (IQ4_NL, IQ4_XS; MXFP4's doubled E2M1 values) are looked
-// up by VPSHUFB and are signed: multiplied as |w| · sign(x, w), as Q8_0 is.
+// scales multiply the 16-bit pair sums in VPDPWSSD). Q3_K's offset (−4) and the mins of Q4_1, Q5_1 and
+// Q2_K stay out of the integer sum: they come from the activation's code sums (Act::bsum16 / bsum32).
+// Signed codes — Q4_0's q − 8, Q5_0's q − 16, the code-book levels of IQ4_NL / IQ4_XS and MXFP4's doubled
+// E2M1 values (looked up by VPSHUFB) — are multiplied as |w| · sign(x, w), as Q8_0 is.
 // Byte products stay below 2^15 in pairs (VPMADDUBSW): at most 2 · 127 · 127 for the signed levels, 2 · 31 ·
 // 127 for 5-bit codes. The rounding of x is the only change from ref (the bound tests/ops/test_ggml.cpp
 // checks); each token's sums are formed alone, whatever the token count (batch invariance).
