@@ -470,7 +470,7 @@ TEST_P(OnBackend, GgmlRowsOfSeveralTokensEqualEachTokenAlone) {
     }
 }
 
-// The cpu backend's int8-activation GEMV (Q8_0, Q4_K, Q6_K) on every level this CPU runs that has it,
+// The cpu backend's int8-activation GEMV (every type with a kernel) on every level this CPU runs that has it,
 // with VPDPBUSD where the level has it and with the AVX2 sequence, against ref's f64 dot of the
 // dequantized rows, for 1..8 tokens and beyond: on x of random floats within the int8 rounding bound
 // (+ 2e-6 of Σ|x·w| for f32 arithmetic); on x that int8 represents exactly (integers with a ±127 in every block, so d = 1) within the f32 term alone;
