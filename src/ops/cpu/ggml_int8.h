@@ -42,6 +42,20 @@ struct Act {
   int64_t K, B;
 };
 
+// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
+// unpacking; ref's scale_min_k4 says where each bit is).
+inline void k4_scales_and_mins(const uint8_t* p, uint8_t out[16]) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, p, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
+  const uint32_t mins03 = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
+  u[2] = mins03;
+  u[0] &= kLow6;  // scales 0..3
+  std::memcpy(out, u, 16);
+}
+
 #if defined(KAPITSA_GGML_INT8_NEON)
 inline float f16(const uint8_t* p) {
   __fp16 h;  // FCVT: the conversion is in ARMv8.0
@@ -65,19 +79,6 @@ inline uint8x16_t bit_to(uint8x16_t v, int k, int to) {
   return vandq_u8(vshlq_u8(v, vdupq_n_s8(static_cast<int8_t>(to - k))), vdupq_n_u8(static_cast<uint8_t>(1 << to)));
 }
 
-// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
-// unpacking; ref's scale_min_k4 says where each bit is).
-inline void k4_scales_and_mins(const uint8_t* p, uint8_t out[16]) {
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, p, 12);
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
-  const uint32_t mins03 = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
-  u[2] = mins03;
-  u[0] &= kLow6;  // scales 0..3
-  std::memcpy(out, u, 16);
-}
 #else
 inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -125,18 +126,11 @@ inline __m256i bit_to(__m256i v, int k, int to) {
   const __m256i moved = k >= to ? _mm256_srli_epi16(v, k - to) : _mm256_slli_epi16(v, to - k);
   return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
 }
-// The 12 scale bytes of a Q4_K block as 8 six-bit scales then 8 mins, one per byte (llama.cpp's
-// unpacking; ref's scale_min_k4 says where each bit is).
+// The same in a vector register.
 inline __m128i k4_scales_and_mins(const uint8_t* p) {
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[4];
-  std::memcpy(u, p, 12);
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);  // mins 4..7
-  const uint32_t mins03 = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);  // scales 4..7
-  u[2] = mins03;
-  u[0] &= kLow6;  // scales 0..3
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  alignas(16) uint8_t out[16];
+  k4_scales_and_mins(p, out);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(out));
 }
 #endif
 #endif  // KAPITSA_GGML_INT8

@@ -70,7 +70,6 @@ namespace {
 
 using namespace ggml_int8;
 
-
 // x: [T, K] → the arrays of Act. q = round(x / d), ties to even; |q| ≤ 127.
 void quantize(const float* x, int64_t T, int64_t K, int64_t B, bool sums, int8_t* q, float* d, int16_t* b16,
               int16_t* b32) {
@@ -135,7 +134,8 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
     int8x16_t q[8][2];  // sub-block j in two halves of 16
     for (int c = 0; c < 4; ++c)
       for (int h = 0; h < 2; ++h) {
-        uint8x16_t lo = vandq_u8(vld1q_u8(qs + 32 * c + 16 * h), m4), hi = vshrq_n_u8(vld1q_u8(qs + 32 * c + 16 * h), 4);
+        const uint8x16_t v = vld1q_u8(qs + 32 * c + 16 * h);
+        uint8x16_t lo = vandq_u8(v, m4), hi = vshrq_n_u8(v, 4);
         if constexpr (FIVE) {
           const uint8x16_t qh = vld1q_u8(blk + 16 + 16 * h);
           lo = vorrq_u8(lo, bit_to(qh, 2 * c, 4)), hi = vorrq_u8(hi, bit_to(qh, 2 * c + 1, 4));
@@ -297,11 +297,11 @@ void row_q4_k(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_t N)
     const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // scale j: broadcast16(sc, j)
     const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
     __m256i q[8];
+    const __m256i qh = FIVE ? load(blk + 16) : _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i v = load(blk + (FIVE ? 48 : 16) + 32 * c);
       q[2 * c] = _mm256_and_si256(v, m4), q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       if constexpr (FIVE) {
-        const __m256i qh = load(blk + 16);
         q[2 * c] = _mm256_or_si256(q[2 * c], bit_to(qh, 2 * c, 4));
         q[2 * c + 1] = _mm256_or_si256(q[2 * c + 1], bit_to(qh, 2 * c + 1, 4));
       }
