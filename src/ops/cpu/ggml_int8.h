@@ -143,4 +143,11 @@ void rows_more(bool vnni, GgmlType type, int64_t tb, const uint8_t* blocks, int6
                float* y, int64_t N, size_t begin, size_t end);
 #endif
 
+#if defined(KAPITSA_GGML_INT8)
+// From this many tokens, the 32-value block types run as 16-row panels where the level has them
+// (matmul_ggml_panel.cpp; avx512): returns false, having done nothing, where it does not apply.
+constexpr int64_t kPanelTokens = 64;
+bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N);
+#endif
+
 }  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8

@@ -565,7 +565,8 @@ void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vn
   const GgmlType type = w.ggml_type();
   const int64_t N = w.rows(), K = w.cols(), T = x.numel() / K, B = ggml_int8_block(type);
   KAPITSA_CHECK(B > 0 && K % B == 0, "cpu: int8-activation GEMV for ggml {} with {} inputs", ggml_type_name(type), K);
-  const bool sums = type != GgmlType::q8_0;  // the offsets and mins of the other types come from Σ x̂
+  // The offsets and mins of the other types come from Σ x̂, and so does the panels' + 128.
+  const bool sums = type != GgmlType::q8_0 || T >= kPanelTokens;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int16_t> b16, b32;
@@ -575,6 +576,7 @@ void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vn
   const Act a{q.data(), d.data(), b16.data(), b32.data(), K, B};
   const auto* blocks = w.weight().data_as<const uint8_t>();
   const int64_t row_bytes = w.weight().dim(-1);
+  if (vnni && ggml_int8_has_vnni() && ggml_panels(type, blocks, row_bytes, a, T, y.f32(), N)) return;
   if (vnni && ggml_int8_has_vnni()) rows<true>(type, blocks, row_bytes, a, T, y.f32(), N);
   else rows<false>(type, blocks, row_bytes, a, T, y.f32(), N);
 }

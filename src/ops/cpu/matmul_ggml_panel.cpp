@@ -1,0 +1,276 @@
+// Prefill GEMM for the GGUF types of 32-value blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) at the
+// avx512 level, from many tokens (kPanelTokens and more): the row kernels' int8 activations, but 16 rows
+// a pass in the lanes of one register instead of one row's partial sums.
+// Each task repacks a group of 16 rows, block by block, into a panel (per block: the rows' scales d and
+// mins c as f32, and their 32 codes as bytes + 128, four consecutive codes of one row in each int32 lane,
+// 8 registers for the block), then runs every token over it: VPDPBUSD multiplies a register of 16 rows'
+// code quads by one token's 4 activation codes broadcast, so 8 of them give the 16 rows' whole block dots
+// in int32 lanes, with no horizontal sums. The + 128 comes back out as 128 · Σ x̂ (the accumulator starts
+// there); then one convert and one FMA (scale d·dx) per 16 rows, token and block, against ~5 operations
+// per row, token and block in the row kernels. The repacking costs about one row-kernel pass and is
+// shared by all the tokens: decode stays on the row kernels.
+// Sums per (row, token) are formed in block order in f32, so outputs differ from the row kernels' by
+// summation order (within the same rounding bound against ref); below kPanelTokens tokens the row kernels
+// run, which keeps a speculative verification's rows equal to each token alone.
+#include "base/thread_pool.h"
+#include "ops/cpu/ggml_block32.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
+
+#if defined(KAPITSA_GGML_INT8) && !defined(KAPITSA_GGML_INT8_NEON) && defined(__AVX512F__) && \
+    defined(__AVX512BW__) && defined(__AVX512VNNI__)
+namespace {
+
+constexpr int64_t kRows = 16;  // rows of a panel: the int32 lanes of a 512-bit register
+
+// One block of 32 values of 16 rows.
+struct alignas(64) PanelBlock {
+  float d[kRows];              // w = d · code + c
+  float c[kRows];
+  uint32_t quads[8][kRows];    // quads[g][r]: codes 4g..4g+3 of row r, each + 128 (unsigned for VPDPBUSD)
+};
+
+// Rows [n0, n0 + rows) of `blocks` → panel[nb]; missing rows (rows < 16) become zeros.
+template <GgmlType TYPE>
+void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t nb, PanelBlock* panel) {
+  alignas(64) uint32_t codes[kRows][8];
+  const __m256i k128 = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    PanelBlock& p = panel[b];
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r < rows) {
+        const Block32 w = decode32<TYPE>(blocks + (n0 + r) * row_bytes + b * kBlockBytes<TYPE>);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), _mm256_xor_si256(w.codes, k128));
+        p.d[r] = w.d, p.c[r] = w.c;
+      } else {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), k128);
+        p.d[r] = p.c[r] = 0;
+      }
+    }
+    for (int g = 0; g < 8; ++g)
+      for (int64_t r = 0; r < kRows; ++r) p.quads[g][r] = codes[r][g];
+  }
+}
+
+// The panel · tokens [t0, t0 + TB) → y[t · N + r] for the panel's `rows` rows.
+template <bool MIN, int TB>
+void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0, float* y, int64_t N, int64_t rows) {
+  __m512 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const PanelBlock& p = panel[b];
+    __m512i w[8];
+    for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.quads[g]);
+    const __m512 d = _mm512_load_ps(p.d);
+    for (int t = 0; t < TB; ++t) {
+      const int64_t at = (t0 + t) * nb + b;
+      const int8_t* xq = a.q + (t0 + t) * a.K + b * 32;
+      int32_t x4[8];
+      std::memcpy(x4, xq, 32);
+      // Two chains of four (a VPDPBUSD waits for its accumulator), the + 128 taken out at the start.
+      __m512i even = _mm512_set1_epi32(-128 * a.bsum32[at]), odd = _mm512_setzero_si512();
+      for (int g = 0; g < 8; g += 2) {
+        even = _mm512_dpbusd_epi32(even, w[g], _mm512_set1_epi32(x4[g]));
+        odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(x4[g + 1]));
+      }
+      const float dx = a.d[at];
+      const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
+      acc[t] = _mm512_fmadd_ps(sum, _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+      if constexpr (MIN) acc[t] = _mm512_fmadd_ps(_mm512_load_ps(p.c), _mm512_set1_ps(dx * static_cast<float>(a.bsum32[at])), acc[t]);
+    }
+  }
+  const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
+  for (int t = 0; t < TB; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * N, keep, acc[t]);
+}
+
+// ---- K-quants: superblocks of 256 values, sub-blocks of S values with an integer scale each ----------
+// A row's superblock in one form for every K-quant: w = d · sc_j · (q − O) − dmin · m_j for value k of
+// sub-block j, q an unsigned byte code. Σ_k w_k·x̂_k = d · Σ_j sc_j · (Σ_{k∈j} q_k·x̂_k − O · Σ_{k∈j} x̂_k)
+// − dmin · Σ_j m_j · Σ_{k∈j} x̂_k: the inner sums by VPDPBUSD as above, the scales by VPMULLD in int32
+// (at most 2^29 in magnitude), the mins' sum by VPDPWSSD on int16 pairs; one f32 step per 256 values.
+struct SuperRow {
+  uint8_t q[256];
+  int32_t sc[16], m[16];  // per sub-block (8 of 32 or 16 of 16)
+  float d, dmin;
+};
+
+// Q4_K {d; dmin; scales[12]; qs[128]} and Q5_K {d; dmin; scales[12]; qh[32]; qs[128]}: 8 sub-blocks of
+// 32, each 64 values from 32 bytes of qs (low nibbles, then high), Q5_K's fifth bits from qh (bit 2c of
+// qh[l] for the low-nibble half of the c-th 64 values, bit 2c + 1 for the high one).
+template <bool FIVE>
+struct K4 {
+  static constexpr int S = 32, O = 0;
+  static constexpr bool kMins = true;
+  static constexpr int64_t kBytes = FIVE ? 176 : 144;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    uint8_t sm[16];
+    k4_scales_and_mins(b + 4, sm);
+    for (int j = 0; j < 8; ++j) r.sc[j] = sm[j], r.m[j] = sm[8 + j];
+    r.d = f16(b), r.dmin = f16(b + 2);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (FIVE ? 48 : 16);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t v = qs[32 * c + l];
+        r.q[64 * c + l] = static_cast<uint8_t>((v & 15) | (FIVE ? ((qh[l] >> (2 * c)) & 1) << 4 : 0));
+        r.q[64 * c + 32 + l] = static_cast<uint8_t>((v >> 4) | (FIVE ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0));
+      }
+  }
+};
+
+// Q6_K {ql[128]; qh[64]; scales[16] int8; d}: 16 sub-blocks of 16, codes 0..63 with offset 32; in half n,
+// value l + 32i (i < 4) takes low bits from ql (low nibbles of ql[l], ql[l + 32], then high nibbles)
+// and bits 2i.. of qh[l] as its top two.
+struct K6 {
+  static constexpr int S = 16, O = 32;
+  static constexpr bool kMins = false;
+  static constexpr int64_t kBytes = 210;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    for (int j = 0; j < 16; ++j) r.sc[j] = static_cast<int8_t>(b[192 + j]), r.m[j] = 0;
+    r.d = f16(b + 208), r.dmin = 0;
+    for (int n = 0; n < 2; ++n) {
+      const uint8_t* ql = b + 64 * n;
+      const uint8_t* qh = b + 128 + 32 * n;
+      uint8_t* q = r.q + 128 * n;
+      for (int l = 0; l < 32; ++l) {
+        q[l] = static_cast<uint8_t>((ql[l] & 15) | ((qh[l] & 3) << 4));
+        q[l + 32] = static_cast<uint8_t>((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
+        q[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        q[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      }
+    }
+  }
+};
+
+// One superblock of 16 rows.
+struct alignas(64) PanelSuper {
+  float d[kRows], dmin[kRows];
+  int32_t sc[16][kRows];
+  uint32_t mins[8][kRows];     // mins[i][r]: m_{2i} | m_{2i+1} << 16 of row r (int16 pairs)
+  uint32_t quads[64][kRows];   // quads[g][r]: codes 4g..4g+3 of row r
+};
+
+template <class F>
+void repack_k(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t ns, PanelSuper* panel) {
+  SuperRow sr[kRows];
+  for (int64_t s = 0; s < ns; ++s) {
+    PanelSuper& p = panel[s];
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r < rows) F::decode(blocks + (n0 + r) * row_bytes + s * F::kBytes, sr[r]);
+      else sr[r] = SuperRow{};
+      p.d[r] = sr[r].d, p.dmin[r] = sr[r].dmin;
+      for (int j = 0; j < 256 / F::S; ++j) p.sc[j][r] = sr[r].sc[j];
+      for (int i = 0; i < 8; ++i)
+        p.mins[i][r] = static_cast<uint32_t>(sr[r].m[2 * i] & 0xFFFF) | static_cast<uint32_t>(sr[r].m[2 * i + 1]) << 16;
+    }
+    for (int g = 0; g < 64; ++g)
+      for (int64_t r = 0; r < kRows; ++r) std::memcpy(&p.quads[g][r], sr[r].q + 4 * g, 4);
+  }
+}
+
+template <class F, int TB>
+void panel_tokens_k(const PanelSuper* panel, int64_t ns, const Act& a, int64_t t0, float* y, int64_t N, int64_t rows) {
+  constexpr int kSub = 256 / F::S, kQuads = F::S / 4;
+  __m512 acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const PanelSuper& p = panel[s];
+    __m512i total[TB];
+    for (int t = 0; t < TB; ++t) total[t] = _mm512_setzero_si512();
+    for (int j = 0; j < kSub; ++j) {
+      __m512i w[kQuads];
+      for (int g = 0; g < kQuads; ++g) w[g] = _mm512_load_si512(p.quads[j * kQuads + g]);
+      const __m512i sc = _mm512_load_si512(p.sc[j]);
+      for (int t = 0; t < TB; ++t) {
+        const int8_t* xq = a.q + (t0 + t) * a.K + s * 256 + j * F::S;
+        int32_t x4[kQuads];
+        std::memcpy(x4, xq, F::S);
+        __m512i sum = _mm512_setzero_si512();
+        if constexpr (F::O != 0) {
+          const int16_t bs = F::S == 16 ? a.bsum16[(t0 + t) * (a.K / 16) + s * 16 + j] : a.bsum32[(t0 + t) * (a.K / 32) + s * 8 + j];
+          sum = _mm512_set1_epi32(-F::O * bs);
+        }
+        for (int g = 0; g < kQuads; ++g) sum = _mm512_dpbusd_epi32(sum, w[g], _mm512_set1_epi32(x4[g]));
+        total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(sum, sc));
+      }
+    }
+    const __m512 d = _mm512_load_ps(p.d);
+    for (int t = 0; t < TB; ++t) {
+      const float dx = a.d[(t0 + t) * ns + s];
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+      if constexpr (F::kMins) {
+        int32_t bs2[4];  // Σ x̂ of sub-blocks 2i and 2i + 1 as an int16 pair
+        std::memcpy(bs2, a.bsum32 + (t0 + t) * (a.K / 32) + s * 8, 16);
+        __m512i m = _mm512_setzero_si512();
+        for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, _mm512_load_si512(p.mins[i]), _mm512_set1_epi32(bs2[i]));
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_load_ps(p.dmin), _mm512_set1_ps(dx)), acc[t]);
+      }
+    }
+  }
+  const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
+  for (int t = 0; t < TB; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * N, keep, acc[t]);
+}
+
+// The 32-value types (TYPE) or a K-quant (F): groups of 16 rows split across threads, each repacked
+// once and run over every token, 4 tokens a pass.
+template <class Panel, class Repack, class Tokens1, class Tokens4>
+void panels(int64_t nblk, int64_t T, int64_t N, Repack repack_rows, Tokens1 tokens1, Tokens4 tokens4) {
+  const int64_t groups = (N + kRows - 1) / kRows;
+  parallel_for(static_cast<size_t>(groups), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<Panel> panel;
+    panel.resize(static_cast<size_t>(nblk));
+    for (size_t g = begin; g < end; ++g) {
+      const int64_t n0 = static_cast<int64_t>(g) * kRows, rows = std::min(kRows, N - n0);
+      repack_rows(n0, rows, panel.data());
+      int64_t t0 = 0;
+      for (; t0 + 4 <= T; t0 += 4) tokens4(panel.data(), t0, n0, rows);
+      for (; t0 < T; ++t0) tokens1(panel.data(), t0, n0, rows);
+    }
+  });
+}
+
+template <GgmlType TYPE>
+void panels32(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  constexpr bool kMin = !kSignedCodes<TYPE>;
+  panels<PanelBlock>(
+      nb, T, N, [&](int64_t n0, int64_t rows, PanelBlock* p) { repack<TYPE>(blocks, row_bytes, n0, rows, nb, p); },
+      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kMin, 1>(p, nb, a, t0, y + n0, N, rows); },
+      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kMin, 4>(p, nb, a, t0, y + n0, N, rows); });
+}
+
+template <class F>
+void panels_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  panels<PanelSuper>(
+      ns, T, N, [&](int64_t n0, int64_t rows, PanelSuper* p) { repack_k<F>(blocks, row_bytes, n0, rows, ns, p); },
+      [&](const PanelSuper* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens_k<F, 1>(p, ns, a, t0, y + n0, N, rows); },
+      [&](const PanelSuper* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens_k<F, 4>(p, ns, a, t0, y + n0, N, rows); });
+}
+
+}  // namespace
+
+bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  if (T < kPanelTokens) return false;
+  switch (type) {
+    case GgmlType::q8_0: panels32<GgmlType::q8_0>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q4_0: panels32<GgmlType::q4_0>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q4_1: panels32<GgmlType::q4_1>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q5_0: panels32<GgmlType::q5_0>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q5_1: panels32<GgmlType::q5_1>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::iq4_nl: panels32<GgmlType::iq4_nl>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::mxfp4: panels32<GgmlType::mxfp4>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q4_k: panels_k<K4<false>>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q5_k: panels_k<K4<true>>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q6_k: panels_k<K6>(blocks, row_bytes, a, T, y, N); return true;
+    default: return false;
+  }
+}
+#elif defined(KAPITSA_GGML_INT8)
+bool ggml_panels(GgmlType, const uint8_t*, int64_t, const Act&, int64_t, float*, int64_t) { return false; }
+#endif
+
+}  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8
