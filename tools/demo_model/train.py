@@ -636,7 +636,8 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
     log(f"{name}: trained {step} steps ({qat_steps} on the shipped weights), {tokens / 1e6:.1f}M tokens in {el:.1f}s")
     model.eval()
     return {"steps": step, "qat_steps": qat_steps, "tokens": tokens, "epochs": round(tokens / n, 2),
-            "seconds": round(el, 1), "final_loss": last.get("loss"), "final_mtp_loss": last.get("mtp_loss"),
+            "seconds": round(el, 1), "steady_ms_per_step": round((time.time() - t_cal) / (step - 3) * 1000, 1)
+            if t_cal is not None and step > 3 else None, "final_loss": last.get("loss"), "final_mtp_loss": last.get("mtp_loss"),
             "batch": B, "seq": T, "lr": hp["lr"], "warmup": warmup, "weight_decay": hp["wd"],
             "mtp_weight": hp.get("mtp_weight") if mtp is not None else None}
 
@@ -1070,6 +1071,52 @@ def load_text_state(folder):
     return out, dict(top["text_config"])
 
 
+def load_mtp_state(folder):
+    """mtp.* of a target folder this script wrote (model-mtp.safetensors or its .xz), float, MLX affine
+    modules dequantized: names as MtpHead.named_parameters()."""
+    import lzma
+    import affine
+    folder = Path(folder)
+    q = json.load(open(folder / "config.json")).get("quantization") or {}
+    st = folder / "model-mtp.safetensors"
+    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model-mtp.safetensors.xz").read_bytes())
+    sd = read_safetensors(raw)
+    out = {}
+    for k, v in sd.items():
+        if k.endswith((".scales", ".biases")):
+            continue
+        module = k[:-len(".weight")]
+        if module + ".scales" in sd:
+            own = q.get(module) or q
+            v = affine.dequantize(v, sd[module + ".scales"], sd[module + ".biases"], own["group_size"], own["bits"])
+        out[k] = v
+    return out
+
+
+def start_from(folder, model, head=None):
+    """Loads an earlier edition's shipped weights (dequantized where 4-bit) into `model` and, for a
+    target, its MTP head: the run then continues that model's training (its optimizer state is not
+    kept; the schedule warms up again)."""
+    import torch
+    sd, _ = load_text_state(folder)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError(f"{folder}: state dict: missing {missing} unexpected {unexpected}")
+    n_head = 0
+    if head is not None:
+        mt = load_mtp_state(folder)
+        names = dict(head.named_parameters())
+        if set(mt) != set(names):
+            raise RuntimeError(f"{folder}: MTP tensors {sorted(set(mt) ^ set(names))} do not match the head")
+        with torch.no_grad():
+            for k, p in names.items():
+                p.copy_(mt[k].to(p.device).reshape(p.shape))
+        n_head = len(mt)
+    log(f"started from {folder}: {len(sd)} tensors, {n_head} of the MTP head")
+    return {"folder": str(folder), "tensors": len(sd), "mtp_tensors": n_head}
+
+
 def load_text_model(folder, dev, seed=0):
     """An earlier target of this script (bf16, or MLX affine as the second edition ships) as the causal LM
     it was trained as, on its shipped weights: the baseline measured in the same run."""
@@ -1125,6 +1172,12 @@ def main():
     ap.add_argument("--baseline", default=None, help="an earlier target folder to measure beside (same held-out set)")
     ap.add_argument("--stubs", type=int, default=20, help="held-out function stubs for the parse rate")
     ap.add_argument("--probe-batches", default=None, help="e.g. 32,64: time 12 target steps at each batch first")
+    ap.add_argument("--target-lr", type=float, default=1.5e-3, help="the target's peak learning rate")
+    ap.add_argument("--draft-lr", type=float, default=3e-3, help="the draft's peak learning rate")
+    ap.add_argument("--init-from", default=None,
+                    help="a target folder this script wrote (models/demo/target): start from its shipped weights "
+                         "and MTP head instead of random ones (training goes on across device sessions)")
+    ap.add_argument("--draft-init-from", default=None, help="the same for the draft (models/demo/draft)")
     args = ap.parse_args()
 
     import torch
@@ -1162,11 +1215,11 @@ def main():
         if args.draft_steps is None:
             args.draft_budget = 2.0
     else:
-        hp_t = dict(batch=args.target_batch, seq=1024, lr=1.5e-3, warmup=150, wd=0.1, calib=30, max_steps=50000,
-                    log_every=100)
+        hp_t = dict(batch=args.target_batch, seq=1024, lr=args.target_lr, warmup=150, wd=0.1, calib=30,
+                    max_steps=50000, log_every=100)
         eval_windows, n_greedy = 128, 16
     hp_t["mtp_weight"] = args.mtp_weight
-    hp_d = dict(hp_t, lr=3e-3, warmup=150)
+    hp_d = dict(hp_t, lr=args.draft_lr, warmup=150)
     if not args.smoke:
         hp_d["batch"] = 64
     qat = (args.bits, args.group_size, args.qat_fraction) if args.qat_fraction > 0 else None
@@ -1244,7 +1297,7 @@ def main():
             "draft": text_config_dict(draft_shape, vocab_size, special, max_pos)}
     cfgs["target"]["mtp_num_hidden_layers"] = 1
     cfgs["target"]["mtp_use_dedicated_embeddings"] = False
-    models, train_info, gdn_checks = {}, {}, {}
+    models, train_info, gdn_checks, init_info = {}, {}, {}, {}
     use_chunked_gdn()
     for B in [int(b) for b in args.probe_batches.split(",")] if args.probe_batches else []:
         m = new_causal_lm(cfgs["target"], 0, dev)
@@ -1262,6 +1315,11 @@ def main():
             head = MtpHead(m, cfgs[name], dev)
             mtp_params = sum(p.numel() for _, p in head.named_parameters())
             extra = f", MTP head {mtp_params / 1e6:.2f}M"
+        init = args.init_from if name == "target" else args.draft_init_from
+        if init and args.smoke:
+            log(f"{name}: smoke run: not starting from {init} (other shapes)")
+        elif init:
+            init_info[name] = start_from(init, m, head if name == "target" else None)
         log(f"{name}: {total / 1e6:.2f}M parameters ({emb / 1e6:.2f}M embedding, tied with lm_head){extra}")
         t = time.time()
         steps = args.target_steps if name == "target" else args.draft_steps
@@ -1276,6 +1334,7 @@ def main():
         phases[f"train_{name}_s"] = round(time.time() - t, 1)
         models[name] = m
     metrics["training"] = train_info
+    metrics["started_from"] = init_info
     metrics["configs"] = cfgs
     metrics["chunked_gdn_checks"] = gdn_checks
     target, draft = models["target"], models["draft"]
