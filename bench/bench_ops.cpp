@@ -207,6 +207,8 @@ BENCHMARK(BM_MatmulGgml)
     ->Args({512, 3584, 1024, 23, 1})
     ->Args({512, 3584, 1024, 39, 0})
     ->Args({512, 3584, 1024, 39, 1})
+    ->Args({512, 3584, 1024, 11, 0})  // Q3_K and Q6_K prefill (the 16-row panels, matmul_ggml_panel.cpp)
+    ->Args({512, 3584, 1024, 14, 0})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

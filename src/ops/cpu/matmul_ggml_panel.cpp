@@ -1,6 +1,7 @@
-// Prefill GEMM for the GGUF types of 32-value blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) at the
-// avx512 level, from many tokens (kPanelTokens and more): the row kernels' int8 activations, but 16 rows
-// a pass in the lanes of one register instead of one row's partial sums.
+// Prefill GEMM for the GGUF types with int8-activation kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
+// and the K-quants Q2_K–Q6_K and IQ4_XS further down) at the avx512 level, from many tokens (kPanelTokens
+// and more): the row kernels' int8 activations, but 16 rows a pass in the lanes of one register instead of
+// one row's partial sums.
 // Each task repacks a group of 16 rows, block by block, into a panel (per block: the rows' scales d and
 // mins c as f32, and their 32 codes as bytes + 128, four consecutive codes of one row in each int32 lane,
 // 8 registers for the block), then runs every token over it: VPDPBUSD multiplies a register of 16 rows'
@@ -145,6 +146,57 @@ struct K6 {
   }
 };
 
+// Q2_K {scales[16]; qs[64]; d; dmin} and Q3_K {hmask[32]; qs[64]; scales[12]; d}: 16 sub-blocks of 16;
+// value 32j + l of half n (j < 4, l < 32) is bits 2j.. of qs[32n + l]. Q2_K: scale and min in the nibbles
+// of scales[i]. Q3_K: bit 4n + j of hmask[l] as the third bit, offset 4, 6-bit scales stored + 32 (ref's
+// q3_k says where their bits are).
+template <bool THREE>
+struct K23 {
+  static constexpr int S = 16, O = THREE ? 4 : 0;
+  static constexpr bool kMins = !THREE;
+  static constexpr int64_t kBytes = THREE ? 110 : 84;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    const uint8_t* qs = b + (THREE ? 32 : 16);
+    if constexpr (THREE) {
+      const uint8_t* sc = b + 96;
+      for (int i = 0; i < 16; ++i)
+        r.sc[i] = (((i < 8 ? sc[i] : sc[i - 8] >> 4) & 15) | (((sc[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32, r.m[i] = 0;
+      r.d = f16(b + 108), r.dmin = 0;
+    } else {
+      for (int i = 0; i < 16; ++i) r.sc[i] = b[i] & 15, r.m[i] = b[i] >> 4;
+      r.d = f16(b + 80), r.dmin = f16(b + 82);
+    }
+    for (int n = 0; n < 2; ++n)
+      for (int j = 0; j < 4; ++j)
+        for (int l = 0; l < 32; ++l) {
+          int q = (qs[32 * n + l] >> (2 * j)) & 3;
+          if constexpr (THREE) q |= ((b[l] >> (4 * n + j)) & 1) << 2;
+          r.q[128 * n + 32 * j + l] = static_cast<uint8_t>(q);
+        }
+  }
+};
+
+// IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: 8 sub-blocks of 32 laid out as IQ4_NL blocks, code-book
+// levels (signed: stored + 128, offset 128), 6-bit scales stored + 32.
+struct Iq4Xs {
+  static constexpr int S = 32, O = 128;
+  static constexpr bool kMins = false;
+  static constexpr int64_t kBytes = 136;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    static constexpr int8_t kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    const int scales_h = b[2] | b[3] << 8;
+    r.d = f16(b), r.dmin = 0;
+    for (int i = 0; i < 8; ++i) {
+      r.sc[i] = (((b[4 + i / 2] >> (4 * (i % 2))) & 15) | (((scales_h >> (2 * i)) & 3) << 4)) - 32, r.m[i] = 0;
+      const uint8_t* qs = b + 8 + 16 * i;
+      for (int j = 0; j < 16; ++j) {
+        r.q[32 * i + j] = static_cast<uint8_t>(kLevels[qs[j] & 15] + 128);
+        r.q[32 * i + j + 16] = static_cast<uint8_t>(kLevels[qs[j] >> 4] + 128);
+      }
+    }
+  }
+};
+
 // One superblock of 16 rows.
 struct alignas(64) PanelSuper {
   float d[kRows], dmin[kRows];
@@ -202,10 +254,11 @@ void panel_tokens_k(const PanelSuper* panel, int64_t ns, const Act& a, int64_t t
       const float dx = a.d[(t0 + t) * ns + s];
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
       if constexpr (F::kMins) {
-        int32_t bs2[4];  // Σ x̂ of sub-blocks 2i and 2i + 1 as an int16 pair
-        std::memcpy(bs2, a.bsum32 + (t0 + t) * (a.K / 32) + s * 8, 16);
+        int32_t bs2[kSub / 2];  // Σ x̂ of sub-blocks 2i and 2i + 1 as an int16 pair
+        std::memcpy(bs2, F::S == 16 ? a.bsum16 + (t0 + t) * (a.K / 16) + s * 16 : a.bsum32 + (t0 + t) * (a.K / 32) + s * 8,
+                    sizeof bs2);
         __m512i m = _mm512_setzero_si512();
-        for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, _mm512_load_si512(p.mins[i]), _mm512_set1_epi32(bs2[i]));
+        for (int i = 0; i < kSub / 2; ++i) m = _mm512_dpwssd_epi32(m, _mm512_load_si512(p.mins[i]), _mm512_set1_epi32(bs2[i]));
         acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_load_ps(p.dmin), _mm512_set1_ps(dx)), acc[t]);
       }
     }
@@ -266,6 +319,9 @@ bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const 
     case GgmlType::q4_k: panels_k<K4<false>>(blocks, row_bytes, a, T, y, N); return true;
     case GgmlType::q5_k: panels_k<K4<true>>(blocks, row_bytes, a, T, y, N); return true;
     case GgmlType::q6_k: panels_k<K6>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q2_k: panels_k<K23<false>>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q3_k: panels_k<K23<true>>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::iq4_xs: panels_k<Iq4Xs>(blocks, row_bytes, a, T, y, N); return true;
     default: return false;
   }
 }
