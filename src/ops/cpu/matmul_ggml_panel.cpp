@@ -1,15 +1,15 @@
 // Prefill GEMM for the GGUF types with int8-activation kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
-// and the K-quants Q2_K–Q6_K and IQ4_XS further down) at the avx512 level, from many tokens (kPanelTokens
-// and more): the row kernels' int8 activations, but 16 rows a pass in the lanes of one register instead of
-// one row's partial sums.
-// Each task repacks a group of 16 rows, block by block, into a panel (per block: the rows' scales d and
+// and the K-quants Q2_K–Q6_K and IQ4_XS further down) from many tokens (kPanelTokens and more), at the
+// avx512 level (16 rows a register) and the avxvnni level (8): the row kernels' int8 activations, but a
+// register of rows at a time in its int32 lanes instead of one row's partial sums.
+// Each task repacks a group of rows, block by block, into a panel (per block: the rows' scales d and
 // mins c as f32, and their 32 codes as bytes + 128, four consecutive codes of one row in each int32 lane,
-// 8 registers for the block), then runs every token over it: VPDPBUSD multiplies a register of 16 rows'
-// code quads by one token's 4 activation codes broadcast, so 8 of them give the 16 rows' whole block dots
+// 8 registers for the block), then runs every token over it: VPDPBUSD multiplies a register of rows'
+// code quads by one token's 4 activation codes broadcast, so 8 of them give the rows' whole block dots
 // in int32 lanes, with no horizontal sums. The + 128 comes back out as 128 · Σ x̂ (the accumulator starts
-// there); then one convert and one FMA (scale d·dx) per 16 rows, token and block, against ~5 operations
-// per row, token and block in the row kernels. The repacking costs about one row-kernel pass and is
-// shared by all the tokens: decode stays on the row kernels.
+// there); then one convert and one FMA (scale d·dx) per register of rows, token and block, against ~5
+// operations per row, token and block in the row kernels. The repacking costs about one row-kernel pass
+// and is shared by all the tokens: decode stays on the row kernels.
 // Sums per (row, token) are formed in block order in f32, so outputs differ from the row kernels' by
 // summation order (within the same rounding bound against ref); below kPanelTokens tokens the row kernels
 // run, which keeps a speculative verification's rows equal to each token alone.
@@ -21,11 +21,59 @@
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
 
-#if defined(KAPITSA_GGML_INT8) && !defined(KAPITSA_GGML_INT8_NEON) && defined(__AVX512F__) && \
-    defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#if defined(KAPITSA_GGML_INT8) && !defined(KAPITSA_GGML_INT8_NEON) && \
+    (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) || defined(__AVXVNNI__))
 namespace {
 
-constexpr int64_t kRows = 16;  // rows of a panel: the int32 lanes of a 512-bit register
+// The level's registers: 16 rows in a 512-bit one at the avx512 level, 8 in a 256-bit one with AVX-VNNI
+// (plain AVX2 has no VPDPBUSD, and VPMADDUBSW would saturate on the codes + 128).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+struct V {
+  static constexpr int64_t kRows = 16;
+  using I = __m512i;
+  using F = __m512;
+  static I load(const void* p) { return _mm512_load_si512(p); }
+  static F loadf(const float* p) { return _mm512_load_ps(p); }
+  static I set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static F set1f(float v) { return _mm512_set1_ps(v); }
+  static I zero() { return _mm512_setzero_si512(); }
+  static F zerof() { return _mm512_setzero_ps(); }
+  static I dpbusd(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static I dpwssd(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm512_fnmadd_ps(a, b, c); }
+  static void store(float* y, F v, int64_t rows) { _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v); }
+};
+#else
+struct V {
+  static constexpr int64_t kRows = 8;
+  using I = __m256i;
+  using F = __m256;
+  static I load(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+  static F loadf(const float* p) { return _mm256_load_ps(p); }
+  static I set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static F set1f(float v) { return _mm256_set1_ps(v); }
+  static I zero() { return _mm256_setzero_si256(); }
+  static F zerof() { return _mm256_setzero_ps(); }
+  static I dpbusd(I acc, I u, I s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+  static I dpwssd(I acc, I a, I b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static F fnmadd(F a, F b, F c) { return _mm256_fnmadd_ps(a, b, c); }
+  static void store(float* y, F v, int64_t rows) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rows)), lane), v);
+  }
+};
+#endif
+constexpr int64_t kRows = V::kRows;  // rows of a panel: the int32 lanes of a register
 
 // One block of 32 values of 16 rows.
 struct alignas(64) PanelBlock {
@@ -59,32 +107,31 @@ void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, 
 // The panel · tokens [t0, t0 + TB) → y[t · N + r] for the panel's `rows` rows.
 template <bool MIN, int TB>
 void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0, float* y, int64_t N, int64_t rows) {
-  __m512 acc[TB];
-  for (int t = 0; t < TB; ++t) acc[t] = _mm512_setzero_ps();
+  V::F acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = V::zerof();
   for (int64_t b = 0; b < nb; ++b) {
     const PanelBlock& p = panel[b];
-    __m512i w[8];
-    for (int g = 0; g < 8; ++g) w[g] = _mm512_load_si512(p.quads[g]);
-    const __m512 d = _mm512_load_ps(p.d);
+    V::I w[8];
+    for (int g = 0; g < 8; ++g) w[g] = V::load(p.quads[g]);
+    const V::F d = V::loadf(p.d);
     for (int t = 0; t < TB; ++t) {
       const int64_t at = (t0 + t) * nb + b;
       const int8_t* xq = a.q + (t0 + t) * a.K + b * 32;
       int32_t x4[8];
       std::memcpy(x4, xq, 32);
       // Two chains of four (a VPDPBUSD waits for its accumulator), the + 128 taken out at the start.
-      __m512i even = _mm512_set1_epi32(-128 * a.bsum32[at]), odd = _mm512_setzero_si512();
+      V::I even = V::set1(-128 * a.bsum32[at]), odd = V::zero();
       for (int g = 0; g < 8; g += 2) {
-        even = _mm512_dpbusd_epi32(even, w[g], _mm512_set1_epi32(x4[g]));
-        odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(x4[g + 1]));
+        even = V::dpbusd(even, w[g], V::set1(x4[g]));
+        odd = V::dpbusd(odd, w[g + 1], V::set1(x4[g + 1]));
       }
       const float dx = a.d[at];
-      const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
-      acc[t] = _mm512_fmadd_ps(sum, _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
-      if constexpr (MIN) acc[t] = _mm512_fmadd_ps(_mm512_load_ps(p.c), _mm512_set1_ps(dx * static_cast<float>(a.bsum32[at])), acc[t]);
+      const V::F sum = V::cvt(V::add(even, odd));
+      acc[t] = V::fmadd(sum, V::mul(d, V::set1f(dx)), acc[t]);
+      if constexpr (MIN) acc[t] = V::fmadd(V::loadf(p.c), V::set1f(dx * static_cast<float>(a.bsum32[at])), acc[t]);
     }
   }
-  const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
-  for (int t = 0; t < TB; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * N, keep, acc[t]);
+  for (int t = 0; t < TB; ++t) V::store(y + (t0 + t) * N, acc[t], rows);
 }
 
 // ---- K-quants: superblocks of 256 values, sub-blocks of S values with an integer scale each ----------
@@ -226,45 +273,44 @@ void repack_k(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows
 template <class F, int TB>
 void panel_tokens_k(const PanelSuper* panel, int64_t ns, const Act& a, int64_t t0, float* y, int64_t N, int64_t rows) {
   constexpr int kSub = 256 / F::S, kQuads = F::S / 4;
-  __m512 acc[TB];
-  for (int t = 0; t < TB; ++t) acc[t] = _mm512_setzero_ps();
+  V::F acc[TB];
+  for (int t = 0; t < TB; ++t) acc[t] = V::zerof();
   for (int64_t s = 0; s < ns; ++s) {
     const PanelSuper& p = panel[s];
-    __m512i total[TB];
-    for (int t = 0; t < TB; ++t) total[t] = _mm512_setzero_si512();
+    V::I total[TB];
+    for (int t = 0; t < TB; ++t) total[t] = V::zero();
     for (int j = 0; j < kSub; ++j) {
-      __m512i w[kQuads];
-      for (int g = 0; g < kQuads; ++g) w[g] = _mm512_load_si512(p.quads[j * kQuads + g]);
-      const __m512i sc = _mm512_load_si512(p.sc[j]);
+      V::I w[kQuads];
+      for (int g = 0; g < kQuads; ++g) w[g] = V::load(p.quads[j * kQuads + g]);
+      const V::I sc = V::load(p.sc[j]);
       for (int t = 0; t < TB; ++t) {
         const int8_t* xq = a.q + (t0 + t) * a.K + s * 256 + j * F::S;
         int32_t x4[kQuads];
         std::memcpy(x4, xq, F::S);
-        __m512i sum = _mm512_setzero_si512();
+        V::I sum = V::zero();
         if constexpr (F::O != 0) {
           const int16_t bs = F::S == 16 ? a.bsum16[(t0 + t) * (a.K / 16) + s * 16 + j] : a.bsum32[(t0 + t) * (a.K / 32) + s * 8 + j];
-          sum = _mm512_set1_epi32(-F::O * bs);
+          sum = V::set1(-F::O * bs);
         }
-        for (int g = 0; g < kQuads; ++g) sum = _mm512_dpbusd_epi32(sum, w[g], _mm512_set1_epi32(x4[g]));
-        total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(sum, sc));
+        for (int g = 0; g < kQuads; ++g) sum = V::dpbusd(sum, w[g], V::set1(x4[g]));
+        total[t] = V::add(total[t], V::mullo(sum, sc));
       }
     }
-    const __m512 d = _mm512_load_ps(p.d);
+    const V::F d = V::loadf(p.d);
     for (int t = 0; t < TB; ++t) {
       const float dx = a.d[(t0 + t) * ns + s];
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+      acc[t] = V::fmadd(V::cvt(total[t]), V::mul(d, V::set1f(dx)), acc[t]);
       if constexpr (F::kMins) {
         int32_t bs2[kSub / 2];  // Σ x̂ of sub-blocks 2i and 2i + 1 as an int16 pair
         std::memcpy(bs2, F::S == 16 ? a.bsum16 + (t0 + t) * (a.K / 16) + s * 16 : a.bsum32 + (t0 + t) * (a.K / 32) + s * 8,
                     sizeof bs2);
-        __m512i m = _mm512_setzero_si512();
-        for (int i = 0; i < kSub / 2; ++i) m = _mm512_dpwssd_epi32(m, _mm512_load_si512(p.mins[i]), _mm512_set1_epi32(bs2[i]));
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_load_ps(p.dmin), _mm512_set1_ps(dx)), acc[t]);
+        V::I m = V::zero();
+        for (int i = 0; i < kSub / 2; ++i) m = V::dpwssd(m, V::load(p.mins[i]), V::set1(bs2[i]));
+        acc[t] = V::fnmadd(V::cvt(m), V::mul(V::loadf(p.dmin), V::set1f(dx)), acc[t]);
       }
     }
   }
-  const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
-  for (int t = 0; t < TB; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * N, keep, acc[t]);
+  for (int t = 0; t < TB; ++t) V::store(y + (t0 + t) * N, acc[t], rows);
 }
 
 // The 32-value types (TYPE) or a K-quant (F): groups of 16 rows split across threads, each repacked
