@@ -145,7 +145,7 @@ void rows_more(bool vnni, GgmlType type, int64_t tb, const uint8_t* blocks, int6
 
 #if defined(KAPITSA_GGML_INT8)
 // From this many tokens, the types with row kernels run as panels of 16 or 8 rows where the level has
-// them (matmul_ggml_panel.cpp: avx512, avxvnni): returns false, having done nothing, where it does not apply.
+// them (matmul_ggml_panel.cpp: the x86 levels with AVX2): returns false, having done nothing, where it does not apply.
 constexpr int64_t kPanelTokens = 64;
 bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N);
 #endif

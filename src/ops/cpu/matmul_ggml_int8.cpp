@@ -576,7 +576,7 @@ void matmul_ggml_int8(const Tensor& x, const Linear& w, const Tensor& y, bool vn
   const Act a{q.data(), d.data(), b16.data(), b32.data(), K, B};
   const auto* blocks = w.weight().data_as<const uint8_t>();
   const int64_t row_bytes = w.weight().dim(-1);
-  if (vnni && ggml_int8_has_vnni() && ggml_panels(type, blocks, row_bytes, a, T, y.f32(), N)) return;
+  if (vnni && ggml_panels(type, blocks, row_bytes, a, T, y.f32(), N)) return;  // many tokens, where the level has them
   if (vnni && ggml_int8_has_vnni()) rows<true>(type, blocks, row_bytes, a, T, y.f32(), N);
   else rows<false>(type, blocks, row_bytes, a, T, y.f32(), N);
 }

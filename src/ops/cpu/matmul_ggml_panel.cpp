@@ -1,13 +1,14 @@
 // Prefill GEMM for the GGUF types with int8-activation kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
 // and the K-quants Q2_K–Q6_K and IQ4_XS further down) from many tokens (kPanelTokens and more), at the
-// avx512 level (16 rows a register) and the avxvnni level (8): the row kernels' int8 activations, but a
-// register of rows at a time in its int32 lanes instead of one row's partial sums.
+// avx512 level (16 rows a register) and the avxvnni and avx2 levels (8; plain AVX2 only for codes below
+// 128): the row kernels' int8 activations, but a register of rows at a time in its int32 lanes instead of
+// one row's partial sums.
 // Each task repacks a group of rows, block by block, into a panel (per block: the rows' scales d and
-// mins c as f32, and their 32 codes as bytes + 128, four consecutive codes of one row in each int32 lane,
+// mins c as f32, and their 32 codes as unsigned bytes (+ an offset), four codes of one row in each int32 lane,
 // 8 registers for the block), then runs every token over it: VPDPBUSD multiplies a register of rows'
 // code quads by one token's 4 activation codes broadcast, so 8 of them give the rows' whole block dots
-// in int32 lanes, with no horizontal sums. The + 128 comes back out as 128 · Σ x̂ (the accumulator starts
-// there); then one convert and one FMA (scale d·dx) per register of rows, token and block, against ~5
+// in int32 lanes, with no horizontal sums. The offset comes back out as offset · Σ x̂ (the accumulator
+// starts there); then one convert and one FMA (scale d·dx) per register of rows, token and block, against ~5
 // operations per row, token and block in the row kernels. The repacking costs about one row-kernel pass
 // and is shared by all the tokens: decode stays on the row kernels.
 // Sums per (row, token) are formed in block order in f32, so outputs differ from the row kernels' by
@@ -21,15 +22,15 @@
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
 
-#if defined(KAPITSA_GGML_INT8) && !defined(KAPITSA_GGML_INT8_NEON) && \
-    (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) || defined(__AVXVNNI__))
+#if defined(KAPITSA_GGML_INT8) && !defined(KAPITSA_GGML_INT8_NEON)
 namespace {
 
-// The level's registers: 16 rows in a 512-bit one at the avx512 level, 8 in a 256-bit one with AVX-VNNI
-// (plain AVX2 has no VPDPBUSD, and VPMADDUBSW would saturate on the codes + 128).
+// The level's registers: 16 rows in a 512-bit one at the avx512 level, 8 in a 256-bit one at the avxvnni
+// and avx2 levels.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 struct V {
   static constexpr int64_t kRows = 16;
+  static constexpr int kMaxCode = 255;  // the largest unsigned code VPDPBUSD takes exactly
   using I = __m512i;
   using F = __m512;
   static I load(const void* p) { return _mm512_load_si512(p); }
@@ -49,8 +50,15 @@ struct V {
   static void store(float* y, F v, int64_t rows) { _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v); }
 };
 #else
+// AVX2 (with AVX-VNNI, or without: then VPMADDUBSW + VPMADDWD, exact only for codes below 128, whose
+// byte pairs stay within int16 — Q8_0, IQ4_NL, MXFP4 and IQ4_XS keep the row kernels there).
 struct V {
   static constexpr int64_t kRows = 8;
+#if defined(__AVXVNNI__)
+  static constexpr int kMaxCode = 255;
+#else
+  static constexpr int kMaxCode = 127;
+#endif
   using I = __m256i;
   using F = __m256;
   static I load(const void* p) { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
@@ -59,8 +67,13 @@ struct V {
   static F set1f(float v) { return _mm256_set1_ps(v); }
   static I zero() { return _mm256_setzero_si256(); }
   static F zerof() { return _mm256_setzero_ps(); }
+#if defined(__AVXVNNI__)
   static I dpbusd(I acc, I u, I s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
   static I dpwssd(I acc, I a, I b) { return _mm256_dpwssd_avx_epi32(acc, a, b); }
+#else
+  static I dpbusd(I acc, I u, I s) { return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))); }
+  static I dpwssd(I acc, I a, I b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+#endif
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
@@ -75,6 +88,14 @@ struct V {
 #endif
 constexpr int64_t kRows = V::kRows;  // rows of a panel: the int32 lanes of a register
 
+// Codes go into the panel as code + kOffset: unsigned, as VPDPBUSD's first operand wants them (Q4_0's
+// q − 8 back to q, Q5_0's q − 16 to q; the signed code books and Q8_0 + 128); kOffset · Σ x̂ comes back out.
+template <GgmlType TYPE>
+constexpr int kOffset = TYPE == GgmlType::q4_0 ? 8 : TYPE == GgmlType::q5_0 ? 16 : kSignedCodes<TYPE> ? 128 : 0;
+template <GgmlType TYPE>
+constexpr int kMaxCode32 = TYPE == GgmlType::q4_0 || TYPE == GgmlType::q4_1 ? 15
+                           : TYPE == GgmlType::q5_0 || TYPE == GgmlType::q5_1 ? 31 : 255;
+
 // One block of 32 values of 16 rows.
 struct alignas(64) PanelBlock {
   float d[kRows];              // w = d · code + c
@@ -86,16 +107,16 @@ struct alignas(64) PanelBlock {
 template <GgmlType TYPE>
 void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t nb, PanelBlock* panel) {
   alignas(64) uint32_t codes[kRows][8];
-  const __m256i k128 = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(kOffset<TYPE>));
   for (int64_t b = 0; b < nb; ++b) {
     PanelBlock& p = panel[b];
     for (int64_t r = 0; r < kRows; ++r) {
       if (r < rows) {
         const Block32 w = decode32<TYPE>(blocks + (n0 + r) * row_bytes + b * kBlockBytes<TYPE>);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), _mm256_xor_si256(w.codes, k128));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), _mm256_add_epi8(w.codes, offset));
         p.d[r] = w.d, p.c[r] = w.c;
       } else {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), k128);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(codes[r]), offset);
         p.d[r] = p.c[r] = 0;
       }
     }
@@ -105,7 +126,7 @@ void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, 
 }
 
 // The panel · tokens [t0, t0 + TB) → y[t · N + r] for the panel's `rows` rows.
-template <bool MIN, int TB>
+template <int OFFSET, bool MIN, int TB>
 void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0, float* y, int64_t N, int64_t rows) {
   V::F acc[TB];
   for (int t = 0; t < TB; ++t) acc[t] = V::zerof();
@@ -119,8 +140,8 @@ void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0,
       const int8_t* xq = a.q + (t0 + t) * a.K + b * 32;
       int32_t x4[8];
       std::memcpy(x4, xq, 32);
-      // Two chains of four (a VPDPBUSD waits for its accumulator), the + 128 taken out at the start.
-      V::I even = V::set1(-128 * a.bsum32[at]), odd = V::zero();
+      // Two chains of four (a VPDPBUSD waits for its accumulator), the offset taken out at the start.
+      V::I even = OFFSET ? V::set1(-OFFSET * a.bsum32[at]) : V::zero(), odd = V::zero();
       for (int g = 0; g < 8; g += 2) {
         even = V::dpbusd(even, w[g], V::set1(x4[g]));
         odd = V::dpbusd(odd, w[g + 1], V::set1(x4[g + 1]));
@@ -150,7 +171,7 @@ struct SuperRow {
 // qh[l] for the low-nibble half of the c-th 64 values, bit 2c + 1 for the high one).
 template <bool FIVE>
 struct K4 {
-  static constexpr int S = 32, O = 0;
+  static constexpr int S = 32, O = 0, kMaxCode = FIVE ? 31 : 15;
   static constexpr bool kMins = true;
   static constexpr int64_t kBytes = FIVE ? 176 : 144;
   static void decode(const uint8_t* b, SuperRow& r) {
@@ -173,7 +194,7 @@ struct K4 {
 // value l + 32i (i < 4) takes low bits from ql (low nibbles of ql[l], ql[l + 32], then high nibbles)
 // and bits 2i.. of qh[l] as its top two.
 struct K6 {
-  static constexpr int S = 16, O = 32;
+  static constexpr int S = 16, O = 32, kMaxCode = 63;
   static constexpr bool kMins = false;
   static constexpr int64_t kBytes = 210;
   static void decode(const uint8_t* b, SuperRow& r) {
@@ -199,7 +220,7 @@ struct K6 {
 // q3_k says where their bits are).
 template <bool THREE>
 struct K23 {
-  static constexpr int S = 16, O = THREE ? 4 : 0;
+  static constexpr int S = 16, O = THREE ? 4 : 0, kMaxCode = THREE ? 7 : 3;
   static constexpr bool kMins = !THREE;
   static constexpr int64_t kBytes = THREE ? 110 : 84;
   static void decode(const uint8_t* b, SuperRow& r) {
@@ -226,7 +247,7 @@ struct K23 {
 // IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: 8 sub-blocks of 32 laid out as IQ4_NL blocks, code-book
 // levels (signed: stored + 128, offset 128), 6-bit scales stored + 32.
 struct Iq4Xs {
-  static constexpr int S = 32, O = 128;
+  static constexpr int S = 32, O = 128, kMaxCode = 241;
   static constexpr bool kMins = false;
   static constexpr int64_t kBytes = 136;
   static void decode(const uint8_t* b, SuperRow& r) {
@@ -335,10 +356,11 @@ template <GgmlType TYPE>
 void panels32(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
   const int64_t nb = a.K / 32;
   constexpr bool kMin = !kSignedCodes<TYPE>;
+  constexpr int kOff = kOffset<TYPE>;
   panels<PanelBlock>(
       nb, T, N, [&](int64_t n0, int64_t rows, PanelBlock* p) { repack<TYPE>(blocks, row_bytes, n0, rows, nb, p); },
-      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kMin, 1>(p, nb, a, t0, y + n0, N, rows); },
-      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kMin, 4>(p, nb, a, t0, y + n0, N, rows); });
+      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kOff, kMin, 1>(p, nb, a, t0, y + n0, N, rows); },
+      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kOff, kMin, 4>(p, nb, a, t0, y + n0, N, rows); });
 }
 
 template <class F>
@@ -350,24 +372,36 @@ void panels_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T,
       [&](const PanelSuper* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens_k<F, 4>(p, ns, a, t0, y + n0, N, rows); });
 }
 
+// A type runs as panels where the level multiplies its codes exactly (kMaxCode).
+template <GgmlType TYPE>
+bool try32(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  if constexpr (kMaxCode32<TYPE> > V::kMaxCode) return false;
+  else return panels32<TYPE>(blocks, row_bytes, a, T, y, N), true;
+}
+template <class F>
+bool try_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  if constexpr (F::kMaxCode > V::kMaxCode) return false;
+  else return panels_k<F>(blocks, row_bytes, a, T, y, N), true;
+}
+
 }  // namespace
 
 bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
   if (T < kPanelTokens) return false;
   switch (type) {
-    case GgmlType::q8_0: panels32<GgmlType::q8_0>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q4_0: panels32<GgmlType::q4_0>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q4_1: panels32<GgmlType::q4_1>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q5_0: panels32<GgmlType::q5_0>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q5_1: panels32<GgmlType::q5_1>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::iq4_nl: panels32<GgmlType::iq4_nl>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::mxfp4: panels32<GgmlType::mxfp4>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q4_k: panels_k<K4<false>>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q5_k: panels_k<K4<true>>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q6_k: panels_k<K6>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q2_k: panels_k<K23<false>>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::q3_k: panels_k<K23<true>>(blocks, row_bytes, a, T, y, N); return true;
-    case GgmlType::iq4_xs: panels_k<Iq4Xs>(blocks, row_bytes, a, T, y, N); return true;
+    case GgmlType::q8_0: return try32<GgmlType::q8_0>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q4_0: return try32<GgmlType::q4_0>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q4_1: return try32<GgmlType::q4_1>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q5_0: return try32<GgmlType::q5_0>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q5_1: return try32<GgmlType::q5_1>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::iq4_nl: return try32<GgmlType::iq4_nl>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::mxfp4: return try32<GgmlType::mxfp4>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q4_k: return try_k<K4<false>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q5_k: return try_k<K4<true>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q6_k: return try_k<K6>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q2_k: return try_k<K23<false>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q3_k: return try_k<K23<true>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::iq4_xs: return try_k<Iq4Xs>(blocks, row_bytes, a, T, y, N);
     default: return false;
   }
 }
