@@ -219,13 +219,15 @@ TEST_P(OnBackend, WritePagedRowsEqualsRef) {
         for (int64_t i = 0; i < row; ++i)
           ASSERT_NEAR(back.f32()[i], rows.f32()[t * row + i], dt == DType::f32 ? 0.0 : 1e-2 * 3) << t << " " << i;
       }
-      for (int64_t slot = 0; slot < n_pages * P; ++slot)
-        if (!written[static_cast<size_t>(slot)])
+      for (int64_t slot = 0; slot < n_pages * P; ++slot) {
+        if (!written[static_cast<size_t>(slot)]) {
           ASSERT_EQ(std::memcmp(static_cast<uint8_t*>(got.tensor().data()) + slot * row * es,
                                 static_cast<uint8_t*>(pages.tensor().data()) + slot * row * es,
                                 static_cast<size_t>(row * es)),
                     0)
               << "slot " << slot;
+        }
+      }
     }
 }
 

@@ -1,4 +1,5 @@
-// The int8-activation GEMV for Q8_0, Q4_K and Q6_K blocks (decode, 1–8 tokens), as the cpu backend and
+// The int8-activation GEMV for Q8_0, Q4_K and Q6_K blocks (decode, 1–8 tokens; Q4_0, IQ4_NL, Q5_K and IQ4_XS
+// too with KAPITSA_CUDA_GGML_INT8_MORE=1, until a GPU run has tested them), as the cpu backend and
 // llama.cpp do it: x is rounded once to int8 codes with one f32 scale per block of B inputs (dx =
 // max|x| / 127, q = round-half-even(x / dx); B = 32 for Q8_0, 256 for the K-quants — the cpu backend's
 // rounding bit for bit), then each weight unit is dotted in integers with __dp4a (four byte products a
@@ -162,6 +163,124 @@ template <> struct Unit<ggml::q6_k> {
   }
 };
 
+// ---- the other common types (session 25; used only with KAPITSA_CUDA_GGML_INT8_MORE=1 until a GPU run
+// has passed their op tests: written where no GPU was lent) ---------------------------------------------
+
+// Four 4-bit code-book entries (IQ4_NL / IQ4_XS levels): byte k of the result is the level of the code in
+// byte k of q4 (0…15): two byte permutes of the 16-entry table, picked per byte by the code's bit 3.
+__device__ __forceinline__ int iq4_levels4(uint32_t q4) {
+  const uint32_t sel = (q4 & 0x7u) | ((q4 >> 4) & 0x70u) | ((q4 >> 8) & 0x700u) | ((q4 >> 12) & 0x7000u);
+  const uint32_t lo = __byte_perm(0xBFAD9881u, 0xF6EADDCFu, sel), hi = __byte_perm(0x26190D01u, 0x71594535u, sel);
+  const uint32_t high = ((q4 & 0x08080808u) >> 3) * 0xFFu;  // 0xFF in the bytes whose code is 8 or more
+  return static_cast<int>((lo & ~high) | (hi & high));
+}
+
+// Q4_0 {d; qs[16]} (unit: the block): value j is the low nibble of qs[j], value j + 16 its high one, minus 8;
+// y += (d·dx)·(Σ q·x̂ − 8Σx̂). IQ4_NL {d; qs[16]}: the same nibbles as code-book levels, no offset.
+template <bool IQ4>
+struct Nibbles32 {
+  static constexpr int kInputs = 32;
+  float d;
+  uint32_t q[4];
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t u) {
+    const auto s = ggml::load_bytes<18>(row + u * 18);
+    d = s.f16(0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = s.u32(2 + 4 * i);
+  }
+  __device__ __forceinline__ float dot(const Act& a, int64_t t, int64_t u) const {
+    const int8_t* xq = a.q + t * a.K + u * 32;
+    const int4 x0 = load16(xq), x1 = load16(xq + 16);
+    const int xl[4] = {x0.x, x0.y, x0.z, x0.w}, xh[4] = {x1.x, x1.y, x1.z, x1.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = q[i] & 0x0F0F0F0Fu, hi = (q[i] >> 4) & 0x0F0F0F0Fu;
+      s = __dp4a(IQ4 ? iq4_levels4(lo) : static_cast<int>(lo), xl[i], s);
+      s = __dp4a(IQ4 ? iq4_levels4(hi) : static_cast<int>(hi), xh[i], s);
+    }
+    if constexpr (!IQ4) {
+      const int16_t* bs = a.bsum16 + (t * a.K + u * 32) / 16;
+      s -= 8 * (bs[0] + bs[1]);
+    }
+    return static_cast<float>(s) * (d * a.dx[t * (a.K / 32) + u]);
+  }
+};
+template <> struct Unit<ggml::q4_0> : Nibbles32<false> {};
+template <> struct Unit<ggml::iq4_nl> : Nibbles32<true> {};
+
+// Q5_K {d; dmin; scales[12]; qh[32]; qs[128]}: Q4_K's unit of 64 inputs plus a fifth bit from qh (bit 2c of
+// qh[l] for the low-nibble half of the c-th 64 values, 2c + 1 for the high one).
+template <> struct Unit<ggml::q5_k> {
+  static constexpr int kInputs = 64;
+  float d, dmin;
+  int sc0, m0, sc1, m1;
+  uint32_t lo[8], hi[8];
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t u) {
+    const uint8_t* b = row + (u / 4) * 176;
+    const int c = static_cast<int>(u % 4);
+    const auto h = ggml::load_bytes<16>(b);
+    const auto qh = ggml::load_bytes<32>(b + 16);
+    const auto s = ggml::load_bytes<32>(b + 48 + 32 * c);
+    d = h.f16(0), dmin = h.f16(2);
+    ggml::scale_min_k4(2 * c, h.w[1], h.w[2], h.w[3], sc0, m0);
+    ggml::scale_min_k4(2 * c + 1, h.w[1], h.w[2], h.w[3], sc1, m1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      lo[i] = (s.w[i] & 0x0F0F0F0Fu) | (((qh.w[i] >> (2 * c)) & 0x01010101u) << 4);
+      hi[i] = ((s.w[i] >> 4) & 0x0F0F0F0Fu) | (((qh.w[i] >> (2 * c + 1)) & 0x01010101u) << 4);
+    }
+  }
+  __device__ __forceinline__ float dot(const Act& a, int64_t t, int64_t u) const {
+    const int8_t* xq = a.q + t * a.K + u * 64;
+    int sl = 0, sh = 0;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int4 xl = load16(xq + 16 * k), xh = load16(xq + 32 + 16 * k);
+      sl = __dp4a(static_cast<int>(lo[4 * k]), xl.x, sl), sl = __dp4a(static_cast<int>(lo[4 * k + 1]), xl.y, sl);
+      sl = __dp4a(static_cast<int>(lo[4 * k + 2]), xl.z, sl), sl = __dp4a(static_cast<int>(lo[4 * k + 3]), xl.w, sl);
+      sh = __dp4a(static_cast<int>(hi[4 * k]), xh.x, sh), sh = __dp4a(static_cast<int>(hi[4 * k + 1]), xh.y, sh);
+      sh = __dp4a(static_cast<int>(hi[4 * k + 2]), xh.z, sh), sh = __dp4a(static_cast<int>(hi[4 * k + 3]), xh.w, sh);
+    }
+    const int16_t* bs = a.bsum16 + (t * a.K + u * 64) / 16;
+    const int sum0 = bs[0] + bs[1], sum1 = bs[2] + bs[3];
+    const float dx = a.dx[t * (a.K / 256) + u / 4];
+    return static_cast<float>(sc0 * sl + sc1 * sh) * (d * dx) - static_cast<float>(m0 * sum0 + m1 * sum1) * (dmin * dx);
+  }
+};
+
+// IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: unit u is sub-block u % 8 of block u / 8, laid out as an
+// IQ4_NL block, with the 6-bit scale ls (stored + 32): y += (d·(ls − 32)·dx)·Σ level·x̂.
+template <> struct Unit<ggml::iq4_xs> {
+  static constexpr int kInputs = 32;
+  float d;
+  int ls;
+  uint32_t q[4];
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t u) {
+    const uint8_t* b = row + (u / 8) * 136;
+    const int ib = static_cast<int>(u % 8);
+    const auto h = ggml::load_bytes<8>(b);
+    const auto s = ggml::load_bytes<16>(b + 8 + 16 * ib);
+    d = h.f16(0);
+    const uint32_t scales_h = h.u16(2), scales_l = h.w[1];
+    ls = static_cast<int>(((scales_l >> (8 * (ib >> 1) + 4 * (ib & 1))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4)) - 32;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = s.w[i];
+  }
+  __device__ __forceinline__ float dot(const Act& a, int64_t t, int64_t u) const {
+    const int8_t* xq = a.q + t * a.K + u * 32;
+    const int4 x0 = load16(xq), x1 = load16(xq + 16);
+    const int xl[4] = {x0.x, x0.y, x0.z, x0.w}, xh[4] = {x1.x, x1.y, x1.z, x1.w};
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s = __dp4a(iq4_levels4(q[i] & 0x0F0F0F0Fu), xl[i], s);
+      s = __dp4a(iq4_levels4((q[i] >> 4) & 0x0F0F0F0Fu), xh[i], s);
+    }
+    return static_cast<float>(s * ls) * (d * a.dx[t * (a.K / 256) + u / 8]);
+  }
+};
+
 // y: [T, N] = x̂ · dequant(w)ᵀ, T ≤ MaxT; Routed as ggml.cu's GEMV (expert ids[p] on x̂ row p / k).
 template <uint32_t Type, int MaxT, bool Routed>
 __global__ void __launch_bounds__(kWarps * 32) ggml_gemv_int8_kernel(const Act act, const GgmlArgs a,
@@ -213,6 +332,10 @@ bool with_int8_type(uint32_t type, F&& f) {
     case ggml::q8_0: f(std::integral_constant<uint32_t, ggml::q8_0>{}); return true;
     case ggml::q4_k: f(std::integral_constant<uint32_t, ggml::q4_k>{}); return true;
     case ggml::q6_k: f(std::integral_constant<uint32_t, ggml::q6_k>{}); return true;
+    case ggml::q4_0: f(std::integral_constant<uint32_t, ggml::q4_0>{}); return true;
+    case ggml::iq4_nl: f(std::integral_constant<uint32_t, ggml::iq4_nl>{}); return true;
+    case ggml::q5_k: f(std::integral_constant<uint32_t, ggml::q5_k>{}); return true;
+    case ggml::iq4_xs: f(std::integral_constant<uint32_t, ggml::iq4_xs>{}); return true;
     default: return false;
   }
 }
@@ -227,8 +350,19 @@ bool ggml_int8_enabled() {
   return on;
 }
 
+bool ggml_int8_more_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_GGML_INT8_MORE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 int ggml_int8_block(uint32_t type) {
-  return type == ggml::q8_0 ? 32 : (type == ggml::q4_k || type == ggml::q6_k) ? 256 : 0;
+  if (type == ggml::q8_0) return 32;
+  if (type == ggml::q4_k || type == ggml::q6_k) return 256;
+  if (!ggml_int8_more_enabled()) return 0;
+  return (type == ggml::q4_0 || type == ggml::iq4_nl) ? 32 : (type == ggml::q5_k || type == ggml::iq4_xs) ? 256 : 0;
 }
 
 size_t ggml_int8_scratch_bytes(int64_t T, int64_t K, int64_t B) {

@@ -154,9 +154,11 @@ void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, uin
 // scale, 32 or 256; 0 for other types), T ≤ kGemvMaxTokens: quantize_x_int8 rounds x: [T, K] into
 // `scratch` (ggml_int8_scratch_bytes) as the cpu backend does, then ggml_gemv_int8 / ggml_experts_int8
 // (every expert of one type) read it. An output moves by at most Σ|w_k|·dx_k/2 from the f32 result.
-// Off with KAPITSA_CUDA_GGML_INT8=0 (ggml_int8_enabled).
+// Off with KAPITSA_CUDA_GGML_INT8=0 (ggml_int8_enabled). Q4_0, IQ4_NL (32) and Q5_K, IQ4_XS (256) too with
+// KAPITSA_CUDA_GGML_INT8_MORE=1 (ggml_int8_more_enabled; off by default until a GPU run has tested them).
 int ggml_int8_block(uint32_t type);
 bool ggml_int8_enabled();
+bool ggml_int8_more_enabled();
 size_t ggml_int8_scratch_bytes(int64_t T, int64_t K, int64_t B);
 void quantize_x_int8(const float* x, int64_t T, int64_t K, int64_t B, void* scratch, cudaStream_t s);
 void ggml_gemv_int8(const void* scratch, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
