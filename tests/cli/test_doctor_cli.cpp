@@ -72,7 +72,7 @@ TEST(DoctorCli, CpuIsaEnvironmentPicksALowerLevel) {
   const CommandResult bad = run_kapitsa("--version", "KAPITSA_CPU_ISA=avx9000");
   EXPECT_NE(bad.exit_code, 0);
 #if defined(__aarch64__)
-  const char* names = "baseline or dotprod";
+  const char* names = "baseline, dotprod or i8mm";
 #else
   const char* names = "baseline, avx2, avxvnni or avx512";
 #endif

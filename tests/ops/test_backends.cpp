@@ -139,7 +139,9 @@ TEST(CpuLevels, BestLevelIsWhatProcCpuinfoLists) {
   // avxvnni is not below avx512 (cpu.h): the CPU runs it exactly when it lists avx_vnni beside x86-64-v3.
   EXPECT_EQ(cpu::missing_features(cpu::Level::avxvnni).empty(), vnni) << flags;
 #elif defined(__aarch64__) && defined(__linux__)
-  const cpu::Level want = has({"asimddp"}) ? cpu::Level::dotprod : cpu::Level::baseline;
+  const cpu::Level want = has({"asimddp", "i8mm"}) ? cpu::Level::i8mm
+                          : has({"asimddp"})       ? cpu::Level::dotprod
+                                                   : cpu::Level::baseline;
 #else
   const cpu::Level want = cpu::Level::baseline;
 #endif

@@ -30,11 +30,12 @@ namespace kapitsa::ops::cpu {
 // Not a chain: an Ice Lake or Zen 4 runs avx512 but not avxvnni (no AVX-VNNI), so each level states
 // everything it needs and a CPU may run a level without running every level listed before it.
 // AArch64 — baseline: ARMv8.0-A with Advanced SIMD (NEON, mandatory there); dotprod: + the int8 dot
-// product (SDOT/UDOT, ARMv8.2's FEAT_DotProd). (No i8mm level yet: no kernel uses SMMLA.)
+// product (SDOT/UDOT, ARMv8.2's FEAT_DotProd); i8mm: + the int8 matrix multiply (SMMLA, FEAT_I8MM), which
+// the prefill panels use (matmul_ggml_panel.cpp).
 // On other architectures only baseline is compiled (plain C++).
 #if defined(__aarch64__)
-enum class Level { baseline, dotprod };
-inline constexpr Level kLevels[] = {Level::baseline, Level::dotprod};
+enum class Level { baseline, dotprod, i8mm };
+inline constexpr Level kLevels[] = {Level::baseline, Level::dotprod, Level::i8mm};
 #else
 enum class Level { baseline, avx2, avxvnni, avx512 };
 inline constexpr Level kLevels[] = {Level::baseline, Level::avx2, Level::avxvnni, Level::avx512};
@@ -109,9 +110,14 @@ namespace kapitsa::ops::cpu::dotprod {
 #include "ops/op_list.inc"
 KAPITSA_CPU_DECLARE_LEVEL
 }  // namespace kapitsa::ops::cpu::dotprod
-#define KAPITSA_CPU_AT(level, fn)                                                    \
-  ((level) == ::kapitsa::ops::cpu::Level::dotprod ? &::kapitsa::ops::cpu::dotprod::fn \
-                                                  : &::kapitsa::ops::cpu::baseline::fn)
+namespace kapitsa::ops::cpu::i8mm {
+#include "ops/op_list.inc"
+KAPITSA_CPU_DECLARE_LEVEL
+}  // namespace kapitsa::ops::cpu::i8mm
+#define KAPITSA_CPU_AT(level, fn)                                                     \
+  ((level) == ::kapitsa::ops::cpu::Level::i8mm      ? &::kapitsa::ops::cpu::i8mm::fn    \
+   : (level) == ::kapitsa::ops::cpu::Level::dotprod ? &::kapitsa::ops::cpu::dotprod::fn \
+                                                    : &::kapitsa::ops::cpu::baseline::fn)
 #else
 #define KAPITSA_CPU_AT(level, fn) (&::kapitsa::ops::cpu::baseline::fn)
 #endif

@@ -74,6 +74,7 @@ std::vector<Feature> needs(Level level) {
   // Advanced SIMD is part of every AArch64 CPU (baseline). The names are /proc/cpuinfo's "Features".
 #if defined(__linux__)
   const bool dotprod = (getauxval(AT_HWCAP) & (1ul << 20)) != 0;  // HWCAP_ASIMDDP
+  const bool i8mm = (getauxval(AT_HWCAP2) & (1ul << 13)) != 0;    // HWCAP2_I8MM
 #elif defined(__APPLE__)
   const auto has = [](const char* name) {
     int v = 0;
@@ -81,12 +82,14 @@ std::vector<Feature> needs(Level level) {
     return sysctlbyname(name, &v, &size, nullptr, 0) == 0 && v != 0;
   };
   const bool dotprod = has("hw.optional.arm.FEAT_DotProd");
+  const bool i8mm = has("hw.optional.arm.FEAT_I8MM");
 #else
-  const bool dotprod = false;  // no way to ask here: the baseline kernels
+  const bool dotprod = false, i8mm = false;  // no way to ask here: the baseline kernels
 #endif
   switch (level) {
     case Level::baseline: return {};
     case Level::dotprod: return {{"asimddp", dotprod}};
+    case Level::i8mm: return {{"asimddp", dotprod}, {"i8mm", i8mm}};
   }
 #endif
   return {{"x86-64", level == Level::baseline}};
@@ -126,6 +129,7 @@ BackendTable make_table(Level level, std::string_view name) {
   if (level == Level::avxvnni) return avxvnni::table(name);
   if (level == Level::avx2) return avx2::table(name);
 #elif defined(__aarch64__)
+  if (level == Level::i8mm) return i8mm::table(name);
   if (level == Level::dotprod) return dotprod::table(name);
 #endif
   return baseline::table(name);
@@ -137,6 +141,7 @@ std::string_view level_name(Level level) {
   switch (level) {
 #if defined(__aarch64__)
     case Level::dotprod: return "dotprod";
+    case Level::i8mm: return "i8mm";
 #else
     case Level::avx2: return "avx2";
     case Level::avxvnni: return "avxvnni";
@@ -195,7 +200,7 @@ const BackendTable* backend_for(Level level) {
       // The names live as long as the tables ("cpu_" + level_name).
       static constexpr std::string_view kNames[] = {
 #if defined(__aarch64__)
-          "cpu_baseline", "cpu_dotprod"};
+          "cpu_baseline", "cpu_dotprod", "cpu_i8mm"};
 #else
           "cpu_baseline", "cpu_avx2", "cpu_avxvnni", "cpu_avx512"};
 #endif

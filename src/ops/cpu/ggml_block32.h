@@ -1,6 +1,7 @@
 // The GGUF block types of 32 values (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4) as the int8-activation
-// kernels read them (internal to ops/cpu): each block's bytes, and on x86-64 its decoding into 32 byte codes
-// in a register with w = d · code + c. Shared by the row kernels (matmul_ggml_int8_more.cpp) and the
+// kernels read them (internal to ops/cpu): each block's bytes, and its decoding into 32 byte codes in
+// registers with w = d · code + c (x86-64: one 256-bit register, unsigned where the row kernels want it;
+// AArch64: two 128-bit halves, signed). Shared by the row kernels (matmul_ggml_int8_more.cpp) and the
 // prefill panels (matmul_ggml_panel.cpp).
 #pragma once
 
@@ -26,7 +27,52 @@ constexpr std::array<float, 256> kE8m0Half = [] {
   return table;
 }();
 
-#if !defined(KAPITSA_GGML_INT8_NEON)
+#if defined(KAPITSA_GGML_INT8_NEON)
+// AArch64: the codes as signed bytes with the offsets applied (q − 8, q − 16), code-book levels by TBL.
+// 16 bytes of nibbles: value j in lane j of lo (low nibbles) and hi (high nibbles, values 16–31).
+struct Halves {
+  int8x16_t lo, hi;
+};
+inline Halves nibbles(const uint8_t* qs) {
+  const uint8x16_t v = vld1q_u8(qs);
+  return {vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8(v, 4))};
+}
+// Bits 0–15 (lo) and 16–31 (hi) of 4 little-endian bytes as 0x10 in lane j (Q5_0 / Q5_1's fifth bits).
+inline Halves fifth_bits(const uint8_t* qh) {
+  const uint8x16_t bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  auto spread = [&](uint8_t b0, uint8_t b1) {
+    const uint8x16_t v = vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1));
+    return vreinterpretq_s8_u8(vandq_u8(vtstq_u8(v, bit), vdupq_n_u8(0x10)));
+  };
+  return {spread(qh[0], qh[1]), spread(qh[2], qh[3])};
+}
+inline Halves offset(Halves h, int8_t by) { return {vaddq_s8(h.lo, vdupq_n_s8(by)), vaddq_s8(h.hi, vdupq_n_s8(by))}; }
+inline Halves either(Halves a, Halves b) { return {vorrq_s8(a.lo, b.lo), vorrq_s8(a.hi, b.hi)}; }
+inline Halves lookup(int8x16_t table, Halves h) {
+  return {vqtbl1q_s8(table, vreinterpretq_u8_s8(h.lo)), vqtbl1q_s8(table, vreinterpretq_u8_s8(h.hi))};
+}
+inline int8x16_t iq4_table() {
+  return int8x16_t{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+}
+
+// A block of 32 values decoded: w_j = d · codes_j + c (c only for Q4_1 / Q5_1's min).
+struct Block32 {
+  Halves codes;
+  float d, c;
+};
+template <GgmlType TYPE>
+inline Block32 decode32(const uint8_t* b) {
+  if constexpr (TYPE == GgmlType::q8_0) return {{vld1q_s8(reinterpret_cast<const int8_t*>(b + 2)), vld1q_s8(reinterpret_cast<const int8_t*>(b + 18))}, f16(b), 0};
+  if constexpr (TYPE == GgmlType::q4_0) return {offset(nibbles(b + 2), -8), f16(b), 0};
+  if constexpr (TYPE == GgmlType::q4_1) return {nibbles(b + 4), f16(b), f16(b + 2)};
+  if constexpr (TYPE == GgmlType::q5_0) return {offset(either(nibbles(b + 6), fifth_bits(b + 2)), -16), f16(b), 0};
+  if constexpr (TYPE == GgmlType::q5_1) return {either(nibbles(b + 8), fifth_bits(b + 4)), f16(b), f16(b + 2)};
+  if constexpr (TYPE == GgmlType::iq4_nl) return {lookup(iq4_table(), nibbles(b + 2)), f16(b), 0};
+  if constexpr (TYPE == GgmlType::mxfp4)
+    return {lookup(int8x16_t{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}, nibbles(b + 1)), kE8m0Half[b[0]], 0};
+}
+
+#else
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline __m256i low4() { return _mm256_set1_epi8(0x0F); }  // a function: a global would run AVX2 at start-up
 

@@ -22,6 +22,121 @@
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8 {
 
+#if defined(KAPITSA_GGML_INT8)
+namespace {
+// ---- K-quants: superblocks of 256 values, sub-blocks of S values with an integer scale each ----------
+// A row's superblock in one form for every K-quant: w = d · sc_j · (q − O) − dmin · m_j for value k of
+// sub-block j, q an unsigned byte code. Σ_k w_k·x̂_k = d · Σ_j sc_j · (Σ_{k∈j} q_k·x̂_k − O · Σ_{k∈j} x̂_k)
+// − dmin · Σ_j m_j · Σ_{k∈j} x̂_k: the inner sums by VPDPBUSD as above, the scales by VPMULLD in int32
+// (at most 2^29 in magnitude), the mins' sum by VPDPWSSD on int16 pairs; one f32 step per 256 values.
+struct SuperRow {
+  uint8_t q[256];
+  int32_t sc[16], m[16];  // per sub-block (8 of 32 or 16 of 16)
+  float d, dmin;
+};
+
+// Q4_K {d; dmin; scales[12]; qs[128]} and Q5_K {d; dmin; scales[12]; qh[32]; qs[128]}: 8 sub-blocks of
+// 32, each 64 values from 32 bytes of qs (low nibbles, then high), Q5_K's fifth bits from qh (bit 2c of
+// qh[l] for the low-nibble half of the c-th 64 values, bit 2c + 1 for the high one).
+template <bool FIVE>
+struct K4 {
+  static constexpr int S = 32, O = 0, kMaxCode = FIVE ? 31 : 15;
+  static constexpr bool kMins = true;
+  static constexpr int64_t kBytes = FIVE ? 176 : 144;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    uint8_t sm[16];
+    k4_scales_and_mins(b + 4, sm);
+    for (int j = 0; j < 8; ++j) r.sc[j] = sm[j], r.m[j] = sm[8 + j];
+    r.d = f16(b), r.dmin = f16(b + 2);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (FIVE ? 48 : 16);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t v = qs[32 * c + l];
+        r.q[64 * c + l] = static_cast<uint8_t>((v & 15) | (FIVE ? ((qh[l] >> (2 * c)) & 1) << 4 : 0));
+        r.q[64 * c + 32 + l] = static_cast<uint8_t>((v >> 4) | (FIVE ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0));
+      }
+  }
+};
+
+// Q6_K {ql[128]; qh[64]; scales[16] int8; d}: 16 sub-blocks of 16, codes 0..63 with offset 32; in half n,
+// value l + 32i (i < 4) takes low bits from ql (low nibbles of ql[l], ql[l + 32], then high nibbles)
+// and bits 2i.. of qh[l] as its top two.
+struct K6 {
+  static constexpr int S = 16, O = 32, kMaxCode = 63;
+  static constexpr bool kMins = false;
+  static constexpr int64_t kBytes = 210;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    for (int j = 0; j < 16; ++j) r.sc[j] = static_cast<int8_t>(b[192 + j]), r.m[j] = 0;
+    r.d = f16(b + 208), r.dmin = 0;
+    for (int n = 0; n < 2; ++n) {
+      const uint8_t* ql = b + 64 * n;
+      const uint8_t* qh = b + 128 + 32 * n;
+      uint8_t* q = r.q + 128 * n;
+      for (int l = 0; l < 32; ++l) {
+        q[l] = static_cast<uint8_t>((ql[l] & 15) | ((qh[l] & 3) << 4));
+        q[l + 32] = static_cast<uint8_t>((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
+        q[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+        q[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+      }
+    }
+  }
+};
+
+// Q2_K {scales[16]; qs[64]; d; dmin} and Q3_K {hmask[32]; qs[64]; scales[12]; d}: 16 sub-blocks of 16;
+// value 32j + l of half n (j < 4, l < 32) is bits 2j.. of qs[32n + l]. Q2_K: scale and min in the nibbles
+// of scales[i]. Q3_K: bit 4n + j of hmask[l] as the third bit, offset 4, 6-bit scales stored + 32 (ref's
+// q3_k says where their bits are).
+template <bool THREE>
+struct K23 {
+  static constexpr int S = 16, O = THREE ? 4 : 0, kMaxCode = THREE ? 7 : 3;
+  static constexpr bool kMins = !THREE;
+  static constexpr int64_t kBytes = THREE ? 110 : 84;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    const uint8_t* qs = b + (THREE ? 32 : 16);
+    if constexpr (THREE) {
+      const uint8_t* sc = b + 96;
+      for (int i = 0; i < 16; ++i)
+        r.sc[i] = (((i < 8 ? sc[i] : sc[i - 8] >> 4) & 15) | (((sc[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32, r.m[i] = 0;
+      r.d = f16(b + 108), r.dmin = 0;
+    } else {
+      for (int i = 0; i < 16; ++i) r.sc[i] = b[i] & 15, r.m[i] = b[i] >> 4;
+      r.d = f16(b + 80), r.dmin = f16(b + 82);
+    }
+    for (int n = 0; n < 2; ++n)
+      for (int j = 0; j < 4; ++j)
+        for (int l = 0; l < 32; ++l) {
+          int q = (qs[32 * n + l] >> (2 * j)) & 3;
+          if constexpr (THREE) q |= ((b[l] >> (4 * n + j)) & 1) << 2;
+          r.q[128 * n + 32 * j + l] = static_cast<uint8_t>(q);
+        }
+  }
+};
+
+// IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: 8 sub-blocks of 32 laid out as IQ4_NL blocks, code-book
+// levels (signed: stored + 128, offset 128), 6-bit scales stored + 32.
+struct Iq4Xs {
+  static constexpr int S = 32, O = 128, kMaxCode = 241;
+  static constexpr bool kMins = false;
+  static constexpr int64_t kBytes = 136;
+  static void decode(const uint8_t* b, SuperRow& r) {
+    static constexpr int8_t kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    const int scales_h = b[2] | b[3] << 8;
+    r.d = f16(b), r.dmin = 0;
+    for (int i = 0; i < 8; ++i) {
+      r.sc[i] = (((b[4 + i / 2] >> (4 * (i % 2))) & 15) | (((scales_h >> (2 * i)) & 3) << 4)) - 32, r.m[i] = 0;
+      const uint8_t* qs = b + 8 + 16 * i;
+      for (int j = 0; j < 16; ++j) {
+        r.q[32 * i + j] = static_cast<uint8_t>(kLevels[qs[j] & 15] + 128);
+        r.q[32 * i + j + 16] = static_cast<uint8_t>(kLevels[qs[j] >> 4] + 128);
+      }
+    }
+  }
+};
+
+}  // namespace
+#endif
+
 #if defined(KAPITSA_GGML_INT8) && !defined(KAPITSA_GGML_INT8_NEON)
 namespace {
 
@@ -155,116 +270,6 @@ void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0,
   for (int t = 0; t < TB; ++t) V::store(y + (t0 + t) * N, acc[t], rows);
 }
 
-// ---- K-quants: superblocks of 256 values, sub-blocks of S values with an integer scale each ----------
-// A row's superblock in one form for every K-quant: w = d · sc_j · (q − O) − dmin · m_j for value k of
-// sub-block j, q an unsigned byte code. Σ_k w_k·x̂_k = d · Σ_j sc_j · (Σ_{k∈j} q_k·x̂_k − O · Σ_{k∈j} x̂_k)
-// − dmin · Σ_j m_j · Σ_{k∈j} x̂_k: the inner sums by VPDPBUSD as above, the scales by VPMULLD in int32
-// (at most 2^29 in magnitude), the mins' sum by VPDPWSSD on int16 pairs; one f32 step per 256 values.
-struct SuperRow {
-  uint8_t q[256];
-  int32_t sc[16], m[16];  // per sub-block (8 of 32 or 16 of 16)
-  float d, dmin;
-};
-
-// Q4_K {d; dmin; scales[12]; qs[128]} and Q5_K {d; dmin; scales[12]; qh[32]; qs[128]}: 8 sub-blocks of
-// 32, each 64 values from 32 bytes of qs (low nibbles, then high), Q5_K's fifth bits from qh (bit 2c of
-// qh[l] for the low-nibble half of the c-th 64 values, bit 2c + 1 for the high one).
-template <bool FIVE>
-struct K4 {
-  static constexpr int S = 32, O = 0, kMaxCode = FIVE ? 31 : 15;
-  static constexpr bool kMins = true;
-  static constexpr int64_t kBytes = FIVE ? 176 : 144;
-  static void decode(const uint8_t* b, SuperRow& r) {
-    uint8_t sm[16];
-    k4_scales_and_mins(b + 4, sm);
-    for (int j = 0; j < 8; ++j) r.sc[j] = sm[j], r.m[j] = sm[8 + j];
-    r.d = f16(b), r.dmin = f16(b + 2);
-    const uint8_t* qh = b + 16;
-    const uint8_t* qs = b + (FIVE ? 48 : 16);
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t v = qs[32 * c + l];
-        r.q[64 * c + l] = static_cast<uint8_t>((v & 15) | (FIVE ? ((qh[l] >> (2 * c)) & 1) << 4 : 0));
-        r.q[64 * c + 32 + l] = static_cast<uint8_t>((v >> 4) | (FIVE ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0));
-      }
-  }
-};
-
-// Q6_K {ql[128]; qh[64]; scales[16] int8; d}: 16 sub-blocks of 16, codes 0..63 with offset 32; in half n,
-// value l + 32i (i < 4) takes low bits from ql (low nibbles of ql[l], ql[l + 32], then high nibbles)
-// and bits 2i.. of qh[l] as its top two.
-struct K6 {
-  static constexpr int S = 16, O = 32, kMaxCode = 63;
-  static constexpr bool kMins = false;
-  static constexpr int64_t kBytes = 210;
-  static void decode(const uint8_t* b, SuperRow& r) {
-    for (int j = 0; j < 16; ++j) r.sc[j] = static_cast<int8_t>(b[192 + j]), r.m[j] = 0;
-    r.d = f16(b + 208), r.dmin = 0;
-    for (int n = 0; n < 2; ++n) {
-      const uint8_t* ql = b + 64 * n;
-      const uint8_t* qh = b + 128 + 32 * n;
-      uint8_t* q = r.q + 128 * n;
-      for (int l = 0; l < 32; ++l) {
-        q[l] = static_cast<uint8_t>((ql[l] & 15) | ((qh[l] & 3) << 4));
-        q[l + 32] = static_cast<uint8_t>((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));
-        q[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-        q[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
-      }
-    }
-  }
-};
-
-// Q2_K {scales[16]; qs[64]; d; dmin} and Q3_K {hmask[32]; qs[64]; scales[12]; d}: 16 sub-blocks of 16;
-// value 32j + l of half n (j < 4, l < 32) is bits 2j.. of qs[32n + l]. Q2_K: scale and min in the nibbles
-// of scales[i]. Q3_K: bit 4n + j of hmask[l] as the third bit, offset 4, 6-bit scales stored + 32 (ref's
-// q3_k says where their bits are).
-template <bool THREE>
-struct K23 {
-  static constexpr int S = 16, O = THREE ? 4 : 0, kMaxCode = THREE ? 7 : 3;
-  static constexpr bool kMins = !THREE;
-  static constexpr int64_t kBytes = THREE ? 110 : 84;
-  static void decode(const uint8_t* b, SuperRow& r) {
-    const uint8_t* qs = b + (THREE ? 32 : 16);
-    if constexpr (THREE) {
-      const uint8_t* sc = b + 96;
-      for (int i = 0; i < 16; ++i)
-        r.sc[i] = (((i < 8 ? sc[i] : sc[i - 8] >> 4) & 15) | (((sc[8 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32, r.m[i] = 0;
-      r.d = f16(b + 108), r.dmin = 0;
-    } else {
-      for (int i = 0; i < 16; ++i) r.sc[i] = b[i] & 15, r.m[i] = b[i] >> 4;
-      r.d = f16(b + 80), r.dmin = f16(b + 82);
-    }
-    for (int n = 0; n < 2; ++n)
-      for (int j = 0; j < 4; ++j)
-        for (int l = 0; l < 32; ++l) {
-          int q = (qs[32 * n + l] >> (2 * j)) & 3;
-          if constexpr (THREE) q |= ((b[l] >> (4 * n + j)) & 1) << 2;
-          r.q[128 * n + 32 * j + l] = static_cast<uint8_t>(q);
-        }
-  }
-};
-
-// IQ4_XS {d; scales_h u16; scales_l[4]; qs[128]}: 8 sub-blocks of 32 laid out as IQ4_NL blocks, code-book
-// levels (signed: stored + 128, offset 128), 6-bit scales stored + 32.
-struct Iq4Xs {
-  static constexpr int S = 32, O = 128, kMaxCode = 241;
-  static constexpr bool kMins = false;
-  static constexpr int64_t kBytes = 136;
-  static void decode(const uint8_t* b, SuperRow& r) {
-    static constexpr int8_t kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-    const int scales_h = b[2] | b[3] << 8;
-    r.d = f16(b), r.dmin = 0;
-    for (int i = 0; i < 8; ++i) {
-      r.sc[i] = (((b[4 + i / 2] >> (4 * (i % 2))) & 15) | (((scales_h >> (2 * i)) & 3) << 4)) - 32, r.m[i] = 0;
-      const uint8_t* qs = b + 8 + 16 * i;
-      for (int j = 0; j < 16; ++j) {
-        r.q[32 * i + j] = static_cast<uint8_t>(kLevels[qs[j] & 15] + 128);
-        r.q[32 * i + j + 16] = static_cast<uint8_t>(kLevels[qs[j] >> 4] + 128);
-      }
-    }
-  }
-};
-
 // One superblock of 16 rows.
 struct alignas(64) PanelSuper {
   float d[kRows], dmin[kRows];
@@ -382,6 +387,212 @@ template <class F>
 bool try_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
   if constexpr (F::kMaxCode > V::kMaxCode) return false;
   else return panels_k<F>(blocks, row_bytes, a, T, y, N), true;
+}
+
+}  // namespace
+
+bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  if (T < kPanelTokens) return false;
+  switch (type) {
+    case GgmlType::q8_0: return try32<GgmlType::q8_0>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q4_0: return try32<GgmlType::q4_0>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q4_1: return try32<GgmlType::q4_1>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q5_0: return try32<GgmlType::q5_0>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q5_1: return try32<GgmlType::q5_1>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::iq4_nl: return try32<GgmlType::iq4_nl>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::mxfp4: return try32<GgmlType::mxfp4>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q4_k: return try_k<K4<false>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q5_k: return try_k<K4<true>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q6_k: return try_k<K6>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q2_k: return try_k<K23<false>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::q3_k: return try_k<K23<true>>(blocks, row_bytes, a, T, y, N);
+    case GgmlType::iq4_xs: return try_k<Iq4Xs>(blocks, row_bytes, a, T, y, N);
+    default: return false;
+  }
+}
+#elif defined(KAPITSA_GGML_INT8_NEON) && defined(__ARM_FEATURE_MATMUL_INT8)
+// ---- AArch64 with i8mm: SMMLA multiplies a 2 × 8 matrix of int8 (two rows' 8 codes) by another (two
+// tokens' 8 activation codes) into a 2 × 2 int32 tile: the panel holds rows in pairs, the activations are
+// laid out in token pairs once per call, and 4 SMMLA give two rows' whole block dots for two tokens. Codes
+// are signed with their offsets applied (q − 8, Q6_K's q − 32, …): no offset to take back out.
+namespace {
+
+constexpr int64_t kRows = 8;  // a group: 4 row pairs
+
+// x̂ in token pairs: pair p, block of 32 b, chunk j (8 inputs) → 16 bytes (token 2p's 8 codes, then 2p + 1's;
+// zeros for a token past T).
+std::vector<int8_t> token_pairs(const Act& a, int64_t T) {
+  const int64_t pairs = (T + 1) / 2, nb = a.K / 32;
+  std::vector<int8_t> xp(static_cast<size_t>(pairs * a.K * 2), 0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t j = 0; j < 4; ++j)
+        std::memcpy(xp.data() + ((t / 2 * nb + b) * 4 + j) * 16 + (t % 2) * 8, a.q + t * a.K + b * 32 + j * 8, 8);
+  return xp;
+}
+
+// The 2 × 2 tile [row r token t0, r t1, r + 1 t0, r + 1 t1] of a row pair and a token pair.
+inline void store_tile(float32x4_t v, float* y, int64_t N, int64_t t, int64_t T, int64_t r, int64_t rows) {
+  float o[4];
+  vst1q_f32(o, v);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t tt = t + (i & 1), rr = r + (i >> 1);
+    if (tt < T && rr < rows) y[tt * N + rr] = o[i];
+  }
+}
+// [v0, v0, v1, v1] and [v0, v1, v0, v1]: a row pair's values against a token pair's.
+inline float32x4_t rows2(const float* v) { return float32x4_t{v[0], v[0], v[1], v[1]}; }
+inline float32x4_t tokens2(float v0, float v1) { return float32x4_t{v0, v1, v0, v1}; }
+
+struct NeonBlock {
+  float d[kRows], c[kRows];
+  int8_t codes[kRows / 2][4][16];  // [row pair][chunk of 8][row 2p's codes, row 2p + 1's]
+};
+
+template <GgmlType TYPE>
+void repack_neon(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t nb, NeonBlock* panel) {
+  for (int64_t b = 0; b < nb; ++b) {
+    NeonBlock& p = panel[b];
+    for (int64_t r = 0; r < kRows; ++r) {
+      int8_t codes[32] = {};
+      p.d[r] = p.c[r] = 0;
+      if (r < rows) {
+        const Block32 w = decode32<TYPE>(blocks + (n0 + r) * row_bytes + b * kBlockBytes<TYPE>);
+        vst1q_s8(codes, w.codes.lo), vst1q_s8(codes + 16, w.codes.hi);
+        p.d[r] = w.d, p.c[r] = w.c;
+      }
+      for (int j = 0; j < 4; ++j) std::memcpy(p.codes[r / 2][j] + (r % 2) * 8, codes + 8 * j, 8);
+    }
+  }
+}
+
+template <bool MIN>
+void neon_tokens(const NeonBlock* panel, int64_t nb, const Act& a, const int8_t* xp, int64_t T, float* y, int64_t N,
+                 int64_t rows) {
+  for (int64_t t = 0; t < T; t += 2) {
+    const int8_t* x = xp + (t / 2) * nb * 64;
+    const int64_t t1 = std::min(t + 1, T - 1);  // a lone last token pairs with zeros; its dx is never used
+    float32x4_t acc[kRows / 2];
+    for (auto& v : acc) v = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      const NeonBlock& p = panel[b];
+      int8x16_t xv[4];
+      for (int j = 0; j < 4; ++j) xv[j] = vld1q_s8(x + (b * 4 + j) * 16);
+      const float dx0 = a.d[t * nb + b], dx1 = a.d[t1 * nb + b];
+      const float32x4_t dx = tokens2(dx0, dx1);
+      float32x4_t dxs{};
+      if constexpr (MIN) dxs = tokens2(dx0 * static_cast<float>(a.bsum32[t * nb + b]), dx1 * static_cast<float>(a.bsum32[t1 * nb + b]));
+      for (int64_t rp = 0; rp < kRows / 2; ++rp) {
+        int32x4_t sum = vdupq_n_s32(0);
+        for (int j = 0; j < 4; ++j) sum = vmmlaq_s32(sum, vld1q_s8(p.codes[rp][j]), xv[j]);
+        acc[rp] = vfmaq_f32(acc[rp], vcvtq_f32_s32(sum), vmulq_f32(rows2(p.d + 2 * rp), dx));
+        if constexpr (MIN) acc[rp] = vfmaq_f32(acc[rp], rows2(p.c + 2 * rp), dxs);
+      }
+    }
+    for (int64_t rp = 0; rp < kRows / 2; ++rp) store_tile(acc[rp], y, N, t, T, 2 * rp, rows);
+  }
+}
+
+// K-quants: codes q − O as signed bytes, sub-block scales on the int32 tiles (MLA), mins from Σx̂.
+struct NeonSuper {
+  float d[kRows], dmin[kRows];
+  int32_t sc[16][kRows / 2][4];    // [sub-block][row pair]: [sc r, sc r, sc r + 1, sc r + 1]
+  int32_t mins[16][kRows / 2][4];  // the same for the mins
+  int8_t codes[kRows / 2][32][16];  // [row pair][chunk of 8 values][row 2p's, row 2p + 1's]
+};
+
+template <class F>
+void repack_neon_k(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t ns, NeonSuper* panel) {
+  SuperRow sr;
+  for (int64_t s = 0; s < ns; ++s) {
+    NeonSuper& p = panel[s];
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r < rows) F::decode(blocks + (n0 + r) * row_bytes + s * F::kBytes, sr);
+      else sr = SuperRow{};
+      p.d[r] = sr.d, p.dmin[r] = sr.dmin;
+      for (int j = 0; j < 256 / F::S; ++j)
+        for (int i = 0; i < 2; ++i) p.sc[j][r / 2][2 * (r % 2) + i] = sr.sc[j], p.mins[j][r / 2][2 * (r % 2) + i] = sr.m[j];
+      for (int c = 0; c < 32; ++c)
+        for (int k = 0; k < 8; ++k)
+          p.codes[r / 2][c][(r % 2) * 8 + k] = static_cast<int8_t>(r < rows ? sr.q[8 * c + k] - F::O : 0);
+    }
+  }
+}
+
+template <class F>
+void neon_tokens_k(const NeonSuper* panel, int64_t ns, const Act& a, const int8_t* xp, int64_t T, float* y, int64_t N,
+                   int64_t rows) {
+  constexpr int kSub = 256 / F::S, kChunks = F::S / 8;
+  const int16_t* bsum = F::S == 16 ? a.bsum16 : a.bsum32;
+  const int64_t per_token = a.K / F::S;  // sub-block sums a token
+  for (int64_t t = 0; t < T; t += 2) {
+    const int8_t* x = xp + (t / 2) * a.K * 2;
+    const int64_t t1 = std::min(t + 1, T - 1);
+    float32x4_t acc[kRows / 2];
+    for (auto& v : acc) v = vdupq_n_f32(0.0f);
+    for (int64_t s = 0; s < ns; ++s) {
+      const NeonSuper& p = panel[s];
+      int32x4_t total[kRows / 2], mins[kRows / 2];
+      for (int64_t rp = 0; rp < kRows / 2; ++rp) total[rp] = mins[rp] = vdupq_n_s32(0);
+      for (int j = 0; j < kSub; ++j) {
+        int8x16_t xv[kChunks];
+        for (int c = 0; c < kChunks; ++c) xv[c] = vld1q_s8(x + (s * 32 + j * kChunks + c) * 16);
+        int32x4_t bs{};
+        if constexpr (F::kMins) {
+          const int32_t b0 = bsum[t * per_token + s * kSub + j], b1 = bsum[t1 * per_token + s * kSub + j];
+          bs = int32x4_t{b0, b1, b0, b1};
+        }
+        for (int64_t rp = 0; rp < kRows / 2; ++rp) {
+          int32x4_t sum = vdupq_n_s32(0);
+          for (int c = 0; c < kChunks; ++c) sum = vmmlaq_s32(sum, vld1q_s8(p.codes[rp][j * kChunks + c]), xv[c]);
+          total[rp] = vmlaq_s32(total[rp], sum, vld1q_s32(p.sc[j][rp]));
+          if constexpr (F::kMins) mins[rp] = vmlaq_s32(mins[rp], bs, vld1q_s32(p.mins[j][rp]));
+        }
+      }
+      const float32x4_t dx = tokens2(a.d[t * ns + s], a.d[t1 * ns + s]);
+      for (int64_t rp = 0; rp < kRows / 2; ++rp) {
+        acc[rp] = vfmaq_f32(acc[rp], vcvtq_f32_s32(total[rp]), vmulq_f32(rows2(p.d + 2 * rp), dx));
+        if constexpr (F::kMins) acc[rp] = vfmsq_f32(acc[rp], vcvtq_f32_s32(mins[rp]), vmulq_f32(rows2(p.dmin + 2 * rp), dx));
+      }
+    }
+    for (int64_t rp = 0; rp < kRows / 2; ++rp) store_tile(acc[rp], y, N, t, T, 2 * rp, rows);
+  }
+}
+
+// Groups of 8 rows split across threads, each repacked once and run over every token pair.
+template <class Panel, class Repack, class Tokens>
+void neon_panels(int64_t nblk, int64_t N, Repack repack_rows, Tokens tokens) {
+  const int64_t groups = (N + kRows - 1) / kRows;
+  parallel_for(static_cast<size_t>(groups), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<Panel> panel;
+    panel.resize(static_cast<size_t>(nblk));
+    for (size_t g = begin; g < end; ++g) {
+      const int64_t n0 = static_cast<int64_t>(g) * kRows, rows = std::min(kRows, N - n0);
+      repack_rows(n0, rows, panel.data());
+      tokens(panel.data(), n0, rows);
+    }
+  });
+}
+
+template <GgmlType TYPE>
+bool try32(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  const int64_t nb = a.K / 32;
+  const std::vector<int8_t> xp = token_pairs(a, T);
+  neon_panels<NeonBlock>(
+      nb, N, [&](int64_t n0, int64_t rows, NeonBlock* p) { repack_neon<TYPE>(blocks, row_bytes, n0, rows, nb, p); },
+      [&](const NeonBlock* p, int64_t n0, int64_t rows) {
+        neon_tokens<!kSignedCodes<TYPE>>(p, nb, a, xp.data(), T, y + n0, N, rows);
+      });
+  return true;
+}
+template <class F>
+bool try_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
+  const int64_t ns = a.K / 256;
+  const std::vector<int8_t> xp = token_pairs(a, T);
+  neon_panels<NeonSuper>(
+      ns, N, [&](int64_t n0, int64_t rows, NeonSuper* p) { repack_neon_k<F>(blocks, row_bytes, n0, rows, ns, p); },
+      [&](const NeonSuper* p, int64_t n0, int64_t rows) { neon_tokens_k<F>(p, ns, a, xp.data(), T, y + n0, N, rows); });
+  return true;
 }
 
 }  // namespace
