@@ -391,25 +391,6 @@ bool try_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, fl
 
 }  // namespace
 
-bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
-  if (T < kPanelTokens) return false;
-  switch (type) {
-    case GgmlType::q8_0: return try32<GgmlType::q8_0>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q4_0: return try32<GgmlType::q4_0>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q4_1: return try32<GgmlType::q4_1>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q5_0: return try32<GgmlType::q5_0>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q5_1: return try32<GgmlType::q5_1>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::iq4_nl: return try32<GgmlType::iq4_nl>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::mxfp4: return try32<GgmlType::mxfp4>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q4_k: return try_k<K4<false>>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q5_k: return try_k<K4<true>>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q6_k: return try_k<K6>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q2_k: return try_k<K23<false>>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::q3_k: return try_k<K23<true>>(blocks, row_bytes, a, T, y, N);
-    case GgmlType::iq4_xs: return try_k<Iq4Xs>(blocks, row_bytes, a, T, y, N);
-    default: return false;
-  }
-}
 #elif defined(KAPITSA_GGML_INT8_NEON) && defined(__ARM_FEATURE_MATMUL_INT8)
 // ---- AArch64 with i8mm: SMMLA multiplies a 2 × 8 matrix of int8 (two rows' 8 codes) by another (two
 // tokens' 8 activation codes) into a 2 × 2 int32 tile: the panel holds rows in pairs, the activations are
@@ -597,6 +578,17 @@ bool try_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, fl
 
 }  // namespace
 
+#elif defined(KAPITSA_GGML_INT8)
+namespace {
+// No panels on this level (AArch64 without i8mm: the row kernels run every token count).
+template <GgmlType>
+bool try32(const uint8_t*, int64_t, const Act&, int64_t, float*, int64_t) { return false; }
+template <class>
+bool try_k(const uint8_t*, int64_t, const Act&, int64_t, float*, int64_t) { return false; }
+}  // namespace
+#endif
+
+#if defined(KAPITSA_GGML_INT8)
 bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
   if (T < kPanelTokens) return false;
   switch (type) {
@@ -616,8 +608,6 @@ bool ggml_panels(GgmlType type, const uint8_t* blocks, int64_t row_bytes, const 
     default: return false;
   }
 }
-#elif defined(KAPITSA_GGML_INT8)
-bool ggml_panels(GgmlType, const uint8_t*, int64_t, const Act&, int64_t, float*, int64_t) { return false; }
 #endif
 
 }  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL::ggml_int8
