@@ -1047,40 +1047,10 @@ def read_safetensors(raw):
     return out
 
 
-def load_text_state(folder):
-    """The text model's float weights of a folder this script wrote (model.safetensors or its tracked
-    .xz), names as Qwen3_5ForCausalLM's; MLX affine modules dequantized (bits and group from config.json).
-    Returns (state dict, text config)."""
-    import lzma
+def dequantized(sd, q):
+    """A checkpoint's tensors with each MLX affine module (weight + scales + biases) as its float weight,
+    bits and group size from the config's "quantization" q (a module's own entry first)."""
     import affine
-    folder = Path(folder)
-    top = json.load(open(folder / "config.json"))
-    q = top.get("quantization") or {}
-    st = folder / "model.safetensors"
-    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model.safetensors.xz").read_bytes())
-    sd = read_safetensors(raw)
-    out = {}
-    for k, v in sd.items():
-        if not k.startswith("model.language_model.") or k.endswith((".scales", ".biases")):
-            continue
-        module = k[:-len(".weight")]
-        if module + ".scales" in sd:
-            own = q.get(module) or q
-            v = affine.dequantize(v, sd[module + ".scales"], sd[module + ".biases"], own["group_size"], own["bits"])
-        out["model." + k[len("model.language_model."):]] = v
-    return out, dict(top["text_config"])
-
-
-def load_mtp_state(folder):
-    """mtp.* of a target folder this script wrote (model-mtp.safetensors or its .xz), float, MLX affine
-    modules dequantized: names as MtpHead.named_parameters()."""
-    import lzma
-    import affine
-    folder = Path(folder)
-    q = json.load(open(folder / "config.json")).get("quantization") or {}
-    st = folder / "model-mtp.safetensors"
-    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model-mtp.safetensors.xz").read_bytes())
-    sd = read_safetensors(raw)
     out = {}
     for k, v in sd.items():
         if k.endswith((".scales", ".biases")):
@@ -1091,6 +1061,32 @@ def load_mtp_state(folder):
             v = affine.dequantize(v, sd[module + ".scales"], sd[module + ".biases"], own["group_size"], own["bits"])
         out[k] = v
     return out
+
+
+def load_text_state(folder):
+    """The text model's float weights of a folder this script wrote (model.safetensors or its tracked
+    .xz), names as Qwen3_5ForCausalLM's; MLX affine modules dequantized (bits and group from config.json).
+    Returns (state dict, text config)."""
+    import lzma
+    folder = Path(folder)
+    top = json.load(open(folder / "config.json"))
+    q = top.get("quantization") or {}
+    st = folder / "model.safetensors"
+    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model.safetensors.xz").read_bytes())
+    sd = dequantized(read_safetensors(raw), q)
+    out = {"model." + k[len("model.language_model."):]: v for k, v in sd.items() if k.startswith("model.language_model.")}
+    return out, dict(top["text_config"])
+
+
+def load_mtp_state(folder):
+    """mtp.* of a target folder this script wrote (model-mtp.safetensors or its .xz), float, MLX affine
+    modules dequantized: names as MtpHead.named_parameters()."""
+    import lzma
+    folder = Path(folder)
+    q = json.load(open(folder / "config.json")).get("quantization") or {}
+    st = folder / "model-mtp.safetensors"
+    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model-mtp.safetensors.xz").read_bytes())
+    return dequantized(read_safetensors(raw), q)
 
 
 def start_from(folder, model, head=None):

@@ -211,14 +211,14 @@ template <GgmlType TYPE>
 constexpr int kMaxCode32 = TYPE == GgmlType::q4_0 || TYPE == GgmlType::q4_1 ? 15
                            : TYPE == GgmlType::q5_0 || TYPE == GgmlType::q5_1 ? 31 : 255;
 
-// One block of 32 values of 16 rows.
+// One block of 32 values of a panel's rows.
 struct alignas(64) PanelBlock {
   float d[kRows];              // w = d · code + c
   float c[kRows];
-  uint32_t quads[8][kRows];    // quads[g][r]: codes 4g..4g+3 of row r, each + 128 (unsigned for VPDPBUSD)
+  uint32_t quads[8][kRows];    // quads[g][r]: codes 4g..4g+3 of row r, each + kOffset (unsigned for VPDPBUSD)
 };
 
-// Rows [n0, n0 + rows) of `blocks` → panel[nb]; missing rows (rows < 16) become zeros.
+// Rows [n0, n0 + rows) of `blocks` → panel[nb]; missing rows (rows < kRows) become zeros.
 template <GgmlType TYPE>
 void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t nb, PanelBlock* panel) {
   alignas(64) uint32_t codes[kRows][8];
@@ -270,7 +270,7 @@ void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0,
   for (int t = 0; t < TB; ++t) V::store(y + (t0 + t) * N, acc[t], rows);
 }
 
-// One superblock of 16 rows.
+// One superblock of a panel's rows.
 struct alignas(64) PanelSuper {
   float d[kRows], dmin[kRows];
   int32_t sc[16][kRows];
