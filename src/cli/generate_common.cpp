@@ -58,6 +58,19 @@ Expected<std::string> resolve_model_dir(const std::string& option, bool pull) {
                kDemo);
 }
 
+Expected<std::vector<int32_t>> read_token_ids(const std::string& path) {
+  KAPITSA_TRY(Json json, read_json_file(path));
+  if (!json.is_array()) return error("{}: expected a JSON array of token ids", path);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < json.size(); ++i) {
+    if (!json[i].is_number_integer() || json[i].get<int64_t>() < 0 || json[i].get<int64_t>() > INT32_MAX)
+      return error("{}: element {} is {}, not a token id", path, i, json[i].dump());
+    ids.push_back(json[i].get<int32_t>());
+  }
+  if (ids.empty()) return error("{}: the array of token ids is empty", path);
+  return ids;
+}
+
 Expected<LoadedModel> load_for_generation(const std::string& dir, const runtime::EngineOptions& options, Device device) {
   LoadedModel out;
   out.dir = dir;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kapitsa::cli {
 
@@ -28,6 +29,9 @@ Expected<std::string> resolve_model_dir(const std::string& option, bool pull = f
 // The model id `kapitsa serve` answers to by default (the launchers look for it): the folder name, or the
 // parent's name for the bundled demo's target/ and draft/ folders ("demo", not "target").
 std::string served_model_id(const std::string& model_dir);
+
+// A JSON file holding a non-empty array of token ids (run --prompt-ids, logits --ids), each in [0, 2^31).
+Expected<std::vector<int32_t>> read_token_ids(const std::string& path);
 
 struct LoadedModel {
   std::string dir;

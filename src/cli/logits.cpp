@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/device_option.h"
+#include "cli/generate_common.h"
 #include "cli/kv_dtype_option.h"
 #include "models/model.h"
 #include "ops/ops.h"
@@ -28,20 +29,6 @@ struct LogitsOptions {
   std::string kv_dtype = "f32";  // exact by default: this is the test/debug interface
 };
 
-Expected<std::vector<int32_t>> read_ids(const std::string& path) {
-  KAPITSA_TRY(Json json, read_json_file(path));
-  if (!json.is_array()) return error("{}: expected a JSON array of token ids", path);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < json.size(); ++i) {
-    const Json& v = json[i];
-    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
-      return error("{}: element {} is {}, not a token id", path, i, v.dump());
-    ids.push_back(v.get<int32_t>());
-  }
-  if (ids.empty()) return error("{}: the array of token ids is empty", path);
-  return ids;
-}
-
 int32_t argmax(const float* row, int64_t n) {
   int64_t best = 0;
   for (int64_t i = 1; i < n; ++i)
@@ -53,7 +40,7 @@ Status run_logits(const LogitsOptions& o) {
   if (o.backend == "ref") ops::set_backend(ops::Backend::ref);
   else if (o.backend != "cpu") return error("--backend must be 'cpu' or 'ref', got '{}'", o.backend);
   if (o.generate < 0) return error("--generate must be non-negative, got {}", o.generate);
-  KAPITSA_TRY(std::vector<int32_t> ids, read_ids(o.ids_file));
+  KAPITSA_TRY(std::vector<int32_t> ids, read_token_ids(o.ids_file));
   KAPITSA_TRY(const Device device, choose_device(o.device));
   models::LoadOptions load{o.rope_bf16};
   load.device = device;

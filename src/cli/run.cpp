@@ -34,19 +34,6 @@ struct RunOptions {
   SpecFlags spec;
 };
 
-Expected<std::vector<int32_t>> read_ids(const std::string& path) {
-  KAPITSA_TRY(Json json, read_json_file(path));
-  if (!json.is_array()) return error("{}: expected a JSON array of token ids", path);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < json.size(); ++i) {
-    if (!json[i].is_number_integer() || json[i].get<int64_t>() < 0 || json[i].get<int64_t>() > INT32_MAX)
-      return error("{}: element {} is {}, not a token id", path, i, json[i].dump());
-    ids.push_back(json[i].get<int32_t>());
-  }
-  if (ids.empty()) return error("{}: the array of token ids is empty", path);
-  return ids;
-}
-
 Status run(const RunOptions& o) {
   if (o.output != "text" && o.output != "json") return error("--output must be 'text' or 'json', got '{}'", o.output);
   if (o.prompt.empty() == o.prompt_ids.empty()) return error("give a prompt, or --prompt-ids FILE (not both)");
@@ -65,7 +52,7 @@ Status run(const RunOptions& o) {
   runtime::GenerateRequest request;
   text::ParserOptions parser;  // no template: the text as it comes
   if (!o.prompt_ids.empty()) {
-    KAPITSA_TRY(request.prompt_ids, read_ids(o.prompt_ids));
+    KAPITSA_TRY(request.prompt_ids, read_token_ids(o.prompt_ids));
   } else if (o.no_template || !loaded.chat_template) {
     request.prompt_ids = loaded.tokenizer->encode(o.prompt, text::EncodeOptions{true, true});
   } else {

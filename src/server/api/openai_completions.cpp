@@ -19,9 +19,9 @@ struct CompletionCall {
   std::unique_ptr<runtime::Generation> generation;
 };
 
-const char* finish_reason(StopKind k) { return k == StopKind::length ? "length" : "stop"; }
+const char* legacy_finish_reason(StopKind k) { return k == StopKind::length ? "length" : "stop"; }
 
-OJson usage_json(const TurnResult& r, size_t prompt_ids) {
+OJson legacy_usage_json(const TurnResult& r, size_t prompt_ids) {
   const auto& s = r.finish.stats;
   const int prompt = s.prompt_tokens > 0 ? s.prompt_tokens : static_cast<int>(prompt_ids);
   return {{"prompt_tokens", prompt},
@@ -131,8 +131,8 @@ HttpResponse openai_completions(Service& service, const HttpRequest& request) {
     service.record_finish(r.finish);
     const StopKind kind = stop_kind(r, call->stops);
     if (kind == StopKind::error) return openai_error(ApiError{ErrorKind::internal, "generation failed: " + r.finish.error});
-    OJson out = chunk_json(text, finish_reason(kind), call->logprobs >= 0 ? lp.take() : OJson(nullptr));
-    out["usage"] = usage_json(r, call->prompt_tokens);
+    OJson out = chunk_json(text, legacy_finish_reason(kind), call->logprobs >= 0 ? lp.take() : OJson(nullptr));
+    out["usage"] = legacy_usage_json(r, call->prompt_tokens);
     return json_response(200, dump(out));
   }
 
@@ -156,11 +156,11 @@ HttpResponse openai_completions(Service& service, const HttpRequest& request) {
       return;
     }
     const StopKind kind = stop_kind(r, call->stops);
-    if (!sink.write(sse_frame("", dump(chunk_json("", finish_reason(kind), nullptr))))) return;
+    if (!sink.write(sse_frame("", dump(chunk_json("", legacy_finish_reason(kind), nullptr))))) return;
     if (call->include_usage) {
       OJson u = chunk_json("", nullptr, nullptr);
       u["choices"] = OJson::array();
-      u["usage"] = usage_json(r, call->prompt_tokens);
+      u["usage"] = legacy_usage_json(r, call->prompt_tokens);
       if (!sink.write(sse_frame("", dump(u)))) return;
     }
     if (kind == StopKind::error &&

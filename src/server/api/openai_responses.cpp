@@ -19,7 +19,7 @@ std::string output_text(const OJson& output) {
 }
 
 // Responses input → OpenAI-chat-shaped messages (normalised afterwards).
-ApiResult<OJson> to_chat_messages(const OJson& body) {
+ApiResult<OJson> responses_to_chat_messages(const OJson& body) {
   OJson out = OJson::array();
   if (auto it = body.find("instructions"); it != body.end() && it->is_string() && !it->get<std::string>().empty())
     out.push_back({{"role", "system"}, {"content", *it}});
@@ -111,7 +111,7 @@ OJson response_object(const ResponsesCall& call, const char* status, OJson outpu
   return r;
 }
 
-OJson usage_json(const TurnResult& r, size_t prompt_ids, int reasoning_tokens) {
+OJson responses_usage_json(const TurnResult& r, size_t prompt_ids, int reasoning_tokens) {
   const auto& s = r.finish.stats;
   const int prompt = s.prompt_tokens > 0 ? s.prompt_tokens : static_cast<int>(prompt_ids);
   return {{"input_tokens", prompt},
@@ -253,7 +253,7 @@ void finish_response(const TurnResult& r, int reasoning_tokens, const ResponsesC
   const char* status = "completed";
   if (kind == StopKind::length) status = "incomplete";
   if (kind == StopKind::error) status = "failed", event = "response.failed";
-  response = response_object(call, status, output, usage_json(r, call.prompt.ids.size(), reasoning_tokens));
+  response = response_object(call, status, output, responses_usage_json(r, call.prompt.ids.size(), reasoning_tokens));
   if (kind == StopKind::length) response["incomplete_details"] = {{"reason", "max_output_tokens"}};
   if (kind == StopKind::error) response["error"] = {{"code", "server_error"}, {"message", "generation failed: " + r.finish.error}};
 }
@@ -300,7 +300,7 @@ HttpResponse openai_responses(Service& service, const HttpRequest& request) {
     return openai_error(invalid_request("previous_response_id is not supported: responses are not stored; send the "
                                         "whole conversation in input", "previous_response_id"));
   ChatInput input;
-  auto raw = to_chat_messages(body);
+  auto raw = responses_to_chat_messages(body);
   if (auto* e = failed(raw)) return openai_error(*e);
   auto msgs = normalize_messages(std::move(value_of(raw)));
   if (auto* e = failed(msgs)) return openai_error(*e);

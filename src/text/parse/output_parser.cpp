@@ -16,7 +16,6 @@ constexpr std::string_view kToolCall = "<tool_call>", kToolCallEnd = "</tool_cal
 constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
 constexpr std::string_view kNemotron = "<TOOLCALL>", kNemotronEnd = "</TOOLCALL>";
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
@@ -97,12 +96,12 @@ void OutputParser::push_warning(std::string message) {
 void OutputParser::emit_text(ParseEvent::Kind kind, std::string_view text) {
   if (passthrough_) return push_text(kind, text);
   if (strip_leading_) {
-    while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+    while (!text.empty() && is_json_space(text.front())) text.remove_prefix(1);
     if (text.empty()) return;
     strip_leading_ = false;
   }
   size_t body = text.size();
-  while (body > 0 && is_space(text[body - 1])) --body;
+  while (body > 0 && is_json_space(text[body - 1])) --body;
   if (body == 0) {
     held_ws_.append(text);
     held_kind_ = kind;
@@ -146,7 +145,7 @@ bool OutputParser::process_content(bool final) {
   }
   if (strip_leading_) {  // leading whitespace is dropped anyway; doing it here lets prefix checks see the tag
     size_t n = 0;
-    while (n < buf_.size() && is_space(buf_[n])) ++n;
+    while (n < buf_.size() && is_json_space(buf_[n])) ++n;
     buf_.erase(0, n);
     if (buf_.empty()) return false;
   }
@@ -250,7 +249,7 @@ bool OutputParser::handle_call(std::string_view body, bool closed) {
       // <tool_call> holds JSON (Hermes) or XML (Qwen3-Coder style) whichever format was asked for:
       // Qwen3-family models are seen writing both.
       size_t first = 0;
-      while (first < body.size() && is_space(body[first])) ++first;
+      while (first < body.size() && is_json_space(body[first])) ++first;
       if (first < body.size() && body[first] == '{') calls = parse_hermes_call(body);
       else calls = parse_qwen_xml_call(body, options_.tool_schemas);
     }

@@ -30,4 +30,7 @@ OrderedJson convert_parameter(std::string_view value, const Json& schema);
 // The schema of parameter `arg` of tool `name` in `tools`, or null.
 Json parameter_schema(const Json& tools, std::string_view name, std::string_view arg);
 
+// JSON's whitespace (RFC 8259): space, tab, line feed, carriage return.
+inline bool is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
 }  // namespace kapitsa::text
