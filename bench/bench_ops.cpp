@@ -127,7 +127,7 @@ void BM_Attention(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 2 * S * Hkv * D * 4);
 }
-// llama.cpp block weights (GGUF): random codes, every f16 scale field 2^-10. Bytes processed: the
+// llama.cpp block weights (GGUF): random codes, every f16 scale field (MXFP4: its E8M0 byte) 2^-10. Bytes processed: the
 // blocks (what a decode step reads). Q8_0 / Q4_K / Q6_K take the int8-activation kernel, other types
 // the packed GEMM (rows decoded to f32 panels) from 16 tokens on.
 // Shapes: Qwen3.5-4B's MLP (2560 → 9728 → 2560), 0.8B's (1024 → 3584 → 1024) and its tied head
@@ -148,9 +148,14 @@ void BM_MatmulGgml(benchmark::State& state) {
   const float scale32 = 1.0f / 1024;  // Kapitsa's FP8 / FP4 blocks: f32 scales first
   for (int64_t at = 0; at < N * row_bytes && ggml_type_internal(type); at += info.block_bytes)
     for (int64_t h = 0; h < (type == GgmlType::fp4_e2m1_32 ? 8 : 4); h += 4) std::memcpy(b + at + h, &scale32, 4);
-  for (int64_t at = 0; at < N * row_bytes && !ggml_type_internal(type); at += info.block_bytes)
+  for (int64_t at = 0; at < N * row_bytes && !ggml_type_internal(type); at += info.block_bytes) {
+    if (type == GgmlType::mxfp4) {  // one E8M0 byte: 2^-10 (random ones are mostly subnormal or huge)
+      b[at] = 127 - 10;
+      continue;
+    }
     for (int64_t h : type == GgmlType::q6_k ? std::vector<int64_t>{208} : type == GgmlType::q8_0 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2})
       std::memcpy(b + at + h, &scale, 2);
+  }
   const Linear w = Linear::ggml(blocks, type, K);
   Buffer y = Buffer::allocate(DType::f32, {T, N});
   default_thread_pool();

@@ -1,7 +1,7 @@
 // Prefill GEMM for the GGUF types with int8-activation kernels (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
 // and the K-quants Q2_K–Q6_K and IQ4_XS further down) from many tokens (kPanelTokens and more), at the
-// avx512 level (16 rows a register) and the avxvnni and avx2 levels (8; plain AVX2 only for codes below
-// 128): the row kernels' int8 activations, but a register of rows at a time in its int32 lanes instead of
+// avx512 level (16 rows a register) and the avxvnni and avx2 levels (8; plain AVX2 multiplies the signed
+// types as |w| · sign(x, w)): the row kernels' int8 activations, but a register of rows at a time in its int32 lanes instead of
 // one row's partial sums.
 // Each task repacks a group of rows, block by block, into a panel (per block: the rows' scales d and
 // mins c as f32, and their 32 codes as unsigned bytes (+ an offset), four codes of one row in each int32 lane,
@@ -146,6 +146,7 @@ namespace {
 struct V {
   static constexpr int64_t kRows = 16;
   static constexpr int kMaxCode = 255;  // the largest unsigned code VPDPBUSD takes exactly
+  static constexpr bool kSignTrick = false;
   using I = __m512i;
   using F = __m512;
   static I load(const void* p) { return _mm512_load_si512(p); }
@@ -158,6 +159,11 @@ struct V {
   static I dpwssd(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static I abs8(I a) { return _mm512_abs_epi8(a); }
+  static I sign8(I x, I w) {  // x, negated where w < 0, zero where w = 0 (VPSIGNB's rule; no 512-bit VPSIGNB)
+    const __mmask64 neg = _mm512_movepi8_mask(w), nonzero = _mm512_test_epi8_mask(w, w);
+    return _mm512_maskz_mov_epi8(nonzero, _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x));
+  }
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
@@ -165,14 +171,17 @@ struct V {
   static void store(float* y, F v, int64_t rows) { _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v); }
 };
 #else
-// AVX2 (with AVX-VNNI, or without: then VPMADDUBSW + VPMADDWD, exact only for codes below 128, whose
-// byte pairs stay within int16 — Q8_0, IQ4_NL, MXFP4 and IQ4_XS keep the row kernels there).
+// AVX2 (with AVX-VNNI, or without: then VPMADDUBSW + VPMADDWD, exact only for unsigned codes below 128,
+// whose byte pairs stay within int16; the signed types — Q8_0, IQ4_NL, MXFP4, IQ4_XS — go in as signed
+// codes and multiply as |w| · sign(x, w), llama.cpp's trick: |w| ≤ 128, pairs ≤ 2 · 128 · 127).
 struct V {
   static constexpr int64_t kRows = 8;
 #if defined(__AVXVNNI__)
   static constexpr int kMaxCode = 255;
+  static constexpr bool kSignTrick = false;
 #else
   static constexpr int kMaxCode = 127;
+  static constexpr bool kSignTrick = true;
 #endif
   using I = __m256i;
   using F = __m256;
@@ -191,6 +200,8 @@ struct V {
 #endif
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static I abs8(I a) { return _mm256_abs_epi8(a); }
+  static I sign8(I x, I w) { return _mm256_sign_epi8(x, w); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
@@ -207,6 +218,11 @@ constexpr int64_t kRows = V::kRows;  // rows of a panel: the int32 lanes of a re
 // q − 8 back to q, Q5_0's q − 16 to q; the signed code books and Q8_0 + 128); kOffset · Σ x̂ comes back out.
 template <GgmlType TYPE>
 constexpr int kOffset = TYPE == GgmlType::q4_0 ? 8 : TYPE == GgmlType::q5_0 ? 16 : kSignedCodes<TYPE> ? 128 : 0;
+// Plain AVX2: the types stored + 128 go in signed instead (V::kSignTrick).
+template <GgmlType TYPE>
+constexpr bool kSignPanel = V::kSignTrick && kOffset<TYPE> == 128;
+template <GgmlType TYPE>
+constexpr int kPanelOffset = kSignPanel<TYPE> ? 0 : kOffset<TYPE>;
 template <GgmlType TYPE>
 constexpr int kMaxCode32 = TYPE == GgmlType::q4_0 || TYPE == GgmlType::q4_1 ? 15
                            : TYPE == GgmlType::q5_0 || TYPE == GgmlType::q5_1 ? 31 : 255;
@@ -215,14 +231,14 @@ constexpr int kMaxCode32 = TYPE == GgmlType::q4_0 || TYPE == GgmlType::q4_1 ? 15
 struct alignas(64) PanelBlock {
   float d[kRows];              // w = d · code + c
   float c[kRows];
-  uint32_t quads[8][kRows];    // quads[g][r]: codes 4g..4g+3 of row r, each + kOffset (unsigned for VPDPBUSD)
+  uint32_t quads[8][kRows];    // quads[g][r]: codes 4g..4g+3 of row r, each + kPanelOffset (unsigned for VPDPBUSD)
 };
 
 // Rows [n0, n0 + rows) of `blocks` → panel[nb]; missing rows (rows < kRows) become zeros.
 template <GgmlType TYPE>
 void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t nb, PanelBlock* panel) {
   alignas(64) uint32_t codes[kRows][8];
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(kOffset<TYPE>));
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(kPanelOffset<TYPE>));
   for (int64_t b = 0; b < nb; ++b) {
     PanelBlock& p = panel[b];
     for (int64_t r = 0; r < kRows; ++r) {
@@ -241,14 +257,15 @@ void repack(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, 
 }
 
 // The panel · tokens [t0, t0 + TB) → y[t · N + r] for the panel's `rows` rows.
-template <int OFFSET, bool MIN, int TB>
+// SIGN: the codes are signed (kSignPanel): |w| · sign(x, w).
+template <int OFFSET, bool MIN, bool SIGN, int TB>
 void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0, float* y, int64_t N, int64_t rows) {
   V::F acc[TB];
   for (int t = 0; t < TB; ++t) acc[t] = V::zerof();
   for (int64_t b = 0; b < nb; ++b) {
     const PanelBlock& p = panel[b];
-    V::I w[8];
-    for (int g = 0; g < 8; ++g) w[g] = V::load(p.quads[g]);
+    V::I w[8], u[8];  // u: the unsigned operand (w, or |w|)
+    for (int g = 0; g < 8; ++g) w[g] = V::load(p.quads[g]), u[g] = SIGN ? V::abs8(w[g]) : w[g];
     const V::F d = V::loadf(p.d);
     for (int t = 0; t < TB; ++t) {
       const int64_t at = (t0 + t) * nb + b;
@@ -257,9 +274,10 @@ void panel_tokens(const PanelBlock* panel, int64_t nb, const Act& a, int64_t t0,
       std::memcpy(x4, xq, 32);
       // Two chains of four (a VPDPBUSD waits for its accumulator), the offset taken out at the start.
       V::I even = OFFSET ? V::set1(-OFFSET * a.bsum32[at]) : V::zero(), odd = V::zero();
+      const auto x = [&](int g) { return SIGN ? V::sign8(V::set1(x4[g]), w[g]) : V::set1(x4[g]); };
       for (int g = 0; g < 8; g += 2) {
-        even = V::dpbusd(even, w[g], V::set1(x4[g]));
-        odd = V::dpbusd(odd, w[g + 1], V::set1(x4[g + 1]));
+        even = V::dpbusd(even, u[g], x(g));
+        odd = V::dpbusd(odd, u[g + 1], x(g + 1));
       }
       const float dx = a.d[at];
       const V::F sum = V::cvt(V::add(even, odd));
@@ -278,6 +296,10 @@ struct alignas(64) PanelSuper {
   uint32_t quads[64][kRows];   // quads[g][r]: codes 4g..4g+3 of row r
 };
 
+// Plain AVX2: a K-type stored + 128 (IQ4_XS) goes in signed instead, as kSignPanel.
+template <class F>
+constexpr bool kSignK = V::kSignTrick && F::O == 128;
+
 template <class F>
 void repack_k(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows, int64_t ns, PanelSuper* panel) {
   SuperRow sr[kRows];
@@ -292,7 +314,10 @@ void repack_k(const uint8_t* blocks, int64_t row_bytes, int64_t n0, int64_t rows
         p.mins[i][r] = static_cast<uint32_t>(sr[r].m[2 * i] & 0xFFFF) | static_cast<uint32_t>(sr[r].m[2 * i + 1]) << 16;
     }
     for (int g = 0; g < 64; ++g)
-      for (int64_t r = 0; r < kRows; ++r) std::memcpy(&p.quads[g][r], sr[r].q + 4 * g, 4);
+      for (int64_t r = 0; r < kRows; ++r) {
+        std::memcpy(&p.quads[g][r], sr[r].q + 4 * g, 4);
+        if constexpr (kSignK<F>) p.quads[g][r] ^= 0x80808080u;  // code + 128 → the signed code
+      }
   }
 }
 
@@ -306,19 +331,20 @@ void panel_tokens_k(const PanelSuper* panel, int64_t ns, const Act& a, int64_t t
     V::I total[TB];
     for (int t = 0; t < TB; ++t) total[t] = V::zero();
     for (int j = 0; j < kSub; ++j) {
-      V::I w[kQuads];
-      for (int g = 0; g < kQuads; ++g) w[g] = V::load(p.quads[j * kQuads + g]);
+      V::I w[kQuads], u[kQuads];  // u: the unsigned operand (w, or |w| where kSignK)
+      for (int g = 0; g < kQuads; ++g) w[g] = V::load(p.quads[j * kQuads + g]), u[g] = kSignK<F> ? V::abs8(w[g]) : w[g];
       const V::I sc = V::load(p.sc[j]);
       for (int t = 0; t < TB; ++t) {
         const int8_t* xq = a.q + (t0 + t) * a.K + s * 256 + j * F::S;
         int32_t x4[kQuads];
         std::memcpy(x4, xq, F::S);
         V::I sum = V::zero();
-        if constexpr (F::O != 0) {
+        if constexpr (F::O != 0 && !kSignK<F>) {
           const int16_t bs = F::S == 16 ? a.bsum16[(t0 + t) * (a.K / 16) + s * 16 + j] : a.bsum32[(t0 + t) * (a.K / 32) + s * 8 + j];
           sum = V::set1(-F::O * bs);
         }
-        for (int g = 0; g < kQuads; ++g) sum = V::dpbusd(sum, w[g], V::set1(x4[g]));
+        for (int g = 0; g < kQuads; ++g)
+          sum = V::dpbusd(sum, u[g], kSignK<F> ? V::sign8(V::set1(x4[g]), w[g]) : V::set1(x4[g]));
         total[t] = V::add(total[t], V::mullo(sum, sc));
       }
     }
@@ -361,11 +387,12 @@ template <GgmlType TYPE>
 void panels32(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
   const int64_t nb = a.K / 32;
   constexpr bool kMin = !kSignedCodes<TYPE>;
-  constexpr int kOff = kOffset<TYPE>;
+  constexpr int kOff = kPanelOffset<TYPE>;
+  constexpr bool kSign = kSignPanel<TYPE>;
   panels<PanelBlock>(
       nb, T, N, [&](int64_t n0, int64_t rows, PanelBlock* p) { repack<TYPE>(blocks, row_bytes, n0, rows, nb, p); },
-      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kOff, kMin, 1>(p, nb, a, t0, y + n0, N, rows); },
-      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kOff, kMin, 4>(p, nb, a, t0, y + n0, N, rows); });
+      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kOff, kMin, kSign, 1>(p, nb, a, t0, y + n0, N, rows); },
+      [&](const PanelBlock* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens<kOff, kMin, kSign, 4>(p, nb, a, t0, y + n0, N, rows); });
 }
 
 template <class F>
@@ -377,15 +404,15 @@ void panels_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T,
       [&](const PanelSuper* p, int64_t t0, int64_t n0, int64_t rows) { panel_tokens_k<F, 4>(p, ns, a, t0, y + n0, N, rows); });
 }
 
-// A type runs as panels where the level multiplies its codes exactly (kMaxCode).
+// A type runs as panels where the level multiplies its codes exactly (kMaxCode, or signed codes).
 template <GgmlType TYPE>
 bool try32(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
-  if constexpr (kMaxCode32<TYPE> > V::kMaxCode) return false;
+  if constexpr (kMaxCode32<TYPE> > V::kMaxCode && !kSignPanel<TYPE>) return false;
   else return panels32<TYPE>(blocks, row_bytes, a, T, y, N), true;
 }
 template <class F>
 bool try_k(const uint8_t* blocks, int64_t row_bytes, const Act& a, int64_t T, float* y, int64_t N) {
-  if constexpr (F::kMaxCode > V::kMaxCode) return false;
+  if constexpr (F::kMaxCode > V::kMaxCode && !kSignK<F>) return false;
   else return panels_k<F>(blocks, row_bytes, a, T, y, N), true;
 }
 
