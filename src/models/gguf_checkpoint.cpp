@@ -8,6 +8,8 @@
 
 #include "ops/ref/ref.h"
 
+#include <fmt/ranges.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -190,6 +192,8 @@ class Builder {
       if (hf.ends_with("conv1d.weight")) e.shape.push_back(1);  // [C, K] presented as mlx-lm's [C, K, 1]
       return out_.add(hf, std::move(e), src, file->path(), file);
     }
+    if (t.numel() == 0)  // the row arithmetic below divides by its dimensions
+      return error("{}: tensor '{}' has a dimension of size 0 (shape {})", file->path(), t.name, fmt::join(t.shape, " x "));
     const int64_t rows = t.shape.size() == 1 ? t.shape[0] : t.shape[t.shape.size() - 2];
     const size_t row_bytes = t.shape.size() == 1 ? e.nbytes / static_cast<size_t>(rows) : e.nbytes / static_cast<size_t>(t.numel() / t.shape.back());
     const int64_t v_rows = heads_.k_heads * heads_.v_per_k * heads_.v_dim;
