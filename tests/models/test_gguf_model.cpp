@@ -270,6 +270,11 @@ TEST(GgufModel, BrokenFilesAreNamed) {
                     {"blk.8.nextn.enorX.weight", "MTP head"});
   expect_load_error(patched(dir, "qwen35-dense-tiny-mtp-BF16.gguf", "blk.8.nextn.hnorm.weight", "blk.7.nextn.hnorm.weight"),
                     {"mtp.pre_fc_norm_hidden.weight"});
+  // A tensor whose V rows are reordered, with its first dimension 0 (found by fuzz_gguf: the row arithmetic
+  // divided by it).
+  expect_load_error(patched(dir, "qwen35-dense-tiny-Q8_0.gguf", "blk.0.attn_gate.weight", "blk.0.attn_gate.weight",
+                            {0, 0, 0, 0, 0, 0, 0, 0}, 4),
+                    {"blk.0.attn_gate.weight", "dimension of size 0"});
 }
 
 }  // namespace
