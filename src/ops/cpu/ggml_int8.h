@@ -126,11 +126,17 @@ inline __m256i bit_to(__m256i v, int k, int to) {
   const __m256i moved = k >= to ? _mm256_srli_epi16(v, k - to) : _mm256_slli_epi16(v, to - k);
   return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
 }
-// The same in a vector register.
+// The same in a vector register, computed there: four 32-bit stores read back as one 128-bit load would
+// miss store-to-load forwarding on every superblock. p[0..15] must be readable (a Q4_K / Q5_K block's
+// scales are followed by its codes). Lanes: [u0 & 0x3f, (u2 & 0x0f) | (u0 >> 2 & 0x30), u1 & 0x3f,
+// (u2 >> 4 & 0x0f) | (u1 >> 2 & 0x30)] — the scalar version's, byte by byte.
 inline __m128i k4_scales_and_mins(const uint8_t* p) {
-  alignas(16) uint8_t out[16];
-  k4_scales_and_mins(p, out);
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(out));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));  // u0 u1 u2 (and 4 bytes of codes)
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0x98), _mm_setr_epi32(0, 0, 0, 4)),  // u0 u2 u1 u2>>4
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, 0x50), 2),  // u0 u0 u1 u1, >> 2
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm_or_si128(low, high);
 }
 #endif
 #endif  // KAPITSA_GGML_INT8

@@ -359,7 +359,9 @@ void row_q4_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_
   for (int t = 0; t < TB; ++t) acc[t] = _mm256_setzero_ps(), mins[t] = _mm_setzero_ps();
   for (int64_t s = 0; s < ns; ++s) {
     const uint8_t* blk = row + s * 144;
-    const float d = f16(blk), dmin = f16(blk + 2);
+    uint32_t d_dmin;
+    std::memcpy(&d_dmin, blk, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d_dmin)));  // [d, dmin, 0, 0], one conversion
     const __m128i sm = k4_scales_and_mins(blk + 4);
     const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
     const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
@@ -373,9 +375,9 @@ void row_q4_k_512(const uint8_t* row, const Act& a, int64_t t0, float* y, int64_
       const int8_t* xq = a.q + (t0 + t) * a.K + s * 256;
       const __m256i sum8 = dot_256_codes(q, scale, xq);
       const __m128i bs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.bsum32 + (t0 + t) * (a.K / 32) + s * 8));
-      const float dx = a.d[(t0 + t) * ns + s];
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8), _mm256_set1_ps(d * dx), acc[t]);
-      mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_set1_ps(dmin * dx), mins[t]);
+      const __m128 scaled = _mm_mul_ps(dd, _mm_set1_ps(a.d[(t0 + t) * ns + s]));  // [d·dx, dmin·dx]: row_q4_k's products
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8), _mm256_broadcastss_ps(scaled), acc[t]);
+      mins[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mn, bs)), _mm_permute_ps(scaled, 0x55), mins[t]);
     }
   }
   for (int t = 0; t < TB; ++t) y[t * N] = hsum(_mm256_sub_ps(acc[t], _mm256_setr_m128(mins[t], _mm_setzero_ps())));
