@@ -294,16 +294,13 @@ TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
 
 bool on_cuda(const BackendTable& b) { return b.name == std::string_view("cuda"); }
 
-// The cuda backend's int8-activation GEMV (kernels.h): Q8_0, Q4_K and Q6_K for at most 8 tokens (and Q4_0,
-// IQ4_NL, Q5_K, IQ4_XS with KAPITSA_CUDA_GGML_INT8_MORE=1), x rounded per block of these inputs as the cpu
-// backend rounds it.
+// The cuda backend's int8-activation GEMV (kernels.h): Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS for
+// at most 8 tokens, x rounded per block of these inputs as the cpu backend rounds it.
 int64_t cuda_int8_block(GgmlType t, int64_t tokens) {
   if (tokens > 8) return 0;
-  if (t == GgmlType::q8_0) return 32;
-  if (t == GgmlType::q4_k || t == GgmlType::q6_k) return 256;
-  const char* more = std::getenv("KAPITSA_CUDA_GGML_INT8_MORE");
-  if (more == nullptr || std::string_view(more) != "1") return 0;
-  return (t == GgmlType::q4_0 || t == GgmlType::iq4_nl) ? 32 : (t == GgmlType::q5_k || t == GgmlType::iq4_xs) ? 256 : 0;
+  if (t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::iq4_nl) return 32;
+  if (t == GgmlType::q4_k || t == GgmlType::q6_k || t == GgmlType::q5_k || t == GgmlType::iq4_xs) return 256;
+  return 0;
 }
 
 // Random blocks of a type: random bytes, with each f16 scale field set to a finite value in ±[2^-8, 2].
@@ -553,7 +550,7 @@ TEST_P(OnBackend, GgmlInt8GemvRoundsXAsTheCpuBackend) {
   for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q4_0, GgmlType::iq4_nl,
                         GgmlType::q5_k, GgmlType::iq4_xs})
     for (int64_t T : {1, 5}) {
-      if (cuda_int8_block(type, T) == 0) continue;  // the last four: with KAPITSA_CUDA_GGML_INT8_MORE=1
+      if (cuda_int8_block(type, T) == 0) continue;
       const auto info = *ggml_type_info(static_cast<uint32_t>(type));
       const int64_t N = 1 + static_cast<int64_t>(r.gen() % 37), K = 256 * (1 + static_cast<int64_t>(r.gen() % 4));
       SCOPED_TRACE(fmt::format("{} T={} N={} K={}", info.name, T, N, K));
@@ -615,7 +612,8 @@ TEST_P(OnBackend, GgmlMatmulExpertsMatchRef) {
   if (!level && !on_cuda(backend())) GTEST_SKIP() << backend().name << " has no kernels for llama.cpp block weights yet";
   Rng r;
   SCOPED_TRACE(r.trace());
-  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::mxfp4}) {
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::mxfp4, GgmlType::q5_k,
+                        GgmlType::iq4_xs}) {
     const auto info = *ggml_type_info(static_cast<uint32_t>(type));
     const int64_t T = 3, k = 2, E = 5, N = 1 + static_cast<int64_t>(r.gen() % 19), K = 256 * (1 + static_cast<int64_t>(r.gen() % 2));
     const int64_t row_bytes = K / info.block_size * info.block_bytes;

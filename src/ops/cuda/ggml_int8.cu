@@ -1,5 +1,5 @@
-// The int8-activation GEMV for Q8_0, Q4_K and Q6_K blocks (decode, 1–8 tokens; Q4_0, IQ4_NL, Q5_K and IQ4_XS
-// too with KAPITSA_CUDA_GGML_INT8_MORE=1, until a GPU run has tested them), as the cpu backend and
+// The int8-activation GEMV for Q8_0, Q4_K, Q6_K, Q4_0, IQ4_NL, Q5_K and IQ4_XS blocks (decode, 1–8 tokens),
+// as the cpu backend and
 // llama.cpp do it: x is rounded once to int8 codes with one f32 scale per block of B inputs (dx =
 // max|x| / 127, q = round-half-even(x / dx); B = 32 for Q8_0, 256 for the K-quants — the cpu backend's
 // rounding bit for bit), then each weight unit is dotted in integers with __dp4a (four byte products a
@@ -163,8 +163,7 @@ template <> struct Unit<ggml::q6_k> {
   }
 };
 
-// ---- the other common types (session 25; used only with KAPITSA_CUDA_GGML_INT8_MORE=1 until a GPU run
-// has passed their op tests: written where no GPU was lent) ---------------------------------------------
+// ---- the other common types (session 25; their op tests passed on an H100 in session 26) ---------------
 
 // Four 4-bit code-book entries (IQ4_NL / IQ4_XS levels): byte k of the result is the level of the code in
 // byte k of q4 (0…15): two byte permutes of the 16-entry table, picked per byte by the code's bit 3.
@@ -350,19 +349,10 @@ bool ggml_int8_enabled() {
   return on;
 }
 
-bool ggml_int8_more_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_CUDA_GGML_INT8_MORE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 int ggml_int8_block(uint32_t type) {
-  if (type == ggml::q8_0) return 32;
-  if (type == ggml::q4_k || type == ggml::q6_k) return 256;
-  if (!ggml_int8_more_enabled()) return 0;
-  return (type == ggml::q4_0 || type == ggml::iq4_nl) ? 32 : (type == ggml::q5_k || type == ggml::iq4_xs) ? 256 : 0;
+  if (type == ggml::q8_0 || type == ggml::q4_0 || type == ggml::iq4_nl) return 32;
+  if (type == ggml::q4_k || type == ggml::q6_k || type == ggml::q5_k || type == ggml::iq4_xs) return 256;
+  return 0;
 }
 
 size_t ggml_int8_scratch_bytes(int64_t T, int64_t K, int64_t B) {

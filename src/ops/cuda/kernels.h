@@ -150,15 +150,13 @@ struct GgmlRoute {
 };
 void ggml_experts(const float* x, const GgmlArgs& a, const GgmlRoute& route, uintptr_t addresses, float* y, int64_t T,
                   int64_t N, cudaStream_t s);
-// ggml_int8.cu — the int8-activation path for Q8_0, Q4_K and Q6_K (ggml_int8_block: the inputs per x
-// scale, 32 or 256; 0 for other types), T ≤ kGemvMaxTokens: quantize_x_int8 rounds x: [T, K] into
+// ggml_int8.cu — the int8-activation path for Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS
+// (ggml_int8_block: the inputs per x scale, 32 or 256; 0 for other types), T ≤ kGemvMaxTokens: quantize_x_int8 rounds x: [T, K] into
 // `scratch` (ggml_int8_scratch_bytes) as the cpu backend does, then ggml_gemv_int8 / ggml_experts_int8
 // (every expert of one type) read it. An output moves by at most Σ|w_k|·dx_k/2 from the f32 result.
-// Off with KAPITSA_CUDA_GGML_INT8=0 (ggml_int8_enabled). Q4_0, IQ4_NL (32) and Q5_K, IQ4_XS (256) too with
-// KAPITSA_CUDA_GGML_INT8_MORE=1 (ggml_int8_more_enabled; off by default until a GPU run has tested them).
+// Off with KAPITSA_CUDA_GGML_INT8=0 (ggml_int8_enabled).
 int ggml_int8_block(uint32_t type);
 bool ggml_int8_enabled();
-bool ggml_int8_more_enabled();
 size_t ggml_int8_scratch_bytes(int64_t T, int64_t K, int64_t B);
 void quantize_x_int8(const float* x, int64_t T, int64_t K, int64_t B, void* scratch, cudaStream_t s);
 void ggml_gemv_int8(const void* scratch, const GgmlArgs& a, float* y, int64_t T, int64_t N, cudaStream_t s);
