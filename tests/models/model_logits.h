@@ -41,6 +41,22 @@ inline double top1_agreement(const Tensor& a, const Tensor& b) {
   return static_cast<double>(same) / static_cast<double>(T);
 }
 
+// Share of rows whose argmax agrees with the reference's up to near ties: a row also agrees when the
+// reference's logit at a's argmax is within `tie` (nats) of the reference's maximum. A trained model has
+// rows where its top two tokens are nearly tied (greedy margins of 0.01–0.1); any rounding flips those,
+// so plain top-1 agreement measures how many ties a model happens to have as much as the quantization.
+inline constexpr float kNearTie = 0.1f;  // nats: the two tokens' probabilities within 10.5%
+inline double top1_agreement_beyond_ties(const Tensor& a, const Tensor& reference, float tie = kNearTie) {
+  const int64_t T = a.dim(0), V = a.dim(1);
+  int64_t same = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* x = a.data_as<const float>() + t * V;
+    const float* y = reference.data_as<const float>() + t * V;
+    same += y[std::max_element(x, x + V) - x] >= *std::max_element(y, y + V) - tie;
+  }
+  return static_cast<double>(same) / static_cast<double>(T);
+}
+
 // Mean over positions of KL(p_ref ‖ p) of the softmaxed logits.
 inline double mean_kl(const Tensor& logits, const Tensor& reference) {
   const int64_t T = reference.dim(0), V = reference.dim(1);

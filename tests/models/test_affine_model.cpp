@@ -34,7 +34,8 @@ void PrintTo(const AffineCase& c, std::ostream* os) { *os << c.path; }
 class AffineFixture : public ::testing::TestWithParam<AffineCase> {};
 
 // Group 32 for both widths. The demo draft stands for a trained bf16 model (the demo target ships 4-bit).
-// Measured (this commit): draft 8-bit error 6.5e-3 and top-1 1.000, 4-bit error 1.1e-1 and top-1 0.833
+// Measured (session 27's draft; top-1 counting near ties, model_logits.h): draft 8-bit error 7.1e-3 and
+// top-1 1.000 (0.939 without ties), 4-bit error 1.2e-1 and top-1 0.955 (0.894)
 // (a 2.9M model quantized after training; the target, trained on its 4-bit weights at the end, loses 0.6%
 // of held-out perplexity); fixtures 8-bit error 0.06–0.22 and top-1 0.65–0.93. Resident bytes:
 // every quantized matrix at bits + 1 bits per weight (a bf16 scale and bias per 32) instead of 16.
@@ -51,10 +52,11 @@ TEST_P(AffineFixture, EightBitCloseToBf16AndFourBitKeepsTop1) {
   const Buffer l4 = prompt_logits(q4.path(), ref.prompt_ids, &q4_bytes);
   ASSERT_FALSE(dense.tensor().empty() || l8.tensor().empty() || l4.tensor().empty());
   const double e8 = relative_error(l8, dense), e4 = relative_error(l4, dense);
-  const double a8 = top1_agreement(l8, dense), a4 = top1_agreement(l4, dense);
-  std::printf("%s: 8-bit rel. error %.2e top-1 %.3f; 4-bit rel. error %.2e top-1 %.3f; bytes %ld / %ld / %ld\n",
-              c.path.c_str(), e8, a8, e4, a4, static_cast<long>(dense_bytes), static_cast<long>(q8_bytes),
-              static_cast<long>(q4_bytes));
+  const double a8 = top1_agreement_beyond_ties(l8, dense), a4 = top1_agreement_beyond_ties(l4, dense);
+  std::printf("%s: 8-bit rel. error %.2e top-1 %.3f (%.3f with near ties); 4-bit rel. error %.2e top-1 %.3f (%.3f); "
+              "bytes %ld / %ld / %ld\n",
+              c.path.c_str(), e8, top1_agreement(l8, dense), a8, e4, top1_agreement(l4, dense), a4,
+              static_cast<long>(dense_bytes), static_cast<long>(q8_bytes), static_cast<long>(q4_bytes));
   EXPECT_LE(e8, c.max_error8);
   EXPECT_GE(a8, c.min_top1_8);
   EXPECT_GE(a4, c.min_top1_4);

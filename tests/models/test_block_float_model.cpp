@@ -299,8 +299,9 @@ TEST_F(BlockFloatLoad, ConfigsAndTheirErrors) {
 // The demo draft quantized by this test as each format (every projection; embedding and norms bf16), from
 // the definitions: NVFP4 per 16 inputs with scale = amax/6 as E4M3 (ModelOpt: divided by the per-tensor
 // weight_scale_2 = amax/(6·448) first), MX per 32 with scale 2^ceil(log2(amax/max code)), codes the
-// nearest. Each loads and its prompt logits stay near the bf16 draft's. Measured (this commit): ModelOpt
-// NVFP4 1.1e-1 / top-1 0.864, mlx nvfp4 1.1e-1 / 0.864, mxfp4 1.3e-1 / 0.864, mxfp8 2.9e-2 / 0.970.
+// nearest. Each loads and its prompt logits stay near the bf16 draft's. Measured (session 27's draft, top-1
+// counting near ties, model_logits.h): ModelOpt NVFP4 1.1e-1 / top-1 0.894, mlx nvfp4 1.2e-1 / 0.864,
+// mxfp4 1.6e-1 / 0.879, mxfp8 3.1e-2 / 0.970.
 struct Quantized {
   std::vector<weights::NamedTensor> tensors;
   std::vector<Buffer> keep;
@@ -386,9 +387,10 @@ TEST(BlockFloatModel, DemoDraftInEachFormat) {
     int64_t bytes = 0;
     const Buffer logits = prompt_logits(dir.path(), draft.ref.prompt_ids, &bytes);
     ASSERT_FALSE(logits.tensor().empty()) << c.format;
-    const double e = relative_error(logits, dense), top1 = top1_agreement(logits, dense);
-    std::printf("demo draft as %s: relative error %.2e, top-1 %.3f, mean KL %.2e, resident weights %.2f of bf16\n", c.format,
-                e, top1, mean_kl(logits, dense), double(bytes) / double(dense_bytes));
+    const double e = relative_error(logits, dense), top1 = top1_agreement_beyond_ties(logits, dense);
+    std::printf("demo draft as %s: relative error %.2e, top-1 %.3f (%.3f with near ties), mean KL %.2e, resident weights "
+                "%.2f of bf16\n",
+                c.format, e, top1_agreement(logits, dense), top1, mean_kl(logits, dense), double(bytes) / double(dense_bytes));
     EXPECT_LE(e, c.max_error) << c.format;
     EXPECT_GE(top1, c.min_top1) << c.format;
     EXPECT_GT(e, 1e-4) << c.format;  // the quantized codes are really read (not the bf16 values)

@@ -203,8 +203,9 @@ TEST(Fp8Config, MethodsAndBadFields) {
 }
 
 // The demo draft as a block-FP8 release ships it: every projection F8_E4M3 with a "weight_scale_inv"
-// per 128×128 block (amax / 448), embedding and norms bf16. Measured (this commit, the second edition's
-// draft): relative error 3.2e-2, top-1 0.909 (6 of 66 prompt positions), mean KL 3.7e-3 against bf16.
+// per 128×128 block (amax / 448), embedding and norms bf16. Measured (session 27's draft): relative error
+// 3.2e-2, top-1 0.939 (4 of 66 prompt positions differ; counting near ties, model_logits.h, as the test
+// does: measured after this run), mean KL 3.0e-3 against bf16.
 TEST(Fp8Model, DemoDraftAsBlockFp8) {
   DemoDraft draft = open_demo_draft();
   ASSERT_TRUE(draft.ckpt);
@@ -245,8 +246,9 @@ TEST(Fp8Model, DemoDraftAsBlockFp8) {
   ASSERT_TRUE(write_checkpoint_folder(dir.path(), tensors, *config).ok());
   const Buffer dense = prompt_logits(src, ref.prompt_ids), q = prompt_logits(dir.path(), ref.prompt_ids);
   ASSERT_FALSE(q.tensor().empty());
-  const double e = relative_error(q, dense), top1 = top1_agreement(q, dense);
-  std::printf("demo draft as block-FP8: relative error %.2e, top-1 %.3f, mean KL %.2e\n", e, top1, mean_kl(q, dense));
+  const double e = relative_error(q, dense), top1 = top1_agreement_beyond_ties(q, dense);
+  std::printf("demo draft as block-FP8: relative error %.2e, top-1 %.3f (%.3f with near ties), mean KL %.2e\n", e,
+              top1_agreement(q, dense), top1, mean_kl(q, dense));
   EXPECT_LE(e, 6e-2);
   EXPECT_GE(top1, 0.88);
   EXPECT_GT(e, 1e-4);  // the FP8 codes are really read (not the bf16 values)

@@ -141,9 +141,10 @@ Json read_config(const std::string& dir) {
 
 // The demo model's draft (hidden 128, MLP 320, vocab 16384, tied embedding) at 8 and 4 bits, group 64:
 // the folder is mlx-lm's (codes, scales, biases, config keys, tokenizer copied, norms and conv1d
-// untouched), loads, and its logits stay close to the bf16 draft's. Measured (this commit): 8-bit
-// relative error 1.1e-2, top-1 0.985; 4-bit 1.3e-1, 0.879 (the draft is a 4-layer model with flatter
-// logits than the target's: docs/quantization.md has the target's figures).
+// untouched), loads, and its logits stay close to the bf16 draft's. Measured (session 27's draft): 8-bit
+// relative error 9.6e-3, top-1 0.970 (1.000 counting near ties, model_logits.h); 4-bit 1.3e-1, 0.833
+// (0.894) (the draft is a 4-layer model with flatter logits than the target's: docs/quantization.md has
+// the target's figures).
 TEST(QuantizeCheckpoint, DemoDraftLoadsAndStaysClose) {
   const std::string src = test_data_path("../models/demo/draft");
   FixtureReference ref = load_fixture_reference(src);
@@ -171,9 +172,9 @@ TEST(QuantizeCheckpoint, DemoDraftLoadsAndStaysClose) {
     EXPECT_FALSE(ckpt->contains(layer + "input_layernorm.scales"));
     const Buffer q = prompt_logits(out, ref.prompt_ids);
     ASSERT_FALSE(q.tensor().empty());
-    const double e = relative_error(q, dense), top1 = top1_agreement(q, dense);
-    std::printf("demo draft %d-bit: relative error %.2e, top-1 %.3f, mean KL %.2e, %.3f bits per weight\n", bits, e, top1,
-                mean_kl(q, dense), summary->bits_per_weight);
+    const double e = relative_error(q, dense), top1 = top1_agreement_beyond_ties(q, dense);
+    std::printf("demo draft %d-bit: relative error %.2e, top-1 %.3f (%.3f with near ties), mean KL %.2e, %.3f bits per weight\n",
+                bits, e, top1_agreement(q, dense), top1, mean_kl(q, dense), summary->bits_per_weight);
     if (bits == 8) {
       e8 = e;
       EXPECT_LE(e, 2e-2);
