@@ -67,6 +67,12 @@ inline constexpr int kActBlock = 64;
 inline constexpr float kActMax = 32767.0f;
 inline constexpr int kActMaxTokens = 8;
 
+// The tiles the AMX-INT8 prefill GEMM of GGUF weights (matmul_ggml_amx.cpp, avx512 level) runs on:
+// the CPU's where amx_int8_usable() (automatic), none (off: the AVX-512 panels), or a plain C++ emulation
+// of the tile instructions on any CPU running the avx512 level (emulated: tests of the GEMM's packing,
+// tile shapes and loops on machines without AMX; slow). Tests set it; everything else leaves automatic.
+enum class AmxInt8 { automatic, off, emulated };
+
 }  // namespace kapitsa::ops::cpu
 
 // Each level's kernels: the ops, the table, and the kernel-level functions tests and benches call
@@ -81,6 +87,8 @@ inline constexpr int kActMaxTokens = 8;
   bool affine_int16_activations(int bits, int64_t group_size, int64_t tokens);                      \
   bool amx_bf16_usable();                                                                          \
   std::string amx_status();                                                                        \
+  bool amx_int8_usable();                                                                          \
+  void set_amx_int8(AmxInt8 mode);                                                                 \
   void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t K, int64_t N);
 // clang-format off
 namespace kapitsa::ops::cpu::baseline {

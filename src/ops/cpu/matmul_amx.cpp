@@ -14,6 +14,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "ops/cpu/amx.h"
+#include "ops/cpu/amx_tiles.h"
 
 #include <fmt/format.h>
 
@@ -25,8 +26,7 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__AVX512F__)
-#define KAPITSA_AMX 1
+#if defined(KAPITSA_AMX)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -38,37 +38,29 @@ namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
 #if defined(KAPITSA_AMX)
 namespace {
 
-// ldtilecfg's 64-byte operand, palette 1.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};  // bytes a row
-  uint8_t rows[16] = {};
-};
-
-#define KAPITSA_TILE_LOAD(t, base, stride) \
-  asm volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(static_cast<int64_t>(stride)) : "memory")
-#define KAPITSA_TILE_STORE(t, base, stride) \
-  asm volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(static_cast<int64_t>(stride)) : "memory")
-#define KAPITSA_TILE_ZERO(t) asm volatile("tilezero %%tmm" #t ::)
-// tmm c += tmm a · tmm b (AT&T order: b, a, c).
-#define KAPITSA_TILE_DP(c, a, b) asm volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+using amx::TileConfig;
 
 // Every tile 16 rows of 64 bytes. Built on the stack each time: the probe runs it in a forked child,
 // where a static's initialisation guard could be held by a thread that no longer exists.
 void tiles_on() {
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-  asm volatile("ldtilecfg %0" ::"m"(cfg));
+  KAPITSA_TILE_CONFIG(cfg);
 }
-void tiles_off() { asm volatile("tilerelease" ::); }
+void tiles_off() { KAPITSA_TILE_RELEASE(); }
 
-std::string detect() {
+// The tile instructions of one AMX feature: TDPBF16PS (amx_bf16) or TDPBSSD (amx_int8).
+enum class Feature { bf16, int8 };
+
+// "usable", or why not, for one feature: the same steps for both, the probe running that feature's
+// instruction (CPUID leaf 7 EDX: bit 24 amx_tile, 22 amx_bf16, 25 amx_int8).
+std::string detect(Feature feature) {
   const char* env = std::getenv("KAPITSA_AMX");
   if (env != nullptr && std::strcmp(env, "0") == 0) return "off (KAPITSA_AMX=0)";
+  const bool int8 = feature == Feature::int8;
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || ((d >> 24) & 1u) == 0 || ((d >> 22) & 1u) == 0)
-    return "the CPU does not list amx_tile and amx_bf16";
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || ((d >> 24) & 1u) == 0 || ((d >> (int8 ? 25 : 22)) & 1u) == 0)
+    return int8 ? "the CPU does not list amx_tile and amx_int8" : "the CPU does not list amx_tile and amx_bf16";
   unsigned lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));  // the avx512 level runs only where OSXSAVE is set
   const uint64_t xcr0 = (uint64_t{hi} << 32) | lo;
@@ -86,7 +78,8 @@ std::string detect() {
     KAPITSA_TILE_ZERO(0);
     KAPITSA_TILE_ZERO(4);
     KAPITSA_TILE_ZERO(6);
-    KAPITSA_TILE_DP(0, 4, 6);
+    if (int8) KAPITSA_TILE_DPBSSD(0, 4, 6);
+    else KAPITSA_TILE_DP(0, 4, 6);
     tiles_off();
     _exit(0);
   }
@@ -99,7 +92,7 @@ std::string detect() {
 }
 
 const std::string& status() {
-  static const std::string s = detect();
+  static const std::string s = detect(Feature::bf16);
   return s;
 }
 
@@ -194,6 +187,10 @@ bool amx_bf16_usable() {  // asked on every bf16 prefill matmul: the answer kept
   return usable;
 }
 std::string amx_status() { return status(); }
+bool amx_int8_usable() {  // asked on every quantized prefill matmul
+  static const bool usable = detect(Feature::int8) == "usable";
+  return usable;
+}
 
 void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t K, int64_t N) {
   if (T == 0 || N == 0) return;
@@ -268,6 +265,7 @@ void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int
 #else
 
 bool amx_bf16_usable() { return false; }
+bool amx_int8_usable() { return false; }
 std::string amx_status() {
 #if defined(__x86_64__) && defined(__linux__)
   return "only the avx512 level has the AMX kernel";
