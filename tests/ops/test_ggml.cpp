@@ -428,7 +428,8 @@ TEST_P(OnBackend, GgmlRowsOfSeveralTokensEqualEachTokenAlone) {
 // dequantized rows, for 1..8 tokens and beyond: on x of random floats within the int8 rounding bound
 // (+ 2e-6 of Σ|x·w| for f32 arithmetic); on x that int8 represents exactly (integers with a ±127 in every block, so d = 1) within the f32 term alone;
 // and on x86 with VPDPBUSD (and the 512-bit Q8_0 kernel) bit-equal to the AVX2 sequence below 64 tokens.
-// 64 and 70 tokens take the avx512 level's 16-row panels (matmul_ggml_panel.cpp) for the 32-value types.
+// 64 and 70 tokens take the avx512 level's 16-row panels (matmul_ggml_panel.cpp) for the 32-value types,
+// on a CPU with AMX-INT8 its tiles (matmul_ggml_amx.cpp, bit-equal to the panels).
 TEST(GgmlInt8, GemvMatchesRefWithinActivationRounding) {
   Rng r;
   SCOPED_TRACE(r.trace());
