@@ -5,17 +5,25 @@
 #include "ops/cuda/graph.h"
 #endif
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 namespace kapitsa::ops {
 namespace {
-std::atomic<uint64_t> g_launches{0};
+std::array<std::atomic<uint64_t>, 3> g_launches{};  // by StepKind
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("KAPITSA_CUDA_GRAPHS");
     return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+std::atomic<bool>& spec_enabled_flag() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("KAPITSA_CUDA_SPEC_GRAPHS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
 }
@@ -31,7 +39,14 @@ bool step_graphs_enabled(Device device) {
 }
 
 void set_step_graphs(bool enabled) { enabled_flag() = enabled; }
-uint64_t step_graph_launches() { return g_launches.load(); }
+bool spec_step_graphs_enabled(Device device) { return step_graphs_enabled(device) && spec_enabled_flag().load(); }
+void set_spec_step_graphs(bool enabled) { spec_enabled_flag() = enabled; }
+uint64_t step_graph_launches() {
+  uint64_t n = 0;
+  for (const auto& k : g_launches) n += k.load();
+  return n;
+}
+uint64_t step_graph_launches(StepKind kind) { return g_launches[static_cast<size_t>(kind)].load(); }
 
 #if KAPITSA_HAVE_CUDA
 void mirror_step_metadata(Device device, const void* data, size_t bytes) {
@@ -44,15 +59,15 @@ uint64_t step_graph_generation(Device device) { return device == Device::cuda ? 
 StepGraph::~StepGraph() { cuda::destroy_graph(exec_); }
 void StepGraph::launch() const {
   cuda::launch_graph(exec_);
-  ++g_launches;
+  ++g_launches[static_cast<size_t>(kind_)];
 }
 void begin_step_capture(Device device) {
   if (device == Device::cuda) cuda::begin_capture();
 }
-std::unique_ptr<StepGraph> end_step_capture(Device device) {
+std::unique_ptr<StepGraph> end_step_capture(Device device, StepKind kind) {
   if (device != Device::cuda) return nullptr;
   void* exec = cuda::end_capture();
-  return exec == nullptr ? nullptr : std::unique_ptr<StepGraph>(new StepGraph(exec));
+  return exec == nullptr ? nullptr : std::unique_ptr<StepGraph>(new StepGraph(exec, kind));
 }
 const char* step_capture_failure() { return cuda::capture_failure(); }
 bool capturing_step(Device device) { return device == Device::cuda && cuda::capturing(); }
@@ -63,7 +78,7 @@ uint64_t step_graph_generation(Device) { return 0; }
 StepGraph::~StepGraph() = default;
 void StepGraph::launch() const {}
 void begin_step_capture(Device) {}
-std::unique_ptr<StepGraph> end_step_capture(Device) { return nullptr; }
+std::unique_ptr<StepGraph> end_step_capture(Device, StepKind) { return nullptr; }
 const char* step_capture_failure() { return "no CUDA backend in this build"; }
 bool capturing_step(Device) { return false; }
 #endif

@@ -7,6 +7,9 @@
 // and workspace's memory, generation(), attention_key_bucket of the longest sequence). A capture that
 // met something a replay cannot repeat (a host span outside the mirror, a wait) yields no graph: the
 // caller runs that step eagerly. On cpu, or with graphs switched off, every call here is a no-op.
+// Steps beyond plain decode (speculative verification: several rows a sequence, checkpoints, hidden
+// rows; the MTP head's steps) are captured only with KAPITSA_CUDA_SPEC_GRAPHS=1 (not yet verified on a
+// GPU; docs/speculative-decoding.md).
 #pragma once
 
 #include "tensor/tensor.h"
@@ -21,6 +24,15 @@ namespace kapitsa::ops {
 // KAPITSA_CUDA_GRAPHS=0 or set_step_graphs(false) was called (tests compare both ways).
 bool step_graphs_enabled(Device device);
 void set_step_graphs(bool enabled);
+// Whether steps beyond plain decode may be captured too: step_graphs_enabled and KAPITSA_CUDA_SPEC_GRAPHS=1
+// in the environment (default off), or set_spec_step_graphs(true).
+bool spec_step_graphs_enabled(Device device);
+void set_spec_step_graphs(bool enabled);
+
+// What a captured step computes (the launch counters tell them apart). decode: one row a sequence,
+// logits only. verify: any other trunk step of a few rows (speculative verification: several rows a
+// sequence, checkpoints, hidden rows for the MTP head). mtp_head: a step of the MTP head.
+enum class StepKind { decode, verify, mtp_head };
 
 // Host bytes [data, data + bytes) copied to the device now (stream-ordered); until clear_step_metadata,
 // an op given a host span inside them reads that copy instead of copying the span (cpu: nothing).
@@ -47,19 +59,22 @@ class StepGraph {
   void launch() const;  // queued on the ops' stream
 
  private:
-  friend std::unique_ptr<StepGraph> end_step_capture(Device device);
-  explicit StepGraph(void* exec) : exec_(exec) {}
+  friend std::unique_ptr<StepGraph> end_step_capture(Device device, StepKind kind);
+  StepGraph(void* exec, StepKind kind) : exec_(exec), kind_(kind) {}
   void* exec_;
+  StepKind kind_;
 };
 
 // Ops called between begin and end are recorded, not run. end_step_capture returns null when the
 // capture cannot be replayed (why: step_capture_failure()); the step must then be run eagerly.
 void begin_step_capture(Device device);
-std::unique_ptr<StepGraph> end_step_capture(Device device);
+std::unique_ptr<StepGraph> end_step_capture(Device device, StepKind kind = StepKind::decode);
 const char* step_capture_failure();
 // True while a capture is being recorded (code that would read device results on the host must not).
 bool capturing_step(Device device);
-// Graph launches so far in this process (tests check that a run replayed graphs, or did not).
+// Graph launches so far in this process, all or of one kind (tests check that a run replayed graphs,
+// or did not).
 uint64_t step_graph_launches();
+uint64_t step_graph_launches(StepKind kind);
 
 }  // namespace kapitsa::ops
