@@ -205,6 +205,40 @@ bool plain_decode(const ForwardBatch& batch, const ForwardOutputs& outputs) {
   return true;
 }
 
+// Any other step of at most kMaxGraphTokens rows in all (a speculative verification: several rows a
+// sequence, logits of several rows, recurrent-state checkpoints, hidden rows for the MTP head), except
+// one that wants every layer's output (stored between the layers). With KAPITSA_CUDA_SPEC_GRAPHS such
+// a step runs like plain decode: the head over every row into the workspace, the wanted logits and
+// hidden rows copied out after the step's ops, so the ops may be captured as a graph.
+bool few_rows(const ForwardBatch& batch, const ForwardOutputs& outputs) {
+  size_t n = 0;
+  for (const auto& s : batch.sequences) n += s.ids.size();
+  return outputs.all_layers.empty() && n <= kMaxGraphTokens;
+}
+
+// Tags that keep keys of other steps apart from plain decode's (whose first element is a token count).
+constexpr uint64_t kVerifyStep = uint64_t{1} << 40, kMtpStep = uint64_t{2} << 40;
+
+// What a few-row step's captured ops bake in beyond run_as_graph's shared part:
+// - every sequence's row count: the sizes of the step's host spans (the mirror's layout), and launch
+//   shapes decided on the host from them (the conv's longest sequence; the fused decode op of the GDN
+//   layers when every sequence has one row);
+// - every sequence's checkpoint count, and whether checkpoints were given at all: the checkpoint spans
+//   sit before the block tables in the mirror, and the scans write checkpoints only when given them;
+// - whether the head's logits are computed (its matmul is one of the ops).
+// What changes between two steps of one key (ids, positions, block tables, state and checkpoint slot
+// ids) is read from the mirrored metadata. Hidden rows are copied out of `normed` after the step.
+std::vector<uint64_t> few_rows_key(uint64_t tag, const StepBatch& step, bool logits) {
+  const ops::SeqBatch& seqs = step.seqs;
+  const bool ckpts = !seqs.ckpt_offsets.empty();
+  std::vector<uint64_t> key = {tag, static_cast<uint64_t>(seqs.n_seqs()), ckpts, logits};
+  for (size_t i = 0; i < static_cast<size_t>(seqs.n_seqs()); ++i) {
+    key.push_back(static_cast<uint64_t>(seqs.rows(static_cast<int64_t>(i))));
+    key.push_back(ckpts ? static_cast<uint64_t>(seqs.ckpt_offsets[i + 1] - seqs.ckpt_offsets[i]) : 0);
+  }
+  return key;
+}
+
 }  // namespace
 
 Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const {
@@ -229,19 +263,29 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   const Tensor& all_layers = outputs.all_layers;
 
   const bool decode = device_ != Device::cpu && plain_decode(batch, outputs);
-  const Tensor logits = decode ? ws.take(DType::f32, {T, info_.vocab_size}) : Tensor();
+  const bool few = !decode && ops::spec_step_graphs_enabled(device_) && few_rows(batch, outputs);
+  // The head over every row into the workspace, the wanted rows copied out after the step's ops.
+  const bool whole = decode || few;
+  const bool want_logits = !outputs.logits.empty();
+  const Tensor logits = whole && want_logits ? ws.take(DType::f32, {T, info_.vocab_size}) : Tensor();
   const Tensor x = ws.take(DType::f32, {T, H});  // the residual stream
   const Tensor normed = ws.take(DType::f32, {T, H});
   const Tensor mixed = ws.take(DType::f32, {T, H});
   const MirroredMetadata mirrored(device_, ws);
 
-  if (!(decode && run_as_graph(step, ids, x, normed, mixed, logits, ctx)))
-    trunk(step, ids, x, normed, mixed, all_layers, logits, ctx);
+  const auto body = [&] { trunk(step, ids, x, normed, mixed, Tensor(), logits, ctx); };
+  const bool replayed =
+      (decode && run_as_graph({static_cast<uint64_t>(T)}, ops::StepKind::decode, step, ws, body)) ||
+      (few && run_as_graph(few_rows_key(kVerifyStep, step, want_logits), ops::StepKind::verify, step, ws, body));
+  if (!replayed) trunk(step, ids, x, normed, mixed, all_layers, logits, ctx);
   if (decode) {
     for (const auto& r : outputs.logits) {
       const int64_t row = step.seqs.row_offsets[r.sequence];
       store(logits.rows(row, row + 1), r.out);
     }
+  } else if (few) {
+    for (const auto& r : outputs.logits) store_rows(logits, step.seqs.row_offsets[r.sequence], r.rows, r.out);
+    for (const auto& r : outputs.hidden) store_rows(normed, step.seqs.row_offsets[r.sequence], r.rows, r.out);
   } else {
     write_outputs(batch, outputs, normed, ws);
   }
@@ -281,23 +325,30 @@ void HybridDecoder::trunk(const StepBatch& step, std::span<const int32_t> ids, c
   if (!logits.empty()) ops::matmul(normed, head_, logits);
 }
 
-bool HybridDecoder::run_as_graph(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x,
-                                 const Tensor& normed, const Tensor& mixed, const Tensor& logits,
-                                 ForwardContext& ctx) const {
-  Workspace& ws = ctx.workspace;
+void HybridDecoder::store_rows(const Tensor& src, int64_t begin, std::span<const int32_t> rows,
+                              const Tensor& out) const {
+  // One copy per run of consecutive rows (usually the whole span).
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    const int64_t from = begin + rows[i], n = static_cast<int64_t>(j - i);
+    store(src.rows(from, from + n), out.rows(static_cast<int64_t>(i), static_cast<int64_t>(j)));
+    i = j;
+  }
+}
+
+bool HybridDecoder::run_as_graph(std::vector<uint64_t> key, ops::StepKind kind, const StepBatch& step, Workspace& ws,
+                                 const std::function<void()>& body) const {
   if (!ops::step_graphs_enabled(device_) || ws.overflowed() || ws.host_taken().empty()) return false;
-  // Everything a captured op bakes in: the shape, the split-K bucket of the longest sequence, memory
-  // generation, the workspace's and the pools' arrays (they move when they grow).
+  // Everything a captured op bakes in besides the caller's part (the step's kind and shape): the split-K
+  // bucket of the longest sequence, memory generation, the workspace's and the pools' arrays (they move
+  // when they grow).
   int64_t max_keys = 0;
   for (int64_t i = 0; i < step.seqs.n_seqs(); ++i)
     max_keys = std::max(max_keys, step.seqs.positions0[static_cast<size_t>(i)] + step.seqs.rows(i));
-  std::vector<uint64_t> key = {static_cast<uint64_t>(step.n_tokens),
-                               static_cast<uint64_t>(ops::attention_key_bucket(max_keys)),
-                               ops::step_graph_generation(device_),
-                               reinterpret_cast<uintptr_t>(ws.tensor_block()),
-                               ws.capacity_bytes(),
-                               reinterpret_cast<uintptr_t>(step.kv),
-                               reinterpret_cast<uintptr_t>(step.slots)};
+  key.insert(key.end(), {static_cast<uint64_t>(ops::attention_key_bucket(max_keys)), ops::step_graph_generation(device_),
+                         reinterpret_cast<uintptr_t>(ws.tensor_block()), ws.capacity_bytes(),
+                         reinterpret_cast<uintptr_t>(step.kv), reinterpret_cast<uintptr_t>(step.slots)});
   auto add_tensor = [&](const Tensor& t) {
     key.push_back(reinterpret_cast<uintptr_t>(t.data()));
     key.push_back(t.rank() > 0 ? static_cast<uint64_t>(t.dim(0)) : 0);
@@ -315,13 +366,14 @@ bool HybridDecoder::run_as_graph(const StepBatch& step, std::span<const int32_t>
     // that failed twice is not tried again.
     if (++entry.seen < 2 || entry.failures >= 2) return false;
     ops::begin_step_capture(device_);
-    trunk(step, ids, x, normed, mixed, Tensor(), logits, ctx);
-    entry.graph = ops::end_step_capture(device_);
+    body();
+    entry.graph = ops::end_step_capture(device_, kind);
     if (entry.graph && ws.overflowed()) entry.graph.reset();  // it would point into this step's overflow
     if (!entry.graph) {
       ++entry.failures;
-      log::debug("decode step of {} tokens not captured: {}", step.n_tokens,
-                 ws.overflowed() ? "workspace overflow" : ops::step_capture_failure());
+      log::debug("{} step of {} tokens not captured: {}",
+                 kind == ops::StepKind::decode ? "decode" : kind == ops::StepKind::verify ? "verification" : "MTP head",
+                 step.n_tokens, ws.overflowed() ? "workspace overflow" : ops::step_capture_failure());
       return false;
     }
   }
@@ -450,27 +502,41 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
   const int64_t T = step.n_tokens;
   const Tensor e = ws.take(DType::f32, {T, H}), h = ws.take(DType::f32, {T, H});   // embedding, hidden
   const Tensor normed = ws.take(DType::f32, {T, H});                               // the head's output
+  // With KAPITSA_CUDA_SPEC_GRAPHS a step of a few rows may run as a graph: its ops then compute the
+  // head's logits over every row into the workspace, and the wanted rows are copied out after.
+  const bool few = ops::spec_step_graphs_enabled(device_) && static_cast<size_t>(T) <= kMaxGraphTokens;
+  const bool want_logits =
+      std::any_of(sequences.begin(), sequences.end(), [](const MtpRows& s) { return !s.logits.empty(); });
+  const Tensor logits = few && want_logits ? ws.take(DType::f32, {T, V}) : Tensor();
   const MirroredMetadata mirrored(device_, ws);
 
   int64_t row = 0;
-  for (const MtpRows& s : sequences) {
+  for (const MtpRows& s : sequences) {  // before the graph: a captured step copies nothing from the host
     const Tensor dst = h.rows(row, row + s.hidden.dim(0));
     if (s.hidden.device() == device_) ops::copy(s.hidden, dst);
     else ops::copy_bytes(dst, s.hidden, /*wait=*/false);
     row += s.hidden.dim(0);
   }
-  ops::embedding(embedding_, ids, e);
-  mtp_head(step, e, h, normed, ctx);
+  const auto body = [&] {
+    ops::embedding(embedding_, ids, e);
+    mtp_head(step, e, h, normed, ctx);
+    if (!logits.empty()) ops::matmul(normed, head_, logits);
+  };
+  // The key as a verification step's (few_rows_key), without checkpoints.
+  if (!(few && run_as_graph(few_rows_key(kMtpStep, step, want_logits), ops::StepKind::mtp_head, step, ws, body)))
+    body();
   row = 0;
   for (const MtpRows& s : sequences) {
     const int64_t n = static_cast<int64_t>(s.ids.size());
-    auto rows_for = [&](const Tensor& out) {
-      return out.dim(0) == n ? normed.rows(row, row + n) : normed.rows(row + n - 1, row + n);
+    auto rows_for = [&](const Tensor& src, const Tensor& out) {
+      return out.dim(0) == n ? src.rows(row, row + n) : src.rows(row + n - 1, row + n);
     };
-    if (!s.out_hidden.empty()) store(rows_for(s.out_hidden), s.out_hidden);
-    if (!s.logits.empty()) {
+    if (!s.out_hidden.empty()) store(rows_for(normed, s.out_hidden), s.out_hidden);
+    if (!s.logits.empty() && !logits.empty()) {
+      store(rows_for(logits, s.logits), s.logits);
+    } else if (!s.logits.empty()) {
       const Tensor out = s.logits.device() == device_ ? s.logits : ws.take(DType::f32, s.logits.shape());
-      ops::matmul(rows_for(s.logits), head_, out);
+      ops::matmul(rows_for(normed, s.logits), head_, out);
       if (out.data() != s.logits.data()) store(out, s.logits);
     }
     row += n;

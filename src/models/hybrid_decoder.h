@@ -12,6 +12,7 @@
 #include "ops/step_graph.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,10 +91,14 @@ class HybridDecoder : public Model {
   // Embedding, blocks, final norm into `normed`; then, when `logits` is given, the head over every row.
   void trunk(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x, const Tensor& normed,
              const Tensor& mixed, const Tensor& all_layers, const Tensor& logits, ForwardContext& ctx) const;
-  // A decode step as a CUDA graph (ops/step_graph.h): replays the graph of this step's key, or captures
-  // it the second time the key is seen. False: nothing ran, the caller runs the step eagerly.
-  bool run_as_graph(const StepBatch& step, std::span<const int32_t> ids, const Tensor& x, const Tensor& normed,
-                    const Tensor& mixed, const Tensor& logits, ForwardContext& ctx) const;
+  // A step as a CUDA graph (ops/step_graph.h): `body` (the step's ops and nothing else) is captured the
+  // second time the key is seen and replayed after. `key` says what the step computes (its kind and
+  // shape); the step's key-count bucket, memory generation, workspace and pool addresses are added here.
+  // False: nothing ran, the caller runs body eagerly.
+  bool run_as_graph(std::vector<uint64_t> key, ops::StepKind kind, const StepBatch& step, Workspace& ws,
+                    const std::function<void()>& body) const;
+  // out := rows `rows` of the sequence whose rows start at row `begin` of src (src: [T, W], out: [rows, W]).
+  void store_rows(const Tensor& src, int64_t begin, std::span<const int32_t> rows, const Tensor& out) const;
   void write_outputs(const ForwardBatch& batch, const ForwardOutputs& outputs, const Tensor& normed,
                      Workspace& ws) const;
   std::shared_ptr<StateSlotPool> slot_pool() const;
