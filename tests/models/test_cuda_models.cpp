@@ -251,6 +251,87 @@ TEST_P(CudaFixture, GraphDecodeEqualsEager) {
   ops::set_step_graphs(was_enabled);
 }
 
+// Verification steps as CUDA graphs (KAPITSA_CUDA_SPEC_GRAPHS; the test sets the switch): two sequences
+// each fold [newest, g1, g2] (mostly wrong guesses) with logits of every row and a checkpoint per row,
+// then keep the newest token only (rollback to checkpoint 0). The checkpoint slots alternate between two
+// sets, so a replayed graph must take them from the step's metadata, and a wrong state would show in
+// the next step's logits. Switch on: bit-identical logits and ids to the same steps with it off (op by
+// op), and verification steps were replayed as graphs (none with it off).
+TEST_P(CudaFixture, GraphVerifyEqualsEager) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  auto loaded = load(Device::cuda);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  const int64_t V = model.info().vocab_size;
+  const bool graphs_were = ops::step_graphs_enabled(Device::cuda), spec_were = ops::spec_step_graphs_enabled(Device::cuda);
+  constexpr int64_t kRows = 3;
+  constexpr int kSteps = 12;
+  struct Run {
+    std::vector<int32_t> ids;
+    std::vector<Buffer> logits;
+    uint64_t launches = 0;
+  };
+  auto run = [&](bool spec_graphs) {
+    ops::set_step_graphs(true);
+    ops::set_spec_step_graphs(spec_graphs);
+    const uint64_t launches0 = ops::step_graph_launches(ops::StepKind::verify);
+    Run r;
+    const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7, 6, 5, 4, 3, 2, 1}};
+    const size_t n = prompts.size();
+    r.logits.reserve(n * kSteps);
+    std::vector<std::unique_ptr<models::SequenceState>> states;
+    std::vector<int32_t> next(n);
+    for (size_t j = 0; j < n; ++j) {
+      states.push_back(model.new_state(64));
+      Buffer last = Buffer::allocate(DType::f32, {static_cast<int64_t>(prompts[j].size()), V});
+      EXPECT_TRUE(model.forward(prompts[j], *states[j], last).ok());
+      next[j] = argmax(last.tensor().rows(last.tensor().dim(0) - 1, last.tensor().dim(0)).f32(), V);
+    }
+    models::StateSlotPool& pool = *states[0]->slot_pool();
+    std::vector<std::vector<int32_t>> slots(2 * n);  // two sets a sequence, used in turn
+    for (auto& set : slots)
+      for (int64_t i = 0; i < kRows; ++i) set.push_back(pool.allocate());
+    const int32_t rows[] = {0, 1, 2};
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<int32_t>> ids;
+      for (size_t j = 0; j < n; ++j)
+        ids.push_back({next[j], static_cast<int32_t>((next[j] + 1) % V), static_cast<int32_t>((next[j] + 7) % V)});
+      std::vector<models::ForwardBatch::Sequence> seqs;
+      std::vector<models::ForwardOutputs::Rows> logit_rows;
+      std::vector<models::ForwardOutputs::Checkpoints> checkpoints;
+      for (size_t j = 0; j < n; ++j) {
+        r.logits.push_back(Buffer::allocate(DType::f32, {kRows, V}));
+        seqs.push_back({ids[j], states[j].get()});
+        logit_rows.push_back({j, rows, r.logits.back().tensor()});
+        checkpoints.push_back({j, slots[2 * j + static_cast<size_t>(step % 2)]});
+      }
+      models::ForwardOutputs outputs;
+      outputs.logits = logit_rows;
+      outputs.checkpoints = checkpoints;
+      EXPECT_TRUE(model.run_step(models::ForwardBatch{seqs}, outputs).ok());
+      for (size_t j = 0; j < n; ++j) {
+        next[j] = argmax(r.logits[r.logits.size() - n + j].f32(), V);  // row 0: after the newest token
+        r.ids.push_back(next[j]);
+        int32_t& kept = slots[2 * j + static_cast<size_t>(step % 2)][0];  // then names the discarded state
+        states[j]->rollback(states[j]->n_past() - kRows + 1, kept);
+      }
+    }
+    for (const auto& set : slots)
+      for (int32_t slot : set) pool.release(slot);
+    r.launches = ops::step_graph_launches(ops::StepKind::verify) - launches0;
+    return r;
+  };
+  const Run eager = run(false), graph = run(true);
+  ops::set_step_graphs(graphs_were);
+  ops::set_spec_step_graphs(spec_were);
+  EXPECT_EQ(eager.launches, 0u);
+  EXPECT_GT(graph.launches, 0u) << "no verification step was replayed as a graph";
+  EXPECT_EQ(graph.ids, eager.ids);
+  ASSERT_EQ(graph.logits.size(), eager.logits.size());
+  for (size_t i = 0; i < eager.logits.size(); ++i)
+    ASSERT_EQ(max_abs_diff(graph.logits[i], eager.logits[i]), 0.0) << "logits of step " << i / 2 << ", sequence " << i % 2;
+}
+
 // A model quantized to MLX 4 bits (group 64: the GPU's int16-activation GEMV, several weights in one
 // launch, SwiGLU in the GEMV's epilogue, routed experts through matmul_experts with the router's ids on
 // the device), decoded token by token on the GPU and on the CPU (whose VNNI GEMV rounds x to int16 the

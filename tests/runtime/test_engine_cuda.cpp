@@ -3,12 +3,14 @@
 // CPU model gives each alone; under memory pressure sequences are preempted and still complete with the
 // CPU's ids and no leak; a prefix-cache resume equals a cold engine; speculative decoding (scripted
 // guesses with one wrong in three, n-gram, and the demo's MTP head: per-token checkpoints and rollback on
-// the device) gives the same ids as plain decoding; a restart resumes from the disk prefix cache like a cold engine. Near-ties
+// the device) gives the same ids as plain decoding, also with verification and MTP-head steps replayed
+// as CUDA graphs (KAPITSA_CUDA_SPEC_GRAPHS, switched on by the tests); a restart resumes from the disk prefix cache like a cold engine. Near-ties
 // aside (different summation order), greedy ids must be identical; the tests say where they allow one
 // sequence to differ. Skipped visibly without a GPU.
 #include "cuda_test.h"
 #include "models/fingerprint.h"
 #include "models/model.h"
+#include "ops/step_graph.h"
 #include "runtime/engine.h"
 #include "runtime/mtp_proposer.h"
 #include "runtime/proposer.h"
@@ -70,6 +72,25 @@ std::vector<int32_t> random_prompt(std::mt19937_64& rng, size_t n, int64_t V) {
   for (int32_t& x : p) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(V - 1));
   return p;
 }
+
+// Sets the switch for speculative steps as CUDA graphs (ops/step_graph.h) for a scope (step graphs on).
+class SpecGraphs {
+ public:
+  explicit SpecGraphs(bool on)
+      : graphs_(ops::step_graphs_enabled(Device::cuda)), spec_(ops::spec_step_graphs_enabled(Device::cuda)) {
+    ops::set_step_graphs(true);
+    ops::set_spec_step_graphs(on);
+  }
+  ~SpecGraphs() {
+    ops::set_step_graphs(graphs_);
+    ops::set_spec_step_graphs(spec_);
+  }
+  SpecGraphs(const SpecGraphs&) = delete;
+  SpecGraphs& operator=(const SpecGraphs&) = delete;
+
+ private:
+  bool graphs_, spec_;
+};
 
 struct EngineRun {
   std::vector<std::vector<int32_t>> ids;
@@ -154,6 +175,8 @@ class OneWrongProposer final : public Proposer {
   int64_t V_;
 };
 
+// With the switch for speculative graphs on, the same again: the same ids, and verification steps
+// replayed as graphs (a lone sequence as well, whose steps repeat their shape for sure).
 TEST_P(EngineOnCuda, SpeculationEqualsPlain) {
   KAPITSA_SKIP_WITHOUT_GPU();
   const uint64_t seed = testing::fresh_seed();
@@ -173,18 +196,29 @@ TEST_P(EngineOnCuda, SpeculationEqualsPlain) {
   options.context_tokens = 1024;
   const EngineRun plain = run_engine(load(GetParam(), Device::cuda), options, requests);
   ASSERT_EQ(plain.ids.size(), requests.size());
-  for (auto proposer : {std::shared_ptr<Proposer>(std::make_shared<OneWrongProposer>(prompts, plain.ids, V)),
-                        std::shared_ptr<Proposer>(std::make_shared<NgramProposer>())}) {
-    SCOPED_TRACE(std::string(proposer->name()));
-    options.proposer = proposer;
-    const EngineRun spec = run_engine(load(GetParam(), Device::cuda), options, requests);
-    ASSERT_EQ(spec.ids.size(), requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
-    EXPECT_EQ(spec.counters.running, 0);
-    if (proposer->name() == "one-wrong") {
-      EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
-      EXPECT_LT(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
+  for (const bool spec_graphs : {false, true}) {
+    SCOPED_TRACE(spec_graphs ? "speculative steps as graphs" : "speculative steps op by op");
+    const SpecGraphs scope(spec_graphs);
+    const uint64_t verified0 = ops::step_graph_launches(ops::StepKind::verify);
+    for (auto proposer : {std::shared_ptr<Proposer>(std::make_shared<OneWrongProposer>(prompts, plain.ids, V)),
+                          std::shared_ptr<Proposer>(std::make_shared<NgramProposer>())}) {
+      SCOPED_TRACE(std::string(proposer->name()));
+      options.proposer = proposer;
+      const EngineRun spec = run_engine(load(GetParam(), Device::cuda), options, requests);
+      ASSERT_EQ(spec.ids.size(), requests.size());
+      for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
+      EXPECT_EQ(spec.counters.running, 0);
+      if (proposer->name() == "one-wrong") {
+        EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+        EXPECT_LT(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
+        const EngineRun alone = run_engine(load(GetParam(), Device::cuda), options, {requests[0]});
+        ASSERT_EQ(alone.ids.size(), 1u);
+        EXPECT_EQ(alone.ids[0], plain.ids[0]) << "request 0 alone";
+      }
     }
+    const uint64_t verified = ops::step_graph_launches(ops::StepKind::verify) - verified0;
+    if (spec_graphs) EXPECT_GT(verified, 0u) << "no verification step was replayed as a graph";
+    else EXPECT_EQ(verified, 0u);
   }
 }
 
@@ -219,12 +253,27 @@ TEST(EngineCuda, MtpHeadEqualsPlain) {
   options.context_tokens = 1024;
   const EngineRun plain = run_engine(demo(), options, requests);
   ASSERT_EQ(plain.ids.size(), requests.size());
-  options.proposer = std::make_shared<MtpProposer>(MtpProposer::Options{false, 5});
-  const EngineRun spec = run_engine(demo(), options, requests);
-  ASSERT_EQ(spec.ids.size(), requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
-  EXPECT_GT(spec.counters.draft_tokens, 0);
-  EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+  // Op by op, then with the target's steps (hidden rows, verifications) and the head's steps as graphs.
+  for (const bool spec_graphs : {false, true}) {
+    SCOPED_TRACE(spec_graphs ? "speculative steps as graphs" : "speculative steps op by op");
+    const SpecGraphs scope(spec_graphs);
+    const uint64_t verified0 = ops::step_graph_launches(ops::StepKind::verify);
+    const uint64_t head0 = ops::step_graph_launches(ops::StepKind::mtp_head);
+    options.proposer = std::make_shared<MtpProposer>(MtpProposer::Options{false, 5});
+    const EngineRun spec = run_engine(demo(), options, requests);
+    ASSERT_EQ(spec.ids.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
+    EXPECT_GT(spec.counters.draft_tokens, 0);
+    EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+    const uint64_t verified = ops::step_graph_launches(ops::StepKind::verify) - verified0;
+    const uint64_t head = ops::step_graph_launches(ops::StepKind::mtp_head) - head0;
+    if (spec_graphs) {
+      EXPECT_GT(verified, 0u) << "no step of the target was replayed as a graph";
+      EXPECT_GT(head, 0u) << "no step of the MTP head was replayed as a graph";
+    } else {
+      EXPECT_EQ(verified + head, 0u);
+    }
+  }
 }
 
 TEST(EngineCuda, MemoryPressurePreemptsAndCompletesWithoutLeaks) {
