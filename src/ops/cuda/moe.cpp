@@ -119,8 +119,8 @@ void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor
   const kernels::GgmlRoute route{device_table, expert_ids.data_as<const int32_t>(), static_cast<int64_t>(experts.size()),
                                  expert_ids.dim(1)};
   const int64_t T = expert_ids.dim(0), N = experts.front().rows(), K = a.K, B = kernels::ggml_int8_block(a.type);
-  // The int8 experts kernel has run on a GPU for Q8_0, Q4_K and Q6_K experts only (GgmlMatmulExpertsMatchRef
-  // takes Q5_K and IQ4_XS since session 26, not yet run there): the other types decode to f32 until it has.
+  // The int8 experts kernel has run on a GPU for Q8_0, Q4_K and Q6_K experts only: the other types decode
+  // to f32 until GgmlMatmulExpertsMatchRef (which lists Q5_K and IQ4_XS) passes on a GPU without this gate.
   const auto type = static_cast<GgmlType>(a.type);
   const bool tested = type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k;
   if (B > 0 && K % B == 0 && tested && kernels::ggml_int8_enabled()) {
