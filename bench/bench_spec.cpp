@@ -6,8 +6,9 @@
 // token (target, draft or MTP head), and checks that every run gave the same tokens as plain decoding. By hand:
 //   build/release/bench/bench_spec [--model models/demo/target] [--draft models/demo/draft]
 //       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--mtp-k 1 2 3] [--proposers ngram draft mtp]
-//       [--repeat 5]
+//       [--repeat 5] [--device cuda]  (with KAPITSA_CUDA_SPEC_GRAPHS=1: speculative steps as CUDA graphs)
 #include "models/model.h"
+#include "ops/memory.h"
 #include "runtime/draft_proposer.h"
 #include "runtime/engine.h"
 #include "runtime/mtp_proposer.h"
@@ -68,9 +69,13 @@ struct Result {
   int proposed = 0, accepted = 0;
 };
 
+// Where the models run (--device): every run loads its models there afresh, so each starts with no
+// captured CUDA graphs, as one `kapitsa run` does.
+models::LoadOptions g_load;
+
 Result generate(const std::string& model_dir, std::shared_ptr<const text::Tokenizer> tok, const std::string& prompt,
                 int max_tokens, std::shared_ptr<runtime::Proposer> proposer, int k) {
-  auto model = models::load_model(model_dir);
+  auto model = models::load_model(model_dir, g_load);
   if (!model.ok()) throw std::runtime_error(model.error().message);
   runtime::EngineOptions options;
   options.max_sequences = 1;
@@ -118,7 +123,16 @@ int main(int argc, char** argv) {
   app.add_option("--proposers", proposers, "Which proposers to run: ngram, draft, mtp");
   int repeat = 1;
   app.add_option("--repeat", repeat, "Runs of every configuration, interleaved; the median tok/s is shown (noisy machines)");
+  std::string device_name = "cpu";
+  app.add_option("--device", device_name, "cpu (default), cuda or cuda:N");
   CLI11_PARSE(app, argc, argv);
+  auto device = ops::parse_device(device_name);
+  const Status selected = device.ok() ? ops::select_device(*device) : Status(device.error());
+  if (!selected.ok()) {
+    fmt::print(stderr, "bench_spec: {}\n", selected.error().message);
+    return 2;
+  }
+  g_load.device = device->device;
   auto tok = text::Tokenizer::load(model_dir);
   if (!tok.ok()) {
     fmt::print(stderr, "bench_spec: {}\n", tok.error().message);
@@ -158,8 +172,8 @@ int main(int argc, char** argv) {
     }
   }
   fmt::print("model {} ({:.1f} MB weights read per step), draft {} ({:.1f} MB), MTP head {:.1f} MB per row, greedy, {} "
-             "tokens per run\n", model_dir, target_bytes / 1e6, with_draft ? draft_dir : "-", draft_bytes / 1e6,
-             mtp_bytes / 1e6, max_tokens);
+             "tokens per run, on {}\n", model_dir, target_bytes / 1e6, with_draft ? draft_dir : "-", draft_bytes / 1e6,
+             mtp_bytes / 1e6, max_tokens, ops::device_name(*device));
   fmt::print("| workload | spec | decode tok/s | speed-up | guesses accepted | tokens per target step | weight MB per token | same tokens |\n");
   fmt::print("|---|---|---:|---:|---:|---:|---:|---|\n");
   bool all_same = true;
@@ -181,7 +195,7 @@ int main(int argc, char** argv) {
       if (p == "draft")
         for (int k : draft_ks)
           runs.push_back({"draft", k, [&] {
-                            auto m = models::load_model(draft_dir);
+                            auto m = models::load_model(draft_dir, g_load);
                             if (!m.ok()) throw std::runtime_error(m.error().message);
                             return std::make_shared<runtime::DraftModelProposer>(std::move(m).value(),
                                                                                  runtime::DraftModelProposer::Options{});
