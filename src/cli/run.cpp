@@ -107,7 +107,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "Most tokens to generate (default 256)");
   cmd->add_option("--ctx", o->context, "Context size in tokens (default 32768, at most the model's)");
   cmd->add_option("--system", o->system, "A system message (with the chat template)");
-  cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable); it is not printed");
+  // One text per --stop: without allow_extra_args(false) the prompt after `--stop X` was taken as a
+  // second stop text.
+  cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable); it is not printed")
+      ->allow_extra_args(false);
   cmd->add_flag("--no-template", o->no_template, "Raw completion: encode the prompt as is");
   cmd->add_flag("--no-think", o->no_think, "Ask the template to skip reasoning (enable_thinking=false)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep going past end-of-sequence tokens");

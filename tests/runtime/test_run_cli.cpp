@@ -40,6 +40,20 @@ TEST(RunCli, StreamsTextFromTheDemoModel) {
   EXPECT_GT(text.size(), 5u) << text;
 }
 
+// --stop takes one text per flag (repeatable), so the prompt may follow it; the output ends where a
+// stop text would begin.
+TEST(RunCli, StopTextsBeforeThePromptCutTheOutput) {
+  const std::string args = "run --model " + demo_dir() + " --max-tokens 24 --temperature 0 --no-template ";
+  std::string full = stdout_only(args + "\"def fib(n):\"");
+  while (!full.empty() && full.back() == '\n') full.pop_back();
+  ASSERT_GT(full.size(), 12u) << full;
+  const std::string stop = full.substr(full.size() / 2, 3);
+  ASSERT_GT(full.find(stop), 0u) << "stop text '" << stop << "' would leave nothing to compare";
+  std::string cut = stdout_only(args + "--stop '" + stop + "' --stop 'never in the output' \"def fib(n):\"");
+  while (!cut.empty() && cut.back() == '\n') cut.pop_back();
+  EXPECT_EQ(cut, full.substr(0, full.find(stop))) << "stop text '" << stop << "'";
+}
+
 TEST(RunCli, ChatTemplatePromptProducesAReply) {
   CommandResult r = run_kapitsa("run --model " + demo_dir() + " --max-tokens 24 --seed 3 \"Write a haiku about rivers.\"");
   ASSERT_EQ(r.exit_code, 0) << r.output;
