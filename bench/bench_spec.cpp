@@ -7,6 +7,7 @@
 //   build/release/bench/bench_spec [--model models/demo/target] [--draft models/demo/draft]
 //       [--max-tokens 160] [--spec-k 2 4 8] [--draft-k 2 3 4] [--mtp-k 1 2 3] [--proposers ngram draft mtp]
 //       [--repeat 5] [--device cuda]  (with KAPITSA_CUDA_SPEC_GRAPHS=1: speculative steps as CUDA graphs)
+//       [--cost-aware]  (k is then the most guesses; the engine drafts the length that pays)
 #include "models/model.h"
 #include "ops/memory.h"
 #include "runtime/draft_proposer.h"
@@ -72,6 +73,7 @@ struct Result {
 // Where the models run (--device): every run loads its models there afresh, so each starts with no
 // captured CUDA graphs, as one `kapitsa run` does.
 models::LoadOptions g_load;
+bool g_cost_aware = false;  // --cost-aware: k is the most guesses, the engine drafts what pays
 
 Result generate(const std::string& model_dir, std::shared_ptr<const text::Tokenizer> tok, const std::string& prompt,
                 int max_tokens, std::shared_ptr<runtime::Proposer> proposer, int k) {
@@ -82,6 +84,7 @@ Result generate(const std::string& model_dir, std::shared_ptr<const text::Tokeni
   options.prefix_cache_bytes = 0;
   options.proposer = std::move(proposer);
   options.spec_tokens = k;
+  options.spec_cost_aware = g_cost_aware;
   auto engine = runtime::Engine::create(std::move(model).value(), tok, options);
   if (!engine.ok()) throw std::runtime_error(engine.error().message);
   runtime::GenerateRequest r;
@@ -125,6 +128,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "Runs of every configuration, interleaved; the median tok/s is shown (noisy machines)");
   std::string device_name = "cpu";
   app.add_option("--device", device_name, "cpu (default), cuda or cuda:N");
+  app.add_flag("--cost-aware", g_cost_aware,
+               "Draft only as many guesses as pay on this machine, up to k (as kapitsa run and serve do)");
   CLI11_PARSE(app, argc, argv);
   auto device = ops::parse_device(device_name);
   const Status selected = device.ok() ? ops::select_device(*device) : Status(device.error());

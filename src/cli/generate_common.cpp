@@ -149,6 +149,7 @@ void SpecFlags::add_to(CLI::App* cmd) {
 Status SpecFlags::apply(runtime::EngineOptions& options) const {
   if (spec_k < 1 || spec_k > 32) return error("--spec-k must be between 1 and 32, got {}", spec_k);
   options.spec_tokens = spec_k;
+  options.spec_cost_aware = true;  // a draft only as long as it pays on this machine (runtime/draft_cost.h)
   options.proposer = nullptr;
   if (spec != "none" && spec != "ngram" && spec != "draft" && spec != "mtp" && spec != "auto")
     return error("--spec must be 'none', 'ngram', 'draft', 'mtp' or 'auto', got '{}'", spec);

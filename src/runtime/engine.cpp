@@ -268,6 +268,8 @@ class EngineImpl final : public Engine {
     dropped.clear();  // preempted for memory: freed before the step runs
     if (!decision.preempt.empty()) memory_->trim();  // pages they shared with snapshots are the cache's now
     std::vector<Scheduler::Work> work = scheduler_->batch();
+    const Clock::time_point started = Clock::now();
+    int timed_draft = -1;  // a batch-1 decode step's draft length, timed for the cost model
     if (options_.proposer) {
       std::vector<Sequence*> decoding;
       for (const Scheduler::Work& w : work) {
@@ -276,7 +278,9 @@ class EngineImpl final : public Engine {
         seq.draft_q.clear();
         if (w.samples && w.n_tokens == 1) decoding.push_back(&seq);
       }
-      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size);
+      DraftCostModel* cost = options_.spec_cost_aware && work.size() == 1 && decoding.size() == 1 ? &draft_cost_ : nullptr;
+      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size, cost);
+      if (cost != nullptr) timed_draft = static_cast<int>(decoding.front()->draft.size());
     }
     if (std::optional<std::string> no_room = memory_->make_room(work)) {
       fail(work, *no_room);
@@ -320,6 +324,8 @@ class EngineImpl final : public Engine {
       const size_t kept = emit(seq, std::span<const TokenEvent>(&token, 1));
       KAPITSA_CHECK(kept == 1, "token {} was sampled outside the grammar's mask", token.id);
     }
+    if (timed_draft >= 0)
+      draft_cost_.record(timed_draft, std::chrono::duration<double>(Clock::now() - started).count());
   }
 
   // Streams a run of chosen tokens of `seq` (TokenEmitter) and finishes it when the run ended it; the
@@ -402,6 +408,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<EngineMemory> memory_;  // KV pool, prefix cache, end-of-turn queue
   StepExecutor executor_;
   TokenEmitter emitter_;
+  DraftCostModel draft_cost_;  // engine thread only (options_.spec_cost_aware)
   SequenceSetup setup_;
   uint64_t next_id_ = 1;
   mutable std::mutex counters_mu_;

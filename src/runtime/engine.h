@@ -62,6 +62,10 @@ struct EngineOptions {
   // verified in the same step; null: off. Output is the same either way; only speed changes.
   std::shared_ptr<Proposer> proposer;
   int spec_tokens = 4;  // the most guesses per sequence per step
+  // Batch-1 steps draft the length with the most expected tokens per second, from their own timings
+  // (runtime/draft_cost.h), down to none when guessing does not pay on this machine. Off: the length
+  // follows the acceptance only (deterministic, as the speculation tests want). kapitsa run/chat/serve: on.
+  bool spec_cost_aware = false;
   // Prefix-cache snapshots also written to disk and restored from there, across restarts
   // (runtime/disk_cache.h); dir "" → off. fingerprint: models::model_fingerprint of the model's folder.
   DiskCacheOptions disk_cache;

@@ -65,6 +65,9 @@ struct Sequence {
   int draft_length = 0;  // guesses to ask for next (adapted to how many were accepted; 0: the most)
   int draft_misses = 0;  // drafts in a row of which nothing was accepted
   int draft_pause = 0;   // steps left without guesses (they did not pay)
+  // Guesses judged and kept, decayed (the recent drafts count most): their ratio is the per-guess
+  // acceptance the cost-aware draft length uses (runtime/draft_cost.h).
+  double guesses_judged = 0, guesses_kept = 0;
   bool admitted_once = false;
   GenerationStats stats;
   Clock::time_point submitted, first_token, last_token;

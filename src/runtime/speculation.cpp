@@ -7,7 +7,8 @@
 
 namespace kapitsa::runtime {
 
-void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size) {
+void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size,
+                    DraftCostModel* cost) {
   std::vector<DraftRequest> requests;
   std::vector<Sequence*> drafting;
   for (Sequence* seq : seqs) {
@@ -22,7 +23,9 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     const int64_t room = seq->state->capacity() - seq->state->n_past() - 1;
     const int64_t budget = seq->max_new - seq->generated - 1;
     const int wanted = seq->draft_length > 0 ? std::min(seq->draft_length, max_tokens) : max_tokens;
-    const int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
+    int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
+    if (cost != nullptr && k > 0)
+      k = cost->choose(seq->guesses_judged > 0 ? seq->guesses_kept / seq->guesses_judged : -1.0, k);
     if (k <= 0) continue;
     requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,
                         seq->state.get()});
@@ -53,6 +56,10 @@ void adapt_draft_length(Sequence& seq, size_t proposed, size_t accepted, int max
   } else {
     seq.draft_length = std::max(1, static_cast<int>(accepted) + 1);
   }
+  // A guess is judged when it is kept or is the first one refused (those after it are never looked at).
+  const double judged = static_cast<double>(accepted) + (accepted < proposed ? 1 : 0);
+  seq.guesses_judged = 0.9 * seq.guesses_judged + judged;
+  seq.guesses_kept = 0.9 * seq.guesses_kept + static_cast<double>(accepted);
   if (accepted > 0) {
     seq.draft_misses = 0;
   } else if (++seq.draft_misses >= kMissesBeforePause) {

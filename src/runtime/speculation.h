@@ -12,6 +12,7 @@
 // but one (the newest token is folded next step, as in plain decoding).
 #pragma once
 
+#include "runtime/draft_cost.h"
 #include "runtime/proposer.h"
 #include "runtime/sequence.h"
 #include "runtime/step_executor.h"
@@ -31,7 +32,10 @@ namespace kapitsa::runtime {
 // (wrong guesses cost extra rows in the step).
 inline constexpr int kMissesBeforePause = 4;
 inline constexpr int kPauseSteps = 16;
-void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size);
+// cost (optional, for a step of one sequence): shortens the draft to the length with the most expected
+// tokens per second, or to none (runtime/draft_cost.h).
+void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size,
+                    DraftCostModel* cost = nullptr);
 
 struct Verified {
   Emission emission;       // the kept tokens (at least one unless the generation ended), and the ending

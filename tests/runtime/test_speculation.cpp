@@ -139,8 +139,10 @@ struct Outputs {
 };
 
 Outputs run_all(std::unique_ptr<models::Model> model, std::shared_ptr<const text::Tokenizer> tokenizer,
-            std::shared_ptr<Proposer> proposer, const std::vector<GenerateRequest>& requests, int spec_tokens = 4) {
+            std::shared_ptr<Proposer> proposer, const std::vector<GenerateRequest>& requests, int spec_tokens = 4,
+            bool cost_aware = false) {
   EngineOptions options;
+  options.spec_cost_aware = cost_aware;
   options.max_sequences = 8;
   options.context_tokens = 1024;
   options.proposer = std::move(proposer);
@@ -253,6 +255,30 @@ TEST_P(GreedyIdentical, WithEveryProposerBatched) {
     int64_t per_request = 0;
     for (const FinishEvent& f : spec.finishes) per_request += f.stats.draft_tokens;
     EXPECT_EQ(per_request, k.draft_tokens);
+  }
+}
+
+// The cost-aware draft length (runtime/draft_cost.h, as kapitsa run and serve draft) changes how many
+// guesses a batch-1 step verifies, by the machine's timings — never the output. One request at a time,
+// long enough for the model to time plain and drafted steps and to choose among them.
+TEST_P(GreedyIdentical, WithTheCostAwareDraftLength) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << GetParam() << " seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto probe = load_fixture(GetParam());
+  ASSERT_NE(probe, nullptr);
+  const int64_t V = probe->info().vocab_size;
+  std::vector<GenerateRequest> requests = greedy_requests(rng, V, 1);
+  requests[0].max_tokens = 96;
+  const Outputs plain = run_all(load_fixture(GetParam()), nullptr, nullptr, requests, 4);
+  using Mode = ScriptedProposer::Mode;
+  for (Mode mode : {Mode::right, Mode::one_wrong}) {
+    auto proposer = std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, mode, V);
+    const Outputs spec = run_all(load_fixture(GetParam()), nullptr, proposer, requests, 4, /*cost_aware=*/true);
+    ASSERT_EQ(spec.ids.size(), 1u);
+    EXPECT_EQ(spec.ids[0], plain.ids[0]) << (mode == Mode::right ? "right" : "one_wrong");
+    EXPECT_EQ(spec.finishes[0].reason, plain.finishes[0].reason);
+    EXPECT_LE(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
   }
 }
 

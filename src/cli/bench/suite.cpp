@@ -44,6 +44,7 @@ Expected<std::unique_ptr<runtime::Engine>> make_engine(const std::string& dir, c
   e.seed = 1;
   e.proposer = std::move(proposer);
   e.spec_tokens = o.spec_k;
+  e.spec_cost_aware = true;  // as kapitsa run and serve draft
   return runtime::Engine::create(std::move(model), nullptr, e);
 }
 
