@@ -9,11 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build/release}
-cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models test_runtime kapitsa bench_model bench_runtime bench_ops
+cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models test_runtime kapitsa bench_model bench_runtime bench_ops bench_spec
 stage=$(mktemp -d)
 mkdir -p "$stage/lib" "$stage/configs"
 for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models tests/test_runtime kapitsa \
-         bench/bench_model bench/bench_runtime bench/bench_ops; do
+         bench/bench_model bench/bench_runtime bench/bench_ops bench/bench_spec; do
   name=$(basename "$b")
   [ -z "${BINARIES:-}" ] || [[ " $BINARIES " == *" $name "* ]] || continue
   strip -o "$stage/$name" "$B/$b"
