@@ -8,8 +8,8 @@
 // met something a replay cannot repeat (a host span outside the mirror, a wait) yields no graph: the
 // caller runs that step eagerly. On cpu, or with graphs switched off, every call here is a no-op.
 // Steps beyond plain decode (speculative verification: several rows a sequence, checkpoints, hidden
-// rows; the MTP head's steps) are captured only with KAPITSA_CUDA_SPEC_GRAPHS=1 (not yet verified on a
-// GPU; docs/speculative-decoding.md).
+// rows; the MTP head's steps) are captured only with KAPITSA_CUDA_SPEC_GRAPHS=1 (tested on an H100, off
+// until it is faster for every proposer; docs/speculative-decoding.md).
 #pragma once
 
 #include "tensor/tensor.h"
