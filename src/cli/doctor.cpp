@@ -66,8 +66,9 @@ int run_doctor(const DoctorOptions& o) {
   // Warnings a person can act on.
   // The cpu kernels' level (ops/cpu/cpu.h): the best this CPU runs, or what KAPITSA_CPU_ISA chose.
   const std::string kernels(ops::cpu::level_name(ops::cpu::selected_level()));
-  // Intel AMX for bf16 prefill (ops/cpu/amx.h): "usable", or why not.
+  // Intel AMX for bf16 and quantized (int8) prefill (ops/cpu/amx.h): "usable", or why not.
   const std::string amx = KAPITSA_CPU_AT(ops::cpu::selected_level(), amx_status)();
+  const std::string amx_int8 = KAPITSA_CPU_AT(ops::cpu::selected_level(), amx_int8_status)();
 #if defined(__x86_64__)
   if (cpu.arch == "x86_64" && ops::cpu::best_level() == ops::cpu::Level::baseline)
     warnings.push_back(fmt::format("This CPU lacks {}: the CPU kernels run their plain versions and decode will be slow.",
@@ -102,7 +103,7 @@ int run_doctor(const DoctorOptions& o) {
     for (const doctor::AgentInfo& a : agents)
       agent_list.push_back({{"name", a.name}, {"installed", !a.path.empty()}, {"path", a.path}, {"version", a.version}});
     const Json out = {
-        {"cpu", {{"model", cpu.model}, {"arch", cpu.arch}, {"features", cpu.features}, {"kernels", kernels}, {"amx", amx},
+        {"cpu", {{"model", cpu.model}, {"arch", cpu.arch}, {"features", cpu.features}, {"kernels", kernels}, {"amx", amx}, {"amx_int8", amx_int8},
                  {"logical_cores", cpu.logical_cores}, {"usable_cores", cpu.usable_cores}}},
         {"memory", {{"total_bytes", mem.total_bytes}, {"available_bytes", mem.available_bytes}}},
         {"bandwidth", {{"read_bytes_per_s", bandwidth}, {"threads", cpu.usable_cores}, {"seconds", o.seconds}}},
@@ -122,8 +123,11 @@ int run_doctor(const DoctorOptions& o) {
   std::printf("Features   %s\n", cpu.features.empty() ? "(none of interest)" : join(cpu.features, " ").c_str());
   std::printf("Kernels    %s (the best level this CPU runs of baseline, avx2, avxvnni, avx512; KAPITSA_CPU_ISA picks another)\n",
               kernels.c_str());
-  std::printf("AMX        %s\n", amx == "usable" ? "usable: bf16 prefill matmuls run on AMX tiles (KAPITSA_AMX=0 turns it off)"
-                                                 : amx.c_str());
+  std::printf("AMX        bf16: %s\n", amx == "usable" ? "usable: bf16 prefill matmuls run on AMX tiles (KAPITSA_AMX=0 turns it off)"
+                                                       : amx.c_str());
+  std::printf("           int8: %s\n", amx_int8 == "usable"
+                                          ? "usable: quantized (GGUF) prefill matmuls from 64 tokens run on AMX tiles"
+                                          : amx_int8.c_str());
   std::printf("Memory     %s total, %s available\n", gib(double(mem.total_bytes)).c_str(),
               gib(double(mem.available_bytes)).c_str());
   std::printf("Bandwidth  %.1f GB/s read (%d threads, %.1f s streaming read)\n", bandwidth / 1e9, cpu.usable_cores, o.seconds);

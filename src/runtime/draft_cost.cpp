@@ -25,7 +25,9 @@ int DraftCostModel::choose(double acceptance, int suggested) {
   if (samples_[0] < kSamples || turn == 0) return 0;  // the plain step's cost, now and then
   if (suggested == 0) return 0;
   const auto s = static_cast<size_t>(suggested);
-  if (acceptance < 0 || samples_[s] < kSamples || turn == kRefreshEvery / 2) return suggested;
+  // Two drafted steps in a row at a refresh: the engine times a draft only after a drafted step.
+  if (acceptance < 0 || samples_[s] < kSamples || turn == kRefreshEvery / 2 || turn == kRefreshEvery / 2 + 1)
+    return suggested;
   int best = 0;
   double best_rate = 1 / seconds_[0];
   for (int k = 1; k <= suggested; ++k) {

@@ -279,7 +279,8 @@ class EngineImpl final : public Engine {
         if (w.samples && w.n_tokens == 1) decoding.push_back(&seq);
       }
       DraftCostModel* cost = options_.spec_cost_aware && work.size() == 1 && decoding.size() == 1 ? &draft_cost_ : nullptr;
-      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size, cost);
+      const bool pad = options_.spec_pad_drafts.value_or(model_->device() != Device::cpu);
+      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size, cost, pad);
       if (cost != nullptr) timed_draft = static_cast<int>(decoding.front()->draft.size());
     }
     if (std::optional<std::string> no_room = memory_->make_room(work)) {
@@ -324,8 +325,11 @@ class EngineImpl final : public Engine {
       const size_t kept = emit(seq, std::span<const TokenEvent>(&token, 1));
       KAPITSA_CHECK(kept == 1, "token {} was sampled outside the grammar's mask", token.id);
     }
-    if (timed_draft >= 0)
+    // A draft right after a plain step is not timed: a proposer that keeps its own state (a draft
+    // model) first folds the token it missed, so that step overstates what guessing costs.
+    if (timed_draft == 0 || (timed_draft > 0 && drafted_last_step_))
       draft_cost_.record(timed_draft, std::chrono::duration<double>(Clock::now() - started).count());
+    drafted_last_step_ = timed_draft > 0;
   }
 
   // Streams a run of chosen tokens of `seq` (TokenEmitter) and finishes it when the run ended it; the
@@ -409,6 +413,7 @@ class EngineImpl final : public Engine {
   StepExecutor executor_;
   TokenEmitter emitter_;
   DraftCostModel draft_cost_;  // engine thread only (options_.spec_cost_aware)
+  bool drafted_last_step_ = false;  // the last timed batch-1 step had a draft
   SequenceSetup setup_;
   uint64_t next_id_ = 1;
   mutable std::mutex counters_mu_;

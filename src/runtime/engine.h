@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -66,6 +67,10 @@ struct EngineOptions {
   // (runtime/draft_cost.h), down to none when guessing does not pay on this machine. Off: the length
   // follows the acceptance only (deterministic, as the speculation tests want). kapitsa run/chat/serve: on.
   bool spec_cost_aware = false;
+  // Deterministic drafts lengthened with fillers to the most guesses (spec_tokens), so that every
+  // verification step has one shape: on a GPU extra rows are nearly free and one shape is one captured
+  // graph (docs/speculative-decoding.md, "Drafts of one length on a GPU"). Unset: on for a model on a GPU.
+  std::optional<bool> spec_pad_drafts;
   // Prefix-cache snapshots also written to disk and restored from there, across restarts
   // (runtime/disk_cache.h); dir "" → off. fingerprint: models::model_fingerprint of the model's folder.
   DiskCacheOptions disk_cache;

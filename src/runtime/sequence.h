@@ -62,6 +62,7 @@ struct Sequence {
   std::vector<int32_t> draft;                     // this step's guesses of the tokens after `tokens`
   std::vector<float> draft_q;                     // [draft.size(), V] what they were drawn from; empty: deterministic
   CheckpointSlots checkpoints;                    // draft.size() + 1 of them while it has a draft
+  size_t draft_fillers = 0;  // guesses at the draft's end that the engine added (spec_pad_drafts), not the proposer
   int draft_length = 0;  // guesses to ask for next (adapted to how many were accepted; 0: the most)
   int draft_misses = 0;  // drafts in a row of which nothing was accepted
   int draft_pause = 0;   // steps left without guesses (they did not pay)

@@ -8,12 +8,14 @@
 namespace kapitsa::runtime {
 
 void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size,
-                    DraftCostModel* cost) {
+                    DraftCostModel* cost, bool pad) {
   std::vector<DraftRequest> requests;
   std::vector<Sequence*> drafting;
+  std::vector<int> lengths;  // per drafting sequence: the length a padded draft is filled up to
   for (Sequence* seq : seqs) {
     seq->draft.clear();
     seq->draft_q.clear();
+    seq->draft_fillers = 0;
     if (!seq->state || seq->state->slot_pool() == nullptr) continue;
     if (seq->draft_pause > 0) {
       --seq->draft_pause;
@@ -22,14 +24,18 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     // Room: the scheduled token plus the draft fit the state; a draft past the token budget is wasted.
     const int64_t room = seq->state->capacity() - seq->state->n_past() - 1;
     const int64_t budget = seq->max_new - seq->generated - 1;
+    const int most = static_cast<int>(std::min<int64_t>({max_tokens, room, budget}));
     const int wanted = seq->draft_length > 0 ? std::min(seq->draft_length, max_tokens) : max_tokens;
-    int k = static_cast<int>(std::min<int64_t>({wanted, room, budget}));
+    int k = std::min(wanted, most);
+    // A padded draft always costs `most` rows: the cost model only decides whether to guess at all.
     if (cost != nullptr && k > 0)
-      k = cost->choose(seq->guesses_judged > 0 ? seq->guesses_kept / seq->guesses_judged : -1.0, k);
+      k = std::min(k, cost->choose(seq->guesses_judged > 0 ? seq->guesses_kept / seq->guesses_judged : -1.0,
+                                   pad ? most : k));
     if (k <= 0) continue;
     requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,
                         seq->state.get()});
     drafting.push_back(seq);
+    lengths.push_back(most);
   }
   if (requests.empty()) return;
   proposer.propose_batch(requests);
@@ -43,6 +49,13 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     if (seq.request.sampling.temperature <= 0) seq.draft_q.clear();
     else if (!seq.draft_q.empty() && seq.draft_q.size() < rows_q) seq.draft.clear(), seq.draft_q.clear();
     else if (!seq.draft_q.empty()) seq.draft_q.resize(rows_q);
+    // Fillers (the last guess again) are deterministic guesses like any other: verification keeps one
+    // only where the model chooses it, so output is unchanged. Guesses drawn from a q are not padded.
+    if (pad && !seq.draft.empty() && seq.draft_q.empty()) {
+      const size_t most = static_cast<size_t>(lengths[i]);
+      seq.draft_fillers = most > seq.draft.size() ? most - seq.draft.size() : 0;
+      seq.draft.resize(std::max(most, seq.draft.size()), seq.draft.back());
+    }
     if (!seq.draft.empty()) seq.checkpoints.reserve(*seq.state->slot_pool(), seq.draft.size() + 1);
   }
 }
@@ -76,7 +89,6 @@ Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, 
   const size_t V = k > 0 ? seq.draft_q.size() / k : 0;
   const int64_t folded_from = seq.state->n_past() - static_cast<int64_t>(k) - 1;  // before the step
   Verified v;
-  v.proposed = k;
   for (size_t j = 0; j <= k; ++j) {
     const bool against_q = j < k && !seq.draft_q.empty();
     std::variant<TokenEvent, Ending> choice =
@@ -107,12 +119,16 @@ Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, 
   seq.state->rollback(folded_from + 1 + static_cast<int64_t>(keep), slot);
   if (slot >= 0) seq.checkpoints.ids()[keep] = slot;  // it now names the discarded state
   v.extra_folded = static_cast<int64_t>(keep);
-  seq.stats.draft_tokens += static_cast<int>(k);
+  // Guesses proposed: the proposer's, and the engine's fillers only where they were kept (a padded
+  // draft's rejected fillers would otherwise count as the proposer's misses).
+  v.proposed = std::max(k - seq.draft_fillers, v.accepted);
+  seq.stats.draft_tokens += static_cast<int>(v.proposed);
   seq.stats.draft_tokens_accepted += static_cast<int>(v.accepted);
   ++seq.stats.draft_steps;
-  adapt_draft_length(seq, k, v.accepted, max_tokens);
+  adapt_draft_length(seq, v.proposed, v.accepted, max_tokens);
   seq.draft.clear();
   seq.draft_q.clear();
+  seq.draft_fillers = 0;
   return v;
 }
 

@@ -33,13 +33,15 @@ namespace kapitsa::runtime {
 inline constexpr int kMissesBeforePause = 4;
 inline constexpr int kPauseSteps = 16;
 // cost (optional, for a step of one sequence): shortens the draft to the length with the most expected
-// tokens per second, or to none (runtime/draft_cost.h).
+// tokens per second, or to none (runtime/draft_cost.h). pad: a deterministic draft is filled up to
+// max_tokens (bounded by room and budget) with its last guess repeated (seq.draft_fillers of them), so
+// that every verification has one shape (EngineOptions::spec_pad_drafts).
 void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size,
-                    DraftCostModel* cost = nullptr);
+                    DraftCostModel* cost = nullptr, bool pad = false);
 
 struct Verified {
   Emission emission;       // the kept tokens (at least one unless the generation ended), and the ending
-  size_t proposed = 0;     // draft tokens verified
+  size_t proposed = 0;     // the proposer's guesses verified (and any engine filler that was kept)
   size_t accepted = 0;     // of them, kept
   int64_t extra_folded = 0;  // tokens the state keeps beyond the scheduled one (the scheduler advances them)
 };

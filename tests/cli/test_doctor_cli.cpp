@@ -27,6 +27,7 @@ TEST(DoctorCli, JsonHasEverySectionWithSaneValues) {
   EXPECT_TRUE(j["cpu"]["features"].is_array());
   EXPECT_EQ(j["cpu"]["kernels"], ops::cpu::level_name(ops::cpu::best_level()));
   EXPECT_EQ(j["cpu"]["amx"], KAPITSA_CPU_AT(ops::cpu::best_level(), amx_status)());
+  EXPECT_EQ(j["cpu"]["amx_int8"], KAPITSA_CPU_AT(ops::cpu::best_level(), amx_int8_status)());
   EXPECT_GT(j["memory"]["total_bytes"].get<double>(), 0);
   EXPECT_LE(j["memory"]["available_bytes"].get<double>(), j["memory"]["total_bytes"].get<double>());
   EXPECT_GT(j["bandwidth"]["read_bytes_per_s"].get<double>(), 1e8);  // any machine reads 100 MB/s

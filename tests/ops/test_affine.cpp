@@ -179,7 +179,7 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
         const int64_t N = many_rows ? 8193 + static_cast<int64_t>(r.gen() % 7) : 1 + static_cast<int64_t>(r.gen() % 37);
         const int64_t K = long_row ? 32 * 142 : many_rows ? gs : gs * pick_groups(r.gen);
         RandomAffine a(r, N, K, bits, gs, dt);
-        for (int64_t T : {1, 2, 3, 4, 5, 8, 9, 20}) {
+        for (int64_t T : {1, 2, 3, 4, 5, 8, 9, 20, 33}) {
           SCOPED_TRACE(fmt::format("bits {} group {} {} T={} N={} K={}", bits, gs, dtype_name(dt), T, N, K));
           Buffer x = test::random_f32(r, {T, K});
           Buffer yr = Buffer::zeros(DType::f32, {T, N}), yc = Buffer::allocate(DType::f32, {T, N});
@@ -191,9 +191,9 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
           // The cpu backend's int16-activation GEMV also rounds x to sx·round(x/sx) per 64 inputs
           // (sx = max|x|/32767), which moves an output by at most Σ_k |s·q_k| · sx/2.
           const std::optional<cpu::Level> level = cpu::level_of(backend());
-          // The cuda backend rounds x the same way for 4 bits, groups of a multiple of 64, T ≤ 8
-          // (affine_int16_supported in ops/cuda/affine_gemv.cu).
-          const bool cuda_int16 = backend().name == "cuda" && bits == 4 && gs % 64 == 0 && T <= 8;
+          // The cuda backend rounds x the same way for 4 bits, groups of a multiple of 64, T ≤ 32
+          // (affine_int16_supported in ops/cuda/affine_gemv.cu; over 8 rows in chunks, ops/cuda/matmul.cpp).
+          const bool cuda_int16 = backend().name == "cuda" && bits == 4 && gs % 64 == 0 && T <= 32;
           const bool int16 = (level && KAPITSA_CPU_AT(*level, affine_int16_activations)(bits, gs, T)) || cuda_int16;
           std::vector<float> row(static_cast<size_t>(K));
           for (int64_t n = 0; n < N; ++n) {

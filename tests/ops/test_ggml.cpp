@@ -296,9 +296,10 @@ TEST(Ggml, UnsupportedTypeIsRefusedByLinear) {
 bool on_cuda(const BackendTable& b) { return b.name == std::string_view("cuda"); }
 
 // The cuda backend's int8-activation GEMV (kernels.h): Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS for
-// at most 8 tokens, x rounded per block of these inputs as the cpu backend rounds it.
+// at most 32 tokens (over 8 in chunks: kChunkedGemvMaxTokens, ops/cuda/matmul.cpp), x rounded per block of
+// these inputs as the cpu backend rounds it.
 int64_t cuda_int8_block(GgmlType t, int64_t tokens) {
-  if (tokens > 8) return 0;
+  if (tokens > 32) return 0;
   if (t == GgmlType::q8_0 || t == GgmlType::q4_0 || t == GgmlType::iq4_nl) return 32;
   if (t == GgmlType::q4_k || t == GgmlType::q6_k || t == GgmlType::q5_k || t == GgmlType::iq4_xs) return 256;
   return 0;
@@ -360,14 +361,14 @@ TEST_P(OnBackend, GgmlMatmulAndEmbeddingMatchRef) {
   }
 }
 
-// cuda's prefill dequantizes a weight in chunks of at most 32M values (ops/cuda/matmul.cpp): a Q4_K
-// matrix of 8193–8199 rows × 4096 takes two, the second of 1–7 rows. Rows on both sides of the seam and
+// cuda's prefill (over 32 tokens) dequantizes a weight in chunks of at most 32M values (ops/cuda/matmul.cpp):
+// a Q4_K matrix of 8193–8199 rows × 4096 takes two, the second of 1–7 rows. Rows on both sides of the seam and
 // a random sample, against the exact sum (f64) within the prefill bound and f32 accumulation.
 TEST_P(OnBackend, GgmlPrefillAcrossDequantizationChunks) {
   if (!on_cuda(backend())) GTEST_SKIP() << "the cuda backend's chunking";
   Rng r;
   SCOPED_TRACE(r.trace());
-  const int64_t N = 8193 + static_cast<int64_t>(r.gen() % 7), K = 4096, T = 9;
+  const int64_t N = 8193 + static_cast<int64_t>(r.gen() % 7), K = 4096, T = 33;
   std::vector<uint8_t> bytes = random_blocks(r, GgmlType::q4_k, N, K);
   const auto info = *ggml_type_info(static_cast<uint32_t>(GgmlType::q4_k));
   const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), GgmlType::q4_k, K);
@@ -391,7 +392,7 @@ TEST_P(OnBackend, GgmlPrefillAcrossDequantizationChunks) {
   }
 }
 
-// Each row of a matmul over 2–8 tokens equals, bit for bit, the same token's row alone (what speculative
+// Each row of a matmul over 2–8 tokens (cuda: 2–12) equals, bit for bit, the same token's row alone (what speculative
 // verification needs; test_affine.cpp says why), for the types the cpu decodes per token at that count:
 // the int8-activation ones and Kapitsa's float blocks (on cuda: its int8 types and the float blocks). K = 288
 // gives Q8_0 a block count (9) that is not a multiple of its accumulation chains.
@@ -410,7 +411,7 @@ TEST_P(OnBackend, GgmlRowsOfSeveralTokensEqualEachTokenAlone) {
       const int64_t N = 1 + static_cast<int64_t>(r.gen() % 40);
       std::vector<uint8_t> bytes = random_blocks(r, type, N, K);
       const Linear w = Linear::ggml(Tensor(DType::u8, {N, K / info.block_size * info.block_bytes}, bytes.data()), type, K);
-      for (int64_t T = 2; T <= 8; ++T) {
+      for (int64_t T = 2; T <= (level ? 8 : 12); ++T) {  // cuda: 9–12 rows as chunks of GEMV rows
         SCOPED_TRACE(fmt::format("{} K={} N={} T={}", info.name, K, N, T));
         Buffer x = test::random_f32(r, {T, K});
         Buffer y = Buffer::allocate(DType::f32, {T, N}), alone = Buffer::allocate(DType::f32, {1, N});

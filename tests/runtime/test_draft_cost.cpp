@@ -67,8 +67,8 @@ TEST(DraftCost, RetimesPlainAndSuggestedStepsNowAndThen) {
     plain += k == 0;
     suggested += k == 4;
   }
-  EXPECT_EQ(suggested, 2) << "the suggested length, once a cycle";
-  EXPECT_EQ(plain, 2 * DraftCostModel::kRefreshEvery - 2);
+  EXPECT_EQ(suggested, 4) << "the suggested length, twice in a row once a cycle (the second step is the one timed)";
+  EXPECT_EQ(plain, 2 * DraftCostModel::kRefreshEvery - 4);
 }
 
 TEST(DraftCost, IgnoresLengthsOutOfRangeAndBadTimes) {

@@ -140,9 +140,10 @@ struct Outputs {
 
 Outputs run_all(std::unique_ptr<models::Model> model, std::shared_ptr<const text::Tokenizer> tokenizer,
             std::shared_ptr<Proposer> proposer, const std::vector<GenerateRequest>& requests, int spec_tokens = 4,
-            bool cost_aware = false) {
+            bool cost_aware = false, bool pad_drafts = false) {
   EngineOptions options;
   options.spec_cost_aware = cost_aware;
+  options.spec_pad_drafts = pad_drafts;
   options.max_sequences = 8;
   options.context_tokens = 1024;
   options.proposer = std::move(proposer);
@@ -279,6 +280,67 @@ TEST_P(GreedyIdentical, WithTheCostAwareDraftLength) {
     EXPECT_EQ(spec.ids[0], plain.ids[0]) << (mode == Mode::right ? "right" : "one_wrong");
     EXPECT_EQ(spec.finishes[0].reason, plain.finishes[0].reason);
     EXPECT_LE(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
+  }
+}
+
+// Asks the proposer it wraps for at most two guesses: drafts shorter than the engine's most.
+class TwoAtMost final : public Proposer {
+ public:
+  explicit TwoAtMost(std::shared_ptr<Proposer> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "two-at-most"; }
+  void propose(std::span<const int32_t> tokens, int max_tokens, std::vector<int32_t>& out) override {
+    inner_->propose(tokens, std::min(max_tokens, 2), out);
+  }
+  void propose_batch(std::span<const DraftRequest> requests) override {
+    std::vector<DraftRequest> fewer(requests.begin(), requests.end());
+    for (DraftRequest& r : fewer) r.max_tokens = std::min(r.max_tokens, 2);
+    inner_->propose_batch(fewer);
+  }
+  void release(uint64_t sequence) override { inner_->release(sequence); }
+  Status attach(const models::Model& target) override { return inner_->attach(target); }
+  bool wants_hidden() const override { return inner_->wants_hidden(); }
+  void observe_hidden(uint64_t sequence, int64_t position0, std::span<const float> rows) override {
+    inner_->observe_hidden(sequence, position0, rows);
+  }
+
+ private:
+  std::shared_ptr<Proposer> inner_;
+};
+
+// Drafts padded with fillers to the most guesses (what a model on a GPU gets: one verification shape),
+// batched: the fillers are verified like guesses, so the ids never change; counted as proposed only
+// where kept.
+TEST_P(GreedyIdentical, WithPaddedDrafts) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << GetParam() << " seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto probe = load_fixture(GetParam());
+  ASSERT_NE(probe, nullptr);
+  const int64_t V = probe->info().vocab_size;
+  const std::vector<GenerateRequest> requests = greedy_requests(rng, V, 3);
+  constexpr int kGuesses = 5;
+  const Outputs plain = run_all(load_fixture(GetParam()), nullptr, nullptr, requests, kGuesses);
+  using Mode = ScriptedProposer::Mode;
+  auto right = std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::right, V);
+  const std::pair<const char*, std::shared_ptr<Proposer>> cases[] = {
+      {"two right", std::make_shared<TwoAtMost>(right)},
+      {"one_wrong", std::make_shared<ScriptedProposer>(prompts_of(requests), plain.ids, Mode::one_wrong, V)},
+      {"ngram", std::make_shared<NgramProposer>()},
+  };
+  for (const auto& [name, proposer] : cases) {
+    SCOPED_TRACE(name);
+    const Outputs spec = run_all(load_fixture(GetParam()), nullptr, proposer, requests, kGuesses, false, /*pad=*/true);
+    ASSERT_EQ(spec.ids.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(spec.ids[i], plain.ids[i]) << "request " << i;
+      EXPECT_EQ(spec.finishes[i].reason, plain.finishes[i].reason);
+    }
+    EXPECT_LE(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
+    if (std::string(name) == "two right") {
+      // Two right guesses a step, then fillers: at most two proposed a step unless a filler was kept.
+      EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+      EXPECT_LE(spec.counters.draft_tokens, 2 * spec.counters.draft_steps + spec.counters.draft_tokens_accepted);
+    }
   }
 }
 
@@ -766,6 +828,26 @@ ChiSquare chi_square(const std::vector<std::vector<int32_t>>& a, const std::vect
   const double h = 2.0 / (9.0 * r.df);  // Wilson–Hilferty, z = 3.719
   r.critical = r.df * std::pow(1.0 - h + 3.719 * std::sqrt(h), 3.0);
   return r;
+}
+
+// The demo's draft model and MTP head keep their own states in step with what the target kept; a kept
+// filler (padded drafts, as on a GPU) is a token they did not guess, which they must fold like the
+// target's own: the ids stay the plain ones.
+TEST(Speculation, PaddedDraftsOfTheDraftModelAndMtpHead) {
+  const Demo d = demo();
+  const std::vector<GenerateRequest> requests = five_code_requests(*d.tokenizer);
+  const Outputs plain = run_all(d.model(), d.tokenizer, nullptr, requests);
+  const std::pair<const char*, std::shared_ptr<Proposer>> cases[] = {
+      {"draft", std::make_shared<TwoAtMost>(draft_proposer())},
+      {"mtp", mtp_proposer()},
+  };
+  for (const auto& [name, proposer] : cases) {
+    SCOPED_TRACE(name);
+    const Outputs spec = run_all(d.model(), d.tokenizer, proposer, requests, 4, false, /*pad=*/true);
+    EXPECT_EQ(spec.ids, plain.ids);
+    EXPECT_GT(spec.counters.draft_tokens_accepted, 0);
+    EXPECT_LE(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
+  }
 }
 
 // Sampling with the draft model's guesses (drawn from its own distribution q, which differs from the

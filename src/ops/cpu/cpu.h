@@ -88,6 +88,7 @@ enum class AmxInt8 { automatic, off, emulated };
   bool amx_bf16_usable();                                                                          \
   std::string amx_status();                                                                        \
   bool amx_int8_usable();                                                                          \
+  std::string amx_int8_status();                                                                   \
   void set_amx_int8(AmxInt8 mode);                                                                 \
   void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t K, int64_t N);
 // clang-format off

@@ -187,8 +187,12 @@ bool amx_bf16_usable() {  // asked on every bf16 prefill matmul: the answer kept
   return usable;
 }
 std::string amx_status() { return status(); }
+std::string amx_int8_status() {
+  static const std::string s = detect(Feature::int8);
+  return s;
+}
 bool amx_int8_usable() {  // asked on every quantized prefill matmul
-  static const bool usable = detect(Feature::int8) == "usable";
+  static const bool usable = amx_int8_status() == "usable";
   return usable;
 }
 
@@ -273,6 +277,7 @@ std::string amx_status() {
   return "AMX kernels are built for Linux x86-64 only";
 #endif
 }
+std::string amx_int8_status() { return amx_status(); }
 void matmul_amx_bf16(const float*, const uint16_t*, float*, int64_t, int64_t, int64_t) {
   KAPITSA_CHECK(false, "matmul_amx_bf16: this level has no AMX kernel (amx_bf16_usable() is false)");
 }

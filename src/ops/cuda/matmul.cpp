@@ -33,8 +33,22 @@ void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, c
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether kGemvMaxTokens rows of x over this quantized weight take a GEMV (not the prefill path).
+bool gemv_takes(const Tensor& x, const Linear& linear) {
+  constexpr int64_t T = kernels::kGemvMaxTokens;
+  if (!aligned16(x.data()) || x.dim(-1) % 64 != 0) return false;  // every chunk's rows stay 16-byte aligned
+  if (linear.format() == WeightFormat::affine) {
+    const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
+    return kernels::affine_int16_supported(a, T) || kernels::affine_gemv_supported(a, x.f32(), T);
+  }
+  if (linear.format() != WeightFormat::ggml) return false;
+  return true;  // ggml_matmul: the int8 GEMV, else the dequantize-and-dot GEMV (x aligned)
+}
+
 // Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15).
 constexpr int64_t kDenseGemvMaxTokens = 1;
+// Quantized weights: up to this many rows as GEMVs of at most kGemvMaxTokens rows each (see matmul).
+constexpr int64_t kChunkedGemvMaxTokens = 32;
 // bf16 weights over more rows than this take x to 16 bits (two bf16 parts, each product within 2^-16 of
 // itself) rather than 24 (three): prefill's GEMMs are compute-bound, so a third fewer products is a third
 // less time (4B shape, 512 tokens: docs/cuda.md, session 22), while decode batches and speculative
@@ -54,6 +68,18 @@ const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
 // dequantize-GEMV, for 4 bits on x rounded to int16; more: quantized_prefill) or llama.cpp blocks
 // (ggml_matmul);  y: [T, N] f32.
 void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+  if (x.rank() == 2 && y.rank() == 2 && x.dim(0) > kernels::kGemvMaxTokens && x.dim(0) <= kChunkedGemvMaxTokens &&
+      x.dim(0) == y.dim(0) && gemv_takes(x, linear)) {
+    // A few more rows than the GEMVs take (a verification step of k ≥ 8 guesses): GEMVs over even
+    // chunks of rows, each reading the packed weight again (mostly from L2), instead of the prefill
+    // path's dequantized copy of the whole matrix (written and read at 4 bytes a weight).
+    const int64_t T = x.dim(0), chunks = (T + kernels::kGemvMaxTokens - 1) / kernels::kGemvMaxTokens;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t r0 = T * c / chunks, r1 = T * (c + 1) / chunks;
+      matmul(x.rows(r0, r1), linear, y.rows(r0, r1));
+    }
+    return;
+  }
   if (linear.format() == WeightFormat::ggml) return ggml_matmul(x, linear, y);
   if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
   const kernels::AffineArgs a = detail::affine_args(linear, "matmul");

@@ -119,11 +119,7 @@ void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor
   const kernels::GgmlRoute route{device_table, expert_ids.data_as<const int32_t>(), static_cast<int64_t>(experts.size()),
                                  expert_ids.dim(1)};
   const int64_t T = expert_ids.dim(0), N = experts.front().rows(), K = a.K, B = kernels::ggml_int8_block(a.type);
-  // The int8 experts kernel has run on a GPU for Q8_0, Q4_K and Q6_K experts only: the other types decode
-  // to f32 until GgmlMatmulExpertsMatchRef (which lists Q5_K and IQ4_XS) passes on a GPU without this gate.
-  const auto type = static_cast<GgmlType>(a.type);
-  const bool tested = type == GgmlType::q8_0 || type == GgmlType::q4_k || type == GgmlType::q6_k;
-  if (B > 0 && K % B == 0 && tested && kernels::ggml_int8_enabled()) {
+  if (B > 0 && K % B == 0 && kernels::ggml_int8_enabled()) {
     kernels::ggml_experts_int8(detail::rounded_x_int8(x, B), a, route, y.f32(), T, N, detail::stream());
   } else {
     kernels::ggml_experts(x.f32(), a, route, addresses, y.f32(), T, N, detail::stream());
