@@ -207,7 +207,7 @@ bool plain_decode(const ForwardBatch& batch, const ForwardOutputs& outputs) {
 
 // Any other step of at most kMaxGraphTokens rows in all (a speculative verification: several rows a
 // sequence, logits of several rows, recurrent-state checkpoints, hidden rows for the MTP head), except
-// one that wants every layer's output (stored between the layers). With KAPITSA_CUDA_SPEC_GRAPHS such
+// one that wants every layer's output (stored between the layers). With spec-step graphs on (the default) such
 // a step runs like plain decode: the head over every row into the workspace, the wanted logits and
 // hidden rows copied out after the step's ops, so the ops may be captured as a graph.
 bool few_rows(const ForwardBatch& batch, const ForwardOutputs& outputs) {
@@ -502,7 +502,7 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
   const int64_t T = step.n_tokens;
   const Tensor e = ws.take(DType::f32, {T, H}), h = ws.take(DType::f32, {T, H});   // embedding, hidden
   const Tensor normed = ws.take(DType::f32, {T, H});                               // the head's output
-  // With KAPITSA_CUDA_SPEC_GRAPHS a step of a few rows may run as a graph: its ops then compute the
+  // With spec-step graphs on (the default) a step of a few rows may run as a graph: its ops then compute the
   // head's logits over every row into the workspace, and the wanted rows are copied out after.
   const bool few = ops::spec_step_graphs_enabled(device_) && static_cast<size_t>(T) <= kMaxGraphTokens;
   const bool want_logits =

@@ -23,7 +23,7 @@ std::atomic<bool>& enabled_flag() {
 std::atomic<bool>& spec_enabled_flag() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("KAPITSA_CUDA_SPEC_GRAPHS");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;
 }

@@ -8,8 +8,8 @@
 // met something a replay cannot repeat (a host span outside the mirror, a wait) yields no graph: the
 // caller runs that step eagerly. On cpu, or with graphs switched off, every call here is a no-op.
 // Steps beyond plain decode (speculative verification: several rows a sequence, checkpoints, hidden
-// rows; the MTP head's steps) are captured only with KAPITSA_CUDA_SPEC_GRAPHS=1 (tested on an H100, off
-// until it is faster for every proposer; docs/speculative-decoding.md).
+// rows; the MTP head's steps) are captured too unless KAPITSA_CUDA_SPEC_GRAPHS=0: faster for every
+// proposer since the engine pads a GPU's drafts to one length (docs/speculative-decoding.md).
 #pragma once
 
 #include "tensor/tensor.h"
@@ -24,8 +24,8 @@ namespace kapitsa::ops {
 // KAPITSA_CUDA_GRAPHS=0 or set_step_graphs(false) was called (tests compare both ways).
 bool step_graphs_enabled(Device device);
 void set_step_graphs(bool enabled);
-// Whether steps beyond plain decode may be captured too: step_graphs_enabled and KAPITSA_CUDA_SPEC_GRAPHS=1
-// in the environment (default off), or set_spec_step_graphs(true).
+// Whether steps beyond plain decode may be captured too: step_graphs_enabled, unless the environment sets
+// KAPITSA_CUDA_SPEC_GRAPHS=0 or set_spec_step_graphs(false) was called.
 bool spec_step_graphs_enabled(Device device);
 void set_spec_step_graphs(bool enabled);
 

@@ -36,7 +36,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Whether kGemvMaxTokens rows of x over this quantized weight take a GEMV (not the prefill path).
 bool gemv_takes(const Tensor& x, const Linear& linear) {
   constexpr int64_t T = kernels::kGemvMaxTokens;
-  if (!aligned16(x.data()) || x.dim(-1) % 64 != 0) return false;  // every chunk's rows stay 16-byte aligned
+  if (!aligned16(x.data()) || x.dim(-1) % 4 != 0) return false;  // every chunk's rows stay 16-byte aligned
   if (linear.format() == WeightFormat::affine) {
     const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
     return kernels::affine_int16_supported(a, T) || kernels::affine_gemv_supported(a, x.f32(), T);
