@@ -90,6 +90,15 @@ Buffer allocate(Device device, DType dtype, Shape shape, const char* what) {
   return Buffer::adopt(Tensor(dtype, shape, p, device), release);
 }
 
+Buffer allocate_host_for(Device device, DType dtype, Shape shape, const char* what) {
+  if (device == Device::cpu) return Buffer::allocate(dtype, shape);
+  void* p = nullptr;
+  KAPITSA_DEVICE_ONLY(p = cuda::allocate_host_bytes(static_cast<size_t>(shape.numel()) * dtype_size(dtype), what));
+  void (*release)(void*) = nullptr;
+  KAPITSA_DEVICE_ONLY(release = &cuda::free_host_bytes);
+  return Buffer::adopt(Tensor(dtype, shape, p, Device::cpu), release);
+}
+
 Buffer zeros(Device device, DType dtype, Shape shape, const char* what) {
   if (device == Device::cpu) return Buffer::zeros(dtype, shape);
   Buffer b = allocate(device, dtype, shape, what);

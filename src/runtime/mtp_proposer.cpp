@@ -2,6 +2,7 @@
 #include "runtime/mtp_proposer.h"
 
 #include "base/log.h"
+#include "ops/memory.h"
 #include "runtime/step_executor.h"
 
 #include <algorithm>
@@ -128,12 +129,18 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
     active.push_back(std::move(a));
   }
   std::vector<models::Model::MtpRows> rows;
-  Buffer logits, out_hidden;
+  // Rows of every head step (page-locked for a model on a GPU: each step copies them back).
+  const int64_t most = static_cast<int64_t>(active.size());
+  if (most == 0) return;
+  if (logits_.tensor().empty() || logits_.tensor().dim(0) < most || logits_.tensor().dim(1) != V) {
+    logits_ = ops::allocate_host_for(target_->device(), DType::f32, {most, V}, "the MTP head's logits");
+    out_hidden_ = ops::allocate_host_for(target_->device(), DType::f32, {most, H}, "the MTP head's hidden rows");
+  }
+  const Buffer& logits = logits_;
+  const Buffer& out_hidden = out_hidden_;
   std::vector<float> carried;  // [next sequences, H]: the head's output rows the next step reads
   for (int step = 0; !active.empty(); ++step) {
     const int64_t m = static_cast<int64_t>(active.size());
-    logits = Buffer::allocate(DType::f32, {m, V});
-    out_hidden = Buffer::allocate(DType::f32, {m, H});
     rows.clear();
     for (int64_t i = 0; i < m; ++i) {
       Active& a = active[static_cast<size_t>(i)];
@@ -168,7 +175,7 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
         next.push_back(std::move(a));
       }
     }
-    // out_hidden is reallocated by the next step: its rows move to `carried` first.
+    // out_hidden is overwritten by the next step: its rows move to `carried` first.
     std::vector<float> fresh(next.size() * static_cast<size_t>(H));
     for (size_t j = 0; j < next.size(); ++j)
       std::copy(next[j].hidden, next[j].hidden + H, fresh.begin() + static_cast<std::ptrdiff_t>(j * static_cast<size_t>(H)));

@@ -55,6 +55,7 @@ class MtpProposer final : public Proposer {
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;
   uint64_t next_seed_;
   int64_t head_rows_ = 0;
+  Buffer logits_, out_hidden_;  // [sequences, V] and [sequences, H]: a head step's rows, reused
 };
 
 }  // namespace kapitsa::runtime

@@ -1,6 +1,7 @@
 // One forward step over the scheduled work (see step_executor.h).
 #include "runtime/step_executor.h"
 
+#include "ops/memory.h"
 #include "runtime/engine_memory.h"
 #include "runtime/proposer.h"
 
@@ -56,7 +57,9 @@ Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Seque
     prefilled += std::max<int64_t>(0, std::min<int64_t>(from + w.n_tokens, static_cast<int64_t>(seq.prompt_len)) - from);
   }
   const int64_t total_rows = first_row_.back();
-  if (logits_.tensor().empty() || logits_.tensor().dim(0) < total_rows) logits_ = Buffer::allocate(DType::f32, {total_rows, V});
+  // Page-locked when the model is on a GPU: the rows come back every step.
+  if (logits_.tensor().empty() || logits_.tensor().dim(0) < total_rows)
+    logits_ = ops::allocate_host_for(model_.device(), DType::f32, {total_rows, V}, "the step's logits");
   rows_.resize(longest);
   for (size_t r = 0; r < longest; ++r) rows_[r] = static_cast<int32_t>(r);  // 0, 1, … shared by all items
   sequences_.clear();

@@ -44,6 +44,10 @@ MemoryInfo memory_info();
 // cudaMalloc; out of memory stops naming `what`, the bytes asked for and the bytes free.
 void* allocate_bytes(size_t bytes, const char* what);
 void free_bytes(void* p);
+// Page-locked host memory (cudaHostAlloc): copies from the GPU into it run at full speed; free with
+// free_host_bytes.
+void* allocate_host_bytes(size_t bytes, const char* what);
+void free_host_bytes(void* p);
 // Any direction (host or device pointers, unified addressing), stream-ordered with the ops; `wait`:
 // return only when it is done (needed before the host reads what was copied to it).
 void copy_bytes(void* dst, const void* src, size_t bytes, bool wait);

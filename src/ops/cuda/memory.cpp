@@ -75,6 +75,25 @@ void* allocate_bytes(size_t bytes, const char* what) {
   return p;
 }
 
+void* allocate_host_bytes(size_t bytes, const char* what) {
+  if (bytes == 0) return nullptr;
+  use_device();
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    KAPITSA_CHECK(false, "cuda:{}: could not page-lock {} of host memory for {} ({})", g_device, gib(bytes), what,
+                  cudaGetErrorString(err));
+  }
+  return p;
+}
+
+void free_host_bytes(void* p) {
+  if (p == nullptr) return;
+  cudaStreamSynchronize(stream());  // a queued copy may still write it
+  cudaFreeHost(p);
+}
+
 void free_bytes(void* p) {
   if (p == nullptr) return;
   // Queued work may still read or write it (a pool's old arrays being copied into the grown ones).
