@@ -565,7 +565,7 @@ TEST_P(OnBackend, GgmlMatmulExpertsMatchRef) {
   Rng r;
   SCOPED_TRACE(r.trace());
   for (GgmlType type : {GgmlType::q8_0, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::mxfp4, GgmlType::q5_k,
-                        GgmlType::iq4_xs}) {
+                        GgmlType::iq4_xs, GgmlType::q4_0, GgmlType::iq4_nl}) {
     const auto info = *ggml_type_info(static_cast<uint32_t>(type));
     const int64_t T = 3, k = 2, E = 5, N = 1 + static_cast<int64_t>(r.gen() % 19), K = 256 * (1 + static_cast<int64_t>(r.gen() % 2));
     const int64_t row_bytes = K / info.block_size * info.block_bytes;
