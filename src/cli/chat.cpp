@@ -47,8 +47,8 @@ Status chat(const ChatOptions& o) {
   options.max_sequences = 1;
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
-  KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options));
   KAPITSA_TRY(const Device device, choose_device(o.device));
+  KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options, device));
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options, device));
   if (!loaded.chat_template) return error("{}: the model has no chat template (use `kapitsa run --no-template`)", dir);
   const bool colour = stdout_is_terminal(), interactive = isatty(0) != 0;

@@ -27,9 +27,11 @@ Status check_same_tokenizer(const std::string& draft_dir, const std::string& tar
 }
 
 Expected<std::shared_ptr<runtime::Proposer>> load_draft_proposer(const std::string& draft_dir, const std::string& target_dir,
-                                                                 const runtime::EngineOptions& options) {
+                                                                 const runtime::EngineOptions& options, Device device) {
   KAPITSA_RETURN_IF_ERROR(check_same_tokenizer(draft_dir, target_dir));
-  auto model = models::load_model(draft_dir);
+  models::LoadOptions load;
+  load.device = device;
+  auto model = models::load_model(draft_dir, load);
   if (!model.ok()) return error("--draft {}: {}", draft_dir, model.error().message);
   runtime::DraftModelProposer::Options o;
   o.context_tokens = options.context_tokens;

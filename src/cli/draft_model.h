@@ -18,8 +18,9 @@ namespace kapitsa::cli {
 Status check_same_tokenizer(const std::string& draft_dir, const std::string& target_dir);
 
 // The draft proposer for `draft_dir` (checked against `target_dir`), with the engine's context and KV
-// element type.
+// element type, its model on `device` (the target's: on a GPU, a draft on the cpu would cost more a
+// guess than the target's own step).
 Expected<std::shared_ptr<runtime::Proposer>> load_draft_proposer(const std::string& draft_dir, const std::string& target_dir,
-                                                                 const runtime::EngineOptions& options);
+                                                                 const runtime::EngineOptions& options, Device device);
 
 }  // namespace kapitsa::cli

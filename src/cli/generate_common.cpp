@@ -166,9 +166,9 @@ Status SpecFlags::apply(runtime::EngineOptions& options) const {
   return ok_status();
 }
 
-Status SpecFlags::load_draft(const std::string& target_dir, runtime::EngineOptions& options) const {
+Status SpecFlags::load_draft(const std::string& target_dir, runtime::EngineOptions& options, Device device) const {
   if (!uses_draft()) return ok_status();
-  KAPITSA_TRY(options.proposer, load_draft_proposer(draft, target_dir, options));
+  KAPITSA_TRY(options.proposer, load_draft_proposer(draft, target_dir, options, device));
   return ok_status();
 }
 

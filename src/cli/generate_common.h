@@ -64,8 +64,9 @@ struct SpecFlags {
   // bad value. Loads nothing.
   Status apply(runtime::EngineOptions& options) const;
   // With a draft model chosen: loads it (checking its tokenizer against the model in target_dir) into
-  // options.proposer, sized by the other options. Call after apply, once the model folder is known.
-  Status load_draft(const std::string& target_dir, runtime::EngineOptions& options) const;
+  // options.proposer, sized by the other options, on `device` (the model's). Call after apply, once the
+  // model folder and device are known.
+  Status load_draft(const std::string& target_dir, runtime::EngineOptions& options, Device device) const;
   bool uses_draft() const { return spec == "draft" || (spec == "auto" && !draft.empty()); }
 };
 

@@ -45,8 +45,8 @@ Status run(const RunOptions& o) {
   options.prefix_cache_bytes = 0;  // one generation: nothing to reuse
   options.kv_dtype = kv_dtype_from_name(o.kv_dtype);
   KAPITSA_RETURN_IF_ERROR(o.spec.apply(options));
-  KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options));
   KAPITSA_TRY(const Device device, choose_device(o.device));
+  KAPITSA_RETURN_IF_ERROR(o.spec.load_draft(dir, options, device));
   KAPITSA_TRY(LoadedModel loaded, load_for_generation(dir, options, device));
 
   runtime::GenerateRequest request;

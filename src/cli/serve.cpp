@@ -137,7 +137,7 @@ int run_serve(const ServeOptions& o) {
     eo.kv_dtype = kv_dtype_from_name(o.kv_dtype);
     eo.disk_cache.dir = o.cache_dir;
     eo.disk_cache.max_bytes = static_cast<size_t>(o.cache_dir_bytes);
-    if (Status s = o.spec.load_draft(*dir, eo); !s.ok()) {
+    if (Status s = o.spec.load_draft(*dir, eo, *device); !s.ok()) {
       std::fprintf(stderr, "kapitsa serve: %s\n", s.error().message.c_str());
       load_failed = true;
       g_stop = 1;

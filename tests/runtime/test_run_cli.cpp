@@ -3,6 +3,7 @@
 // greedy ids with the same --kv-dtype (run's default bf16, logits' default f32, each either way), the
 // chat reuses the prefix cache on its second turn, --spec ngram / draft / auto give the same ids, and bad
 // input (also a bad --kv-dtype, --spec, --spec-k, or a draft with another tokenizer) fails clearly.
+#include "cuda_test.h"
 #include "models/cli_runner.h"
 #include "test_util.h"
 #include "text/tokenizer/tokenizer.h"
@@ -119,6 +120,23 @@ TEST(RunCli, DraftModelIsNamedInTheSummary) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("draft: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("guessed tokens accepted"), std::string::npos) << r.output;
+}
+
+// On a GPU the draft model runs there too (a draft on the cpu was slower a guess than the target's own
+// step): both models report their weights on the GPU, and the ids are plain decoding's.
+TEST(RunCli, DraftModelRunsOnTheTargetsGpu) {
+  KAPITSA_SKIP_WITHOUT_GPU();
+  const std::string args = "run --model " + demo_dir() + " --device cuda --max-tokens 40 --temperature 0 --ignore-eos "
+                           "--no-template --output json ";
+  const std::string plain = stdout_only(args + "\"def add(a, b):\"");
+  CommandResult r = run_kapitsa(args + "--spec draft --draft " + test_data_path("../models/demo/draft") + " \"def add(a, b):\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t on_gpu = 0;
+  for (size_t at = r.output.find("weights on the GPU"); at != std::string::npos; at = r.output.find("weights on the GPU", at + 1))
+    ++on_gpu;
+  EXPECT_EQ(on_gpu, 2u) << "the target's and the draft's weights on the GPU:\n" << r.output;
+  ASSERT_NE(plain.find(']'), std::string::npos) << plain;
+  EXPECT_NE(r.output.find(plain.substr(0, plain.find(']') + 1)), std::string::npos) << "plain: " << plain << "\n" << r.output;
 }
 
 // A draft whose tokenizer maps one id to another token is refused, naming the folder and the id.
