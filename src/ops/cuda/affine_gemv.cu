@@ -447,7 +447,10 @@ void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, dim3 bloc
   const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
   auto go = [&](auto sb) {
     using SB = decltype(sb);
+    // 2–4 rows (a verification of up to 3 guesses) get their own instance: the 8-row one keeps 8 rows of
+    // accumulators and partial sums whatever T is.
     if (T == 1) launch(affine_gemv_int16_kernel<SB, 1, M>, blocks, threads, s, xq, sx, xsum, p, T, ExpertRoute{});
+    else if (T <= 4) launch(affine_gemv_int16_kernel<SB, 4, M>, blocks, threads, s, xq, sx, xsum, p, T, ExpertRoute{});
     else launch(affine_gemv_int16_kernel<SB, kGemvMaxTokens, M>, blocks, threads, s, xq, sx, xsum, p, T, ExpertRoute{});
   };
   switch (p.a[0].sb_type) {
