@@ -45,8 +45,14 @@ bool gemv_takes(const Tensor& x, const Linear& linear) {
   return true;  // ggml_matmul: the int8 GEMV, else the dequantize-and-dot GEMV (x aligned)
 }
 
-// Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15).
+// Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15) —
+// except small weights (a draft model's), whose few-row GEMV costs less than cuBLAS's fixed cost per call
+// and the split/sum around it: a draft's 5-row step took 294 µs against 105 for one row (H100).
 constexpr int64_t kDenseGemvMaxTokens = 1;
+constexpr int64_t kSmallDenseWeight = int64_t{1} << 18;  // elements: up to 512 KB of bf16
+bool dense_gemv_takes(int64_t T, int64_t N, int64_t K) {
+  return T <= kDenseGemvMaxTokens || (T <= kernels::kGemvMaxTokens && N * K <= kSmallDenseWeight);
+}
 // Quantized weights: up to this many rows as GEMVs of at most kGemvMaxTokens rows each (see matmul).
 constexpr int64_t kChunkedGemvMaxTokens = 32;
 // bf16 weights over more rows than this take x to 16 bits (two bf16 parts, each product within 2^-16 of
@@ -163,9 +169,10 @@ bool ggml_int8_many(const Tensor& x, std::span<const Linear> w, std::span<const 
 void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
   check_f32(x, "matmul_many", "x");
   const int64_t T = detail::rows_of(x), K = x.dim(-1);
-  bool one_launch = T >= 1 && T <= kDenseGemvMaxTokens && !w.empty();
+  bool one_launch = T >= 1 && !w.empty();
   for (const Linear& l : w)
-    one_launch = one_launch && l.format() == WeightFormat::dense && l.weight().dtype() == w[0].weight().dtype();
+    one_launch = one_launch && l.format() == WeightFormat::dense && l.weight().dtype() == w[0].weight().dtype() &&
+                 dense_gemv_takes(T, l.rows(), K);
   if (!one_launch) {
     if (affine_int16_many(x, w, y) || ggml_int8_many(x, w, y)) return;
     for (size_t i = 0; i < w.size(); ++i) matmul(x, w[i], y[i]);
@@ -296,7 +303,7 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
                 x.shape().str(), w.shape().str(), y.shape().str());
   KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
   if (T == 0 || N == 0) return;
-  if (T <= kDenseGemvMaxTokens || K == 0) {
+  if (dense_gemv_takes(T, N, K) || K == 0) {
     kernels::gemv(x.f32(), w.data(), detail::elem_type(w.dtype()), y.f32(), T, K, N, stream());
     check_launch("matmul (gemv)");
     return;
