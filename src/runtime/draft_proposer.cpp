@@ -162,7 +162,7 @@ int32_t DraftModelProposer::choose(Entry& e, const DraftRequest& r, std::span<co
   // The draft's vocabulary may be padded differently: ids the target lacks are never guessed.
   const size_t V = static_cast<size_t>(r.vocab_size), common = std::min(V, logits.size());
   const bool sampled = r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr;
-  if (!sampled) return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(common)) - logits.begin());
+  if (!sampled) return argmax(logits.first(common));
   row_.assign(V, -std::numeric_limits<float>::infinity());
   std::copy(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(common), row_.begin());
   if (!e.sampler) {

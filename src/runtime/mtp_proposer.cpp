@@ -81,7 +81,7 @@ void MtpProposer::observe_hidden(uint64_t sequence, int64_t position0, std::span
 // appended to r.q.
 int32_t MtpProposer::choose(Entry& e, const DraftRequest& r, std::span<const float> logits) {
   const bool sampled = r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr;
-  if (!sampled) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (!sampled) return argmax(logits);
   if (!e.sampler) {
     // The request's truncation and bias; penalties track no history here (q need not match p for
     // speculative sampling to be exact; the closer, the more is accepted).

@@ -16,6 +16,24 @@ struct Better {
   bool operator()(int32_t a, int32_t b) const { return s[a] > s[b] || (s[a] == s[b] && a < b); }
 };
 
+// argmax over the allowed ids (disallowed ones count as -inf), as argmax of the masked copy.
+int32_t masked_argmax(std::span<const float> x, std::span<const uint8_t> allowed) {
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  auto value = [&](size_t i) { return allowed[i] ? x[i] : minus_inf; };
+  size_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (value(i) > value(best)) best = i;
+  return static_cast<int32_t>(best);
+}
+
+double log_sum_exp(std::span<const float> x, float max) {
+  double sum = 0;
+  for (float v : x) sum += std::exp(static_cast<double>(v) - max);
+  return static_cast<double>(max) + std::log(sum);
+}
+
+}  // namespace
+
 // The first maximum, as the scan `if (x[i] > x[best]) best = i` from best = 0 finds it (a NaN never
 // wins; a NaN at 0 stays). A 248k vocabulary is read twice, 16 floats at a time, instead of scanned
 // with a compare and a branch per element: the largest value (`m < v ? v : m` on GCC vectors compiles to
@@ -52,24 +70,6 @@ int32_t argmax(std::span<const float> x) {
     if (x[j] == best) return static_cast<int32_t>(j);
   return 0;  // not reached: best is one of x's values
 }
-
-// argmax over the allowed ids (disallowed ones count as -inf), as argmax of the masked copy.
-int32_t masked_argmax(std::span<const float> x, std::span<const uint8_t> allowed) {
-  const float minus_inf = -std::numeric_limits<float>::infinity();
-  auto value = [&](size_t i) { return allowed[i] ? x[i] : minus_inf; };
-  size_t best = 0;
-  for (size_t i = 1; i < x.size(); ++i)
-    if (value(i) > value(best)) best = i;
-  return static_cast<int32_t>(best);
-}
-
-double log_sum_exp(std::span<const float> x, float max) {
-  double sum = 0;
-  for (float v : x) sum += std::exp(static_cast<double>(v) - max);
-  return static_cast<double>(max) + std::log(sum);
-}
-
-}  // namespace
 
 Sampler::Sampler(SamplingParams params, uint64_t seed) : params_(std::move(params)), rng_(params_.seed.value_or(seed)) {}
 

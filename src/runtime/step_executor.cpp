@@ -84,9 +84,15 @@ Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Seque
   if (hidden_observer_ != nullptr) {
     // Every folded row's hidden state, for the proposer (the MTP head reads them); rows_ covers the
     // longest item.
-    const int64_t H = model_.info().hidden_size;
-    if (hidden_.tensor().empty() || hidden_.tensor().dim(0) < static_cast<int64_t>(at))
-      hidden_ = Buffer::allocate(DType::f32, {static_cast<int64_t>(at), H});
+    // Decode and verification steps (a few rows) into page-locked memory on a GPU; a long prefill's rows
+    // into plain memory, given up again at the next short step.
+    constexpr int64_t kPinnedRows = 256;
+    const int64_t H = model_.info().hidden_size, rows = static_cast<int64_t>(at);
+    const int64_t have = hidden_.tensor().empty() ? 0 : hidden_.tensor().dim(0);
+    if (rows <= kPinnedRows && have != kPinnedRows)
+      hidden_ = ops::allocate_host_for(model_.device(), DType::f32, {kPinnedRows, H}, "the step's hidden rows");
+    else if (rows > kPinnedRows && have < rows)
+      hidden_ = Buffer::allocate(DType::f32, {rows, H});
     int64_t row = 0;
     for (size_t i = 0; i < sequences_.size(); ++i) {
       const int64_t folded = static_cast<int64_t>(sequences_[i].ids.size());
