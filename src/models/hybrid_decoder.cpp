@@ -241,6 +241,11 @@ std::vector<uint64_t> few_rows_key(uint64_t tag, const StepBatch& step, bool log
 
 }  // namespace
 
+int64_t HybridDecoder::max_graph_rows() const {
+  if (!ops::step_graphs_enabled(device_)) return 0;
+  return static_cast<int64_t>(ops::spec_step_graphs_enabled(device_) ? kMaxGraphTokens : 1);
+}
+
 Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& outputs, ForwardContext& ctx) const {
   KAPITSA_RETURN_IF_ERROR(validate(batch, outputs, info_));
   KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(batch.sequences));

@@ -28,6 +28,7 @@ class HybridDecoder : public Model {
   std::unique_ptr<SequenceState> new_state(int64_t max_tokens, std::shared_ptr<KvPagePool> pool = nullptr) const override;
   KvLayout kv_layout() const override;
   Device device() const override { return device_; }
+  int64_t max_graph_rows() const override;
   // Before loading: where the weights go (LoadOptions::device); the family passes it to its WeightLoader.
   void set_device(Device device) { device_ = device; }
   using Model::forward;

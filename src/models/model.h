@@ -115,6 +115,8 @@ class Model {
   // forward runs on (LoadOptions::device). Outputs may be host tensors whatever the device: they are
   // copied back once per step.
   virtual Device device() const { return Device::cpu; }
+  // The most rows a step may have and still run as one captured CUDA graph (0: never, as on the cpu).
+  virtual int64_t max_graph_rows() const { return 0; }
 
   // A fresh state for a sequence of up to `max_tokens` tokens whose KV lives in `pool` (made from
   // kv_layout(); null: the model's own unbounded pool, for single-sequence tools and tests). Pages are

@@ -279,7 +279,12 @@ class EngineImpl final : public Engine {
         if (w.samples && w.n_tokens == 1) decoding.push_back(&seq);
       }
       DraftCostModel* cost = options_.spec_cost_aware && work.size() == 1 && decoding.size() == 1 ? &draft_cost_ : nullptr;
-      const bool pad = options_.spec_pad_drafts.value_or(model_->device() != Device::cpu);
+      // Padding pays where the padded verification runs as one captured graph: on a GPU, while every
+      // sequence of the step decodes and their padded rows fit one (more rows: other kernels, no graph).
+      const int64_t graph_rows = model_->max_graph_rows();
+      const bool pad = options_.spec_pad_drafts.value_or(
+          decoding.size() == work.size() &&
+          static_cast<int64_t>(work.size()) * (1 + options_.spec_tokens) <= graph_rows);
       propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size, cost, pad);
       if (cost != nullptr) timed_draft = static_cast<int>(decoding.front()->draft.size());
     }

@@ -69,7 +69,8 @@ struct EngineOptions {
   bool spec_cost_aware = false;
   // Deterministic drafts lengthened with fillers to the most guesses (spec_tokens), so that every
   // verification step has one shape: on a GPU extra rows are nearly free and one shape is one captured
-  // graph (docs/speculative-decoding.md, "Drafts of one length on a GPU"). Unset: on for a model on a GPU.
+  // graph (docs/speculative-decoding.md, "Drafts of one length on a GPU"). Unset: for a step whose padded
+  // rows fit one graph (Model::max_graph_rows: a GPU, up to 16 rows) and whose every sequence decodes.
   std::optional<bool> spec_pad_drafts;
   // Prefix-cache snapshots also written to disk and restored from there, across restarts
   // (runtime/disk_cache.h); dir "" → off. fingerprint: models::model_fingerprint of the model's folder.
