@@ -83,19 +83,19 @@ DeviceMemoryInfo device_memory(Device device) {
 
 Buffer allocate(Device device, DType dtype, Shape shape, const char* what) {
   if (device == Device::cpu) return Buffer::allocate(dtype, shape);
+  [[maybe_unused]] const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   void* p = nullptr;
-  KAPITSA_DEVICE_ONLY(p = cuda::allocate_bytes(static_cast<size_t>(shape.numel()) * dtype_size(dtype), what));
   void (*release)(void*) = nullptr;
-  KAPITSA_DEVICE_ONLY(release = &cuda::free_bytes);
+  KAPITSA_DEVICE_ONLY(p = cuda::allocate_bytes(bytes, what); release = &cuda::free_bytes);
   return Buffer::adopt(Tensor(dtype, shape, p, device), release);
 }
 
 Buffer allocate_host_for(Device device, DType dtype, Shape shape, const char* what) {
   if (device == Device::cpu) return Buffer::allocate(dtype, shape);
+  [[maybe_unused]] const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   void* p = nullptr;
-  KAPITSA_DEVICE_ONLY(p = cuda::allocate_host_bytes(static_cast<size_t>(shape.numel()) * dtype_size(dtype), what));
   void (*release)(void*) = nullptr;
-  KAPITSA_DEVICE_ONLY(release = &cuda::free_host_bytes);
+  KAPITSA_DEVICE_ONLY(p = cuda::allocate_host_bytes(bytes, what); release = &cuda::free_host_bytes);
   return Buffer::adopt(Tensor(dtype, shape, p, Device::cpu), release);
 }
 

@@ -41,8 +41,7 @@ bool gemv_takes(const Tensor& x, const Linear& linear) {
     const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
     return kernels::affine_int16_supported(a, T) || kernels::affine_gemv_supported(a, x.f32(), T);
   }
-  if (linear.format() != WeightFormat::ggml) return false;
-  return true;  // ggml_matmul: the int8 GEMV, else the dequantize-and-dot GEMV (x aligned)
+  return linear.format() == WeightFormat::ggml;  // ggml_matmul: the int8 GEMV, else the dequantize-and-dot GEMV
 }
 
 // Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15) —
