@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 B=${1:-build/release}
-cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda test_models test_runtime kapitsa bench_model bench_runtime bench_ops bench_spec
+cmake --build "$B" --target test_ops test_ops_cuda bench_ops_cuda cuda_timeline test_models test_runtime kapitsa bench_model bench_runtime bench_ops bench_spec
 stage=$(mktemp -d)
 mkdir -p "$stage/lib" "$stage/configs"
 for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cuda tests/test_models tests/test_runtime kapitsa \
@@ -19,6 +19,9 @@ for b in tests/test_ops tests/ops/cuda/test_ops_cuda tests/ops/cuda/bench_ops_cu
   strip -o "$stage/$name" "$B/$b"
 done
 cp bench/configs/*.json "$stage/configs/"
+# The kernel timeline (tests/ops/cuda/timeline) and the CUPTI it loads.
+cp "$B/tests/ops/cuda/libcuda_timeline.so" tests/ops/cuda/timeline/cuda_timeline.py "$stage/"
+cp -L /usr/local/cuda/lib64/libcupti.so.13 "$stage/lib/"
 cp /usr/bin/zstd "$stage/"  # applies the GGUF fixtures' patches there (device_setup.sh)
 for l in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libsimdjson.so.14 libssl.so.3 \
          libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 libbenchmark.so.1debian; do
