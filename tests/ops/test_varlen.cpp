@@ -203,6 +203,50 @@ TEST_P(OnBackend, GdnCoreVarlenMatchesRef) {
       }
 }
 
+// Speculative decoding keeps a verified row only where it equals the row decoding would have given: so
+// a sequence's rows computed together (a verification: 5 rows with checkpoints, beside a one-row
+// sequence) must equal, bit for bit, the same rows computed one call each (decoding), for the fused
+// GDN op and the conv — outputs, the final state and each checkpoint.
+TEST_P(OnBackend, RowsTogetherEqualRowsOneByOne) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  const int64_t Hk = 1, Hv = 2, Dk = 128, Dv = 128, n = 5, C = 2 * Hk * Dk + Hv * Dv, K = 4;
+  const Ragged together = make_ragged(r, {n, 1}, n);
+  const int64_t T = together.rows();
+  Buffer qkv = test::random_f32(r, {T, C}), a = test::random_f32(r, {T, Hv}, -3, 3), b = test::random_f32(r, {T, Hv}, -3, 3);
+  Buffer A_log = test::random_f32(r, {Hv}, -1, 1), dt_bias = test::random_f32(r, {Hv});
+  Buffer z = test::random_f32(r, {T, Hv, Dv}, -2, 2), norm_w = test::random_f32(r, {Dv}, 0.5f, 1.5f);
+  Buffer conv_w = test::random_f32(r, {C, K}), conv_b = test::random_f32(r, {C});
+  Buffer states0 = test::random_f32(r, {together.n_slots, Hv, Dk, Dv}, -0.5f, 0.5f);
+  Buffer windows0 = test::random_f32(r, {together.n_slots, K - 1, C}, -2, 2);
+  const int32_t slot = together.slots[0];
+
+  Buffer states = test::clone(states0), windows = test::clone(windows0);
+  Buffer out = Buffer::zeros(DType::f32, {T, Hv, Dv}), conv_out = Buffer::zeros(DType::f32, {T, C});
+  test::run(backend(), gdn_core_varlen, qkv, a, b, A_log, dt_bias, z, norm_w, 1e-6f, states, together.batch(), out);
+  test::run(backend(), conv1d_causal_varlen, qkv, conv_w, conv_b, windows, true, together.batch(), conv_out);
+
+  // The first sequence's rows one call each, from the same state and window.
+  Buffer states1 = test::clone(states0), windows1 = test::clone(windows0);
+  const std::vector<int64_t> offsets = {0, 1};
+  const std::vector<int32_t> slots = {slot};
+  const SeqBatch one{offsets, slots, {}, {}, {}, {}, {}};
+  for (int64_t t = 0; t < n; ++t) {
+    SCOPED_TRACE("row " + std::to_string(t));
+    Buffer o1 = Buffer::zeros(DType::f32, {1, Hv, Dv}), c1 = Buffer::zeros(DType::f32, {1, C});
+    const auto row = [&](const Buffer& x) { return x.tensor().rows(t, t + 1); };
+    test::run(backend(), gdn_core_varlen, row(qkv), row(a), row(b), A_log, dt_bias, row(z), norm_w, 1e-6f, states1, one, o1);
+    test::run(backend(), conv1d_causal_varlen, row(qkv), conv_w, conv_b, windows1, true, one, c1);
+    EXPECT_TRUE(test::bit_equal(o1, out.tensor().rows(t, t + 1))) << "GDN output";
+    EXPECT_TRUE(test::bit_equal(c1, conv_out.tensor().rows(t, t + 1))) << "conv output";
+    const int32_t ckpt = together.ckpt_slots[static_cast<size_t>(t)];
+    EXPECT_TRUE(test::bit_equal(states1.tensor().index(slot), states.tensor().index(ckpt))) << "GDN checkpoint";
+    EXPECT_TRUE(test::bit_equal(windows1.tensor().index(slot), windows.tensor().index(ckpt))) << "conv checkpoint";
+  }
+  EXPECT_TRUE(test::bit_equal(states1.tensor().index(slot), states.tensor().index(slot))) << "GDN state";
+  EXPECT_TRUE(test::bit_equal(windows1.tensor().index(slot), windows.tensor().index(slot))) << "conv window";
+}
+
 TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
   Rng r;
   SCOPED_TRACE(r.trace());

@@ -53,23 +53,39 @@ __global__ void conv1d_causal_kernel(const float* x, const float* w, const float
 #pragma unroll
   for (int j = 0; j < kMaxHistory; ++j)
     if (j < K - 1) hist[j] = input_at(x, window, t0 - (K - 1) + j, sq, C, c, K);
-  for (int64_t t = t0; t < t1; ++t) {
-    const float xt = x[t * C + c];
-    float acc = b;
+  // Inputs and checkpoint slots in chunks of kChunk tokens, loaded before any of their outputs is
+  // written: a load a token in the chain (the stores may alias x, so the compiler cannot hoist it)
+  // cost ~0.7 µs a token.
+  constexpr int kChunk = 8;
+  for (int64_t tc = t0; tc < t1; tc += kChunk) {
+    float xs[kChunk];
+    int32_t ck[kChunk];  // checkpoint slots
 #pragma unroll
-    for (int j = 0; j < kMaxHistory; ++j)
-      if (j < K - 1) acc += wc[j] * hist[j];
-#pragma unroll
-    for (int j = 0; j < kConvMaxWidth; ++j)
-      if (j == K - 1) acc += wc[j] * xt;
-    if (silu) acc = acc / (1.0f + expf(-acc));
-    y[t * C + c] = acc;
-#pragma unroll
-    for (int j = 0; j < kMaxHistory; ++j) {
-      if (j < K - 2) hist[j] = hist[j + 1 < kMaxHistory ? j + 1 : j];
-      else if (j == K - 2) hist[j] = xt;
+    for (int u = 0; u < kChunk; ++u) {
+      xs[u] = tc + u < t1 ? x[(tc + u) * C + c] : 0.0f;
+      ck[u] = tc + u < t1 && tc + u >= sq.ckpt_begin ? ckpt_slot(seqs, sq, tc + u) : -1;
     }
-    if (t >= sq.ckpt_begin && K > 1) store_window(hist, windows, ckpt_slot(seqs, i, sq, t), C, c, K);
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      const int64_t t = tc + u;
+      if (t >= t1) break;
+      const float xt = xs[u];
+      float acc = b;
+#pragma unroll
+      for (int j = 0; j < kMaxHistory; ++j)
+        if (j < K - 1) acc += wc[j] * hist[j];
+#pragma unroll
+      for (int j = 0; j < kConvMaxWidth; ++j)
+        if (j == K - 1) acc += wc[j] * xt;
+      if (silu) acc = acc / (1.0f + expf(-acc));
+      y[t * C + c] = acc;
+#pragma unroll
+      for (int j = 0; j < kMaxHistory; ++j) {
+        if (j < K - 2) hist[j] = hist[j + 1 < kMaxHistory ? j + 1 : j];
+        else if (j == K - 2) hist[j] = xt;
+      }
+      if (ck[u] >= 0 && K > 1) store_window(hist, windows, ck[u], C, c, K);
+    }
   }
   if (store_window_here && K > 1) store_window(hist, windows, sq.slot, C, c, K);
 }

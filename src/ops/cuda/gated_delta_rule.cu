@@ -48,31 +48,36 @@ __device__ __forceinline__ void store_column(const float (&S)[kRows], float* sta
 
 // One token for column j, whose rows the column's 4 lanes share: S ← αS;  u = Sᵀk;  δ = (v − u)β;
 // S += k δ;  returns o = Sᵀq (every lane of the column gets it). kt, qt: the token's key and query
-// (global or shared memory); v: v_j (unused when !valid).
+// (global or shared memory); v: v_j (unused when !valid). Each dot product sums four interleaved
+// partial sums (rows m ≡ 0…3 mod 4), then those, so its chain is a quarter as long: the kernel runs one
+// block a head, a few warps an SM, and waited on that chain.
 template <int kRows>
 __device__ __forceinline__ float delta_step(float (&S)[kRows], int r, int64_t Dk, const float* kt, const float* qt,
                                             float alpha, float v, float beta, bool valid) {
-  float u = 0.0f;
+  constexpr int kParts = kRows >= 4 ? 4 : 1;
+  float up[kParts] = {};
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     const int64_t i = r + kLanesPerColumn * m;
     if (i < Dk) {
       S[m] *= alpha;
-      u += S[m] * kt[i];
+      up[m % kParts] = fmaf(S[m], kt[i], up[m % kParts]);
     }
   }
+  float u = kParts == 4 ? (up[0] + up[1]) + (up[2] + up[3]) : up[0];
   u += __shfl_xor_sync(0xffffffffu, u, 1);
   u += __shfl_xor_sync(0xffffffffu, u, 2);
   const float delta = valid ? (v - u) * beta : 0.0f;
-  float o = 0.0f;
+  float op[kParts] = {};
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     const int64_t i = r + kLanesPerColumn * m;
     if (i < Dk) {
-      S[m] += kt[i] * delta;
-      o += S[m] * qt[i];
+      S[m] = fmaf(kt[i], delta, S[m]);
+      op[m % kParts] = fmaf(S[m], qt[i], op[m % kParts]);
     }
   }
+  float o = kParts == 4 ? (op[0] + op[1]) + (op[2] + op[3]) : op[0];
   o += __shfl_xor_sync(0xffffffffu, o, 1);
   o += __shfl_xor_sync(0xffffffffu, o, 2);
   return o;
@@ -109,8 +114,12 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
     }
     if (tid < n) gates[tid][0] = expf(a.g[(t0 + tid) * a.Hv + h]), gates[tid][1] = a.beta[(t0 + tid) * a.Hv + h];
     float v[kStageTokens];
+    int32_t ck[kStageTokens];  // checkpoint slots
 #pragma unroll
-    for (int u = 0; u < kStageTokens; ++u) v[u] = valid && u < n ? a.v[((t0 + u) * a.Hv + h) * Dv + j] : 0.0f;
+    for (int u = 0; u < kStageTokens; ++u) {
+      v[u] = valid && u < n ? a.v[((t0 + u) * a.Hv + h) * Dv + j] : 0.0f;
+      ck[u] = u < n && t0 + u >= sq.ckpt_begin ? ckpt_slot(a.seqs, sq, t0 + u) : -1;
+    }
     __syncthreads();
 #pragma unroll
     for (int u = 0; u < kStageTokens; ++u) {
@@ -118,43 +127,47 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
       const int64_t t = t0 + u;
       const float o = delta_step(S, r, Dk, kq[u][0], kq[u][1], gates[u][0], v[u], gates[u][1], valid);
       if (valid && r == 0) a.o[(t * a.Hv + h) * Dv + j] = o;
-      if (t >= sq.ckpt_begin)
-        store_column(S, a.state + (ckpt_slot(a.seqs, seq, sq, t) * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+      if (ck[u] >= 0) store_column(S, a.state + (ck[u] * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
     }
   }
   store_column(S, state, r, j, Dk, Dv, valid);
 }
 
 // gdn_core_varlen: the block of value head h holds the head's whole state, Dv columns × 4 lanes (rows
-// as above), so the gated output norm needs only a block sum. Per token: the block's first Dk threads
-// load k and q and the block sums their squares (one reduction for both), the normalised k̂ and q̂ go to
-// shared memory, every thread computes the two gates itself, then the recurrence as above, then the
-// sum of o² over the head and the gated norm. Weights (A_log, dt_bias, norm_w), the step's metadata and
-// the state are loaded before pdl_wait(): within a step only this layer's kernel writes its state
-// slots, and everything before a step (slot copies, the metadata's upload) completes before the step's
-// first kernel, which is launched without PDL.
-// (Σ x, Σ y) over the block; `shared` holds 64 floats. Every thread gets both; contains barriers.
-__device__ __forceinline__ float2 block_sum2(float x, float y, float* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-  x = warp_sum(x), y = warp_sum(y);
-  __syncthreads();
-  if (lane == 0) shared[warp] = x, shared[32 + warp] = y;
-  __syncthreads();
-  x = lane < n_warps ? shared[lane] : 0.0f;
-  y = lane < n_warps ? shared[32 + lane] : 0.0f;
-  return make_float2(warp_sum(x), warp_sum(y));
+// as above). The tokens run in stages of up to kCoreStage: the block first copies their k and q rows,
+// v and z columns, gates and checkpoint slots to shared memory and normalises k and q (a warp a token);
+// then the recurrence walks the staged tokens with no barrier and no global load in its chain, each
+// column's first lane keeping o in shared memory; last, a warp a token sums its Σo² and the block
+// writes the gated, normed outputs. (Loading each token's rows and slot and summing over the block inside
+// the walk cost ~4 µs a token: a 5-row verification took 22 µs a layer, one row 5.4.) The walk is not
+// unrolled: a kernel of a few thousand instructions more waited mostly on instruction fetches
+// (Nsight Compute: "no instruction" stalls), one row 5 → 10 µs. Each token's sums run over the same
+// lanes in the same order whatever else the stage holds, so a row is computed the same, bit for bit,
+// decoded alone or verified with others.
+// Weights (A_log, dt_bias, norm_w), the step's metadata and the state are loaded before pdl_wait():
+// within a step only this layer's kernel writes its state slots, and everything before a step (slot
+// copies, the metadata's upload) completes before the step's first kernel, launched without PDL.
+constexpr int kCoreStage = 8;
+// Dynamic shared memory of a launch: k̂ and q̂ [kCoreStage][2][Dk], then v, z and o [kCoreStage][3][Dv].
+inline size_t gdn_core_smem(int64_t Dk, int64_t Dv) {
+  return static_cast<size_t>(kCoreStage * (2 * Dk + 3 * Dv)) * sizeof(float);
 }
 
 template <int kRows, int kMaxThreads>
 __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
-  __shared__ float kq[2 * kGdnMaxKeyDim];  // k̂ then q̂ of the token
-  __shared__ float red[64];
+  extern __shared__ float staged[];
+  __shared__ float gates[kCoreStage][2];  // alpha, beta
+  __shared__ float inv_norm[kCoreStage];  // 1 / rms(o) of each staged token
+  __shared__ int32_t ckpts[kCoreStage];   // checkpoint slot after each staged token, or -1
   pdl_trigger();
-  const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x;
-  const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y, Dk = a.Dk, Dv = a.Dv;
-  const int64_t j = threadIdx.x / kLanesPerColumn;
-  const bool valid = j < Dv;  // lanes past Dv still join the shuffles and block sums
-  const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h], wj = valid ? a.norm_w[j] : 0.0f;
+  const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n_warps = static_cast<int>(blockDim.x >> 5), Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv);
+  const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y;
+  const int j = threadIdx.x / kLanesPerColumn;
+  const bool valid = j < Dv;  // lanes past Dv still join the shuffles
+  float* kq = staged;                       // token u: k̂ at 2u·Dk, q̂ at (2u+1)·Dk
+  float* vzo = staged + kCoreStage * 2 * Dk;  // token u: v at 3u·Dv, z at (3u+1)·Dv, o at (3u+2)·Dv
+  const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h];
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
   float S[kRows];
@@ -162,26 +175,58 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
   pdl_wait();
   const int64_t C = 2 * a.Hk * Dk + a.Hv * Dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(Dk));
-  for (int64_t t = sq.r0; t < sq.r1; ++t) {
-    const float* row = a.qkv + t * C;
-    const float kx = tid < Dk ? row[(a.Hk + kh) * Dk + tid] : 0.0f;
-    const float qx = tid < Dk ? row[kh * Dk + tid] : 0.0f;
-    const float vj = valid ? row[2 * a.Hk * Dk + h * Dv + j] : 0.0f;
-    const float zj = valid ? a.z[(t * a.Hv + h) * Dv + j] : 0.0f;
-    const float at = a.a[t * a.Hv + h] + dt_bias, bt_raw = a.b[t * a.Hv + h];
-    const float2 ss = block_sum2(kx * kx, qx * qx, red);  // its barriers also end the last token's reads of kq
-    if (tid < Dk) kq[tid] = kx * rsqrtf(ss.x + 1e-6f), kq[Dk + tid] = qx * (q_scale * rsqrtf(ss.y + 1e-6f));
-    const float softplus = at > 20.0f ? at : log1pf(expf(at));
-    const float alpha = expf(neg_A * softplus), bt = 1.0f / (1.0f + expf(-bt_raw));
-    __syncthreads();
-    const float o = delta_step(S, r, Dk, kq, kq + Dk, alpha, vj, bt, valid);
-    const float oss = block_sum(valid && r == 0 ? o * o : 0.0f, red);
-    if (valid && r == 0) {
-      const float inv = rsqrtf(oss / static_cast<float>(Dv) + a.norm_eps);
-      a.o[(t * a.Hv + h) * Dv + j] = o * inv * wj * (zj / (1.0f + expf(-zj)));
+  for (int64_t t0 = sq.r0; t0 < sq.r1; t0 += kCoreStage) {
+    const int n = sq.r1 - t0 < kCoreStage ? static_cast<int>(sq.r1 - t0) : kCoreStage;
+    __syncthreads();  // the previous stage's reads of the staged rows are done
+    for (int u = 0; u < n; ++u) {
+      const float* row = a.qkv + (t0 + u) * C;
+      for (int c = tid; c < Dk; c += blockDim.x) {
+        kq[(2 * u) * Dk + c] = row[(a.Hk + kh) * Dk + c];
+        kq[(2 * u + 1) * Dk + c] = row[kh * Dk + c];
+      }
+      for (int c = tid; c < Dv; c += blockDim.x) {
+        vzo[(3 * u) * Dv + c] = row[2 * a.Hk * Dk + h * Dv + c];
+        vzo[(3 * u + 1) * Dv + c] = a.z[((t0 + u) * a.Hv + h) * Dv + c];
+      }
     }
-    if (t >= sq.ckpt_begin)
-      store_column(S, a.state + (ckpt_slot(a.seqs, seq, sq, t) * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+    if (tid < n) {
+      const int64_t t = t0 + tid;
+      const float at = a.a[t * a.Hv + h] + dt_bias, bt_raw = a.b[t * a.Hv + h];
+      const float softplus = at > 20.0f ? at : log1pf(expf(at));
+      gates[tid][0] = expf(neg_A * softplus), gates[tid][1] = 1.0f / (1.0f + expf(-bt_raw));
+      ckpts[tid] = t >= sq.ckpt_begin ? ckpt_slot(a.seqs, sq, t) : -1;
+    }
+    __syncthreads();
+    for (int u = warp; u < n; u += n_warps) {  // a warp normalises token u's k and q
+      float* ku = kq + (2 * u) * Dk;
+      float* qu = ku + Dk;
+      float kk = 0.0f, qq = 0.0f;
+      for (int c = lane; c < Dk; c += 32) kk += ku[c] * ku[c], qq += qu[c] * qu[c];
+      const float k_inv = rsqrtf(warp_sum(kk) + 1e-6f), q_inv = q_scale * rsqrtf(warp_sum(qq) + 1e-6f);
+      for (int c = lane; c < Dk; c += 32) ku[c] *= k_inv, qu[c] *= q_inv;
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int u = 0; u < n; ++u) {
+      const float vj = valid ? vzo[(3 * u) * Dv + j] : 0.0f;
+      const float o = delta_step(S, r, Dk, kq + (2 * u) * Dk, kq + (2 * u + 1) * Dk, gates[u][0], vj, gates[u][1], valid);
+      if (valid && r == 0) vzo[(3 * u + 2) * Dv + j] = o;
+      if (ckpts[u] >= 0) store_column(S, a.state + (ckpts[u] * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+    }
+    __syncthreads();
+    for (int u = warp; u < n; u += n_warps) {  // a warp sums token u's o²
+      const float* ou = vzo + (3 * u + 2) * Dv;
+      float oo = 0.0f;
+      for (int c = lane; c < Dv; c += 32) oo += ou[c] * ou[c];
+      oo = warp_sum(oo);
+      if (lane == 0) inv_norm[u] = rsqrtf(oo / static_cast<float>(Dv) + a.norm_eps);
+    }
+    __syncthreads();
+    for (int i = tid; i < n * Dv; i += blockDim.x) {
+      const int u = i / Dv, c = i % Dv;
+      const float o = vzo[(3 * u + 2) * Dv + c], z = vzo[(3 * u + 1) * Dv + c];
+      a.o[((t0 + u) * a.Hv + h) * Dv + c] = o * inv_norm[u] * a.norm_w[c] * (z / (1.0f + expf(-z)));
+    }
   }
   store_column(S, state, r, j, Dk, Dv, valid);
 }
@@ -193,10 +238,12 @@ void gdn_core(const GdnCoreArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.seqs.n_seqs));
   const int64_t need = kLanesPerColumn * a.Dv > a.Dk ? kLanesPerColumn * a.Dv : a.Dk;
   const int threads = static_cast<int>((need + 31) / 32 * 32);  // ≤ 1024: Dv ≤ 256, Dk ≤ 256
-  if (a.Dk <= 8 * kLanesPerColumn) launch(gdn_core_kernel<8, 1024>, grid, threads, s, a);
-  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch(gdn_core_kernel<32, 512>, grid, threads, s, a);
-  else if (a.Dk <= 32 * kLanesPerColumn) launch(gdn_core_kernel<32, 1024>, grid, threads, s, a);
-  else launch(gdn_core_kernel<64, 1024>, grid, threads, s, a);
+  const size_t smem = gdn_core_smem(a.Dk, a.Dv);  // ≤ 8 · (512 + 768) floats: 40 KB
+  if (a.Dk <= 8 * kLanesPerColumn) launch_smem(gdn_core_kernel<8, 1024>, grid, threads, smem, s, a);
+  else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<16, 512>, grid, threads, smem, s, a);
+  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<32, 512>, grid, threads, smem, s, a);
+  else if (a.Dk <= 32 * kLanesPerColumn) launch_smem(gdn_core_kernel<32, 1024>, grid, threads, smem, s, a);
+  else launch_smem(gdn_core_kernel<64, 1024>, grid, threads, smem, s, a);
 }
 
 void gdn_gates(const float* a, const float* b, const float* A_log, const float* dt_bias, float* g, float* beta,

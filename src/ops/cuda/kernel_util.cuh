@@ -102,22 +102,26 @@ __device__ __forceinline__ void bf16_pair8(const float* v, uint4& hi, uint4& lo)
   hi = make_uint4(h[0], h[1], h[2], h[3]), lo = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
-// Sequence i of a batch (kernels.h, Seqs): its rows [r0, r1), its state slot, and the first row after
-// which the state is also checkpointed (r1 when there are no checkpoints).
+// Sequence i of a batch (kernels.h, Seqs): its rows [r0, r1), its state slot, the first row after
+// which the state is also checkpointed (r1 when there are no checkpoints), and where that row's
+// checkpoint slot sits in ckpt_slots.
 struct SeqRows {
-  int64_t r0, r1, slot, ckpt_begin;
+  int64_t r0, r1, slot, ckpt_begin, ckpt0;
 };
 __device__ __forceinline__ SeqRows seq_rows(const Seqs& s, int64_t i, int64_t T) {
   SeqRows v;
   v.r0 = s.row_offsets != nullptr ? s.row_offsets[i] : 0;
   v.r1 = s.row_offsets != nullptr ? s.row_offsets[i + 1] : T;
   v.slot = s.state_slots != nullptr ? s.state_slots[i] : 0;
-  v.ckpt_begin = s.ckpt_offsets != nullptr ? v.r1 - (s.ckpt_offsets[i + 1] - s.ckpt_offsets[i]) : v.r1;
+  v.ckpt0 = s.ckpt_offsets != nullptr ? s.ckpt_offsets[i] : 0;
+  v.ckpt_begin = s.ckpt_offsets != nullptr ? v.r1 - (s.ckpt_offsets[i + 1] - v.ckpt0) : v.r1;
   return v;
 }
-// The checkpoint slot of the state after row t (t ≥ ckpt_begin) of sequence i.
-__device__ __forceinline__ int64_t ckpt_slot(const Seqs& s, int64_t i, const SeqRows& v, int64_t t) {
-  return s.ckpt_slots[s.ckpt_offsets[i] + (t - v.ckpt_begin)];
+// The checkpoint slot of the state after row t (t ≥ ckpt_begin) of a sequence: one load (kernels that
+// walk tokens load a stage's slots together, ahead of the walk: a load a token in the chain cost about
+// a microsecond each).
+__device__ __forceinline__ int32_t ckpt_slot(const Seqs& s, const SeqRows& v, int64_t t) {
+  return s.ckpt_slots[v.ckpt0 + (t - v.ckpt_begin)];
 }
 
 // The largest (v, i) over the warp, ties to the lower i; i < 0: no candidate. Every lane ends with the
@@ -129,6 +133,12 @@ __device__ __forceinline__ void warp_argmax(double& v, int& i) {
     const int oi = __shfl_xor_sync(0xffffffffu, i, o);
     if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) v = ov, i = oi;
   }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kLanesPerRow * kRowsPerBlock) ssd_scan_kernel(
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     if (valid && r == 0) a.y[(t * a.H + h) * P + p] = acc + Dh * xp;
     if (t >= sq.ckpt_begin) {
-      float* ckpt = a.state + (ckpt_slot(a.seqs, seq, sq, t) * a.H + h) * P * N;
+      float* ckpt = a.state + (ckpt_slot(a.seqs, sq, t) * a.H + h) * P * N;
 #pragma unroll
       for (int m = 0; m < kCols; ++m) {
         const int64_t n = r + kLanesPerRow * m;
