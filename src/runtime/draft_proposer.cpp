@@ -3,6 +3,7 @@
 #include "runtime/draft_proposer.h"
 
 #include "base/log.h"
+#include "ops/memory.h"
 #include "runtime/step_executor.h"
 
 #include <algorithm>
@@ -203,7 +204,7 @@ void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
   std::vector<models::ForwardOutputs::Rows> rows;
   std::vector<models::ForwardOutputs::Checkpoints> checkpoints;
   std::vector<int32_t> last_rows;
-  Buffer logits;
+  const Buffer& logits = logits_;
   for (int step = 0; !active.empty(); ++step) {
     // Step s folds each sequence's pending tokens (its catch-up, then its newest guess) and gives the
     // logits of guess s+1; all but the last step checkpoint the state (a rollback target).
@@ -219,8 +220,9 @@ void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
         while (e.slots.size() <= static_cast<size_t>(step)) e.slots.push_back(e.state->slot_pool()->allocate());
       }
     }
-    if (logits.tensor().empty() || logits.tensor().dim(0) < static_cast<int64_t>(active.size()))
-      logits = Buffer::allocate(DType::f32, {static_cast<int64_t>(active.size()), Vd});
+    if (logits_.tensor().empty() || logits_.tensor().dim(0) < static_cast<int64_t>(active.size()))
+      logits_ = ops::allocate_host_for(model_->device(), DType::f32, {static_cast<int64_t>(active.size()), Vd},
+                                       "the draft model's logits");
     for (size_t i = 0; i < active.size(); ++i) {
       Active& a = active[i];
       seqs.push_back({a.pending, a.entry->state.get()});

@@ -73,6 +73,9 @@ class DraftModelProposer final : public Proposer {
   uint64_t next_seed_;
   int64_t folded_ = 0, rebuilds_ = 0, cached_ = 0;
   std::vector<float> row_;  // [V target] one row of draft logits, padded / cut to the target's vocabulary
+  // [sequences, V draft]: a draft step's logits rows, reused (page-locked for a draft on a GPU: each
+  // step copies them back).
+  Buffer logits_;
 };
 
 }  // namespace kapitsa::runtime

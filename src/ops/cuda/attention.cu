@@ -51,9 +51,10 @@ __device__ __forceinline__ int64_t seq_of_row(const VarlenRows& v, int64_t r) {
 }
 
 constexpr int kAttnWarps = 4;
-constexpr int kSlots = static_cast<int>(kAttentionMaxHeadDim / 32);  // output columns per lane
-
-template <typename KV>
+// kSlots: output columns per lane (D ≤ 32·kSlots), an instance each for D ≤ 64, 128 and 256, so that the
+// value loop keeps 32 loads in flight per lane whatever D: a 32-key tile's values then arrive in one or
+// two round trips (with 8 slots for every D, a head of 64 took eight).
+template <typename KV, int kSlots>
 __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a, VarlenRows vr, int64_t row0) {
   __shared__ float q_s[kAttentionMaxHeadDim];
   __shared__ float acc_s[kAttnWarps][kAttentionMaxHeadDim];
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
     float score = -INFINITY;
     if (live) {
       const KV* ks = k + (row * a.Hkv + g) * D;
-      float dot = 0.0f;
+      float dot = 0.0f, dots[4] = {};  // four partial sums: a shorter chain of dependent FMAs
       if (vector_rows) {
         constexpr int kPer = 16 / sizeof(KV);
         for (int64_t d0 = 0; d0 < D; d0 += kPer) {
@@ -97,16 +98,17 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             if constexpr (sizeof(KV) == 4) {
-              dot += q_s[d0 + i] * __uint_as_float(words[i]);
+              dots[i] = fmaf(q_s[d0 + i], __uint_as_float(words[i]), dots[i]);
             } else {
               float lo, hi;
               if constexpr (std::is_same_v<KV, __nv_bfloat16>) lo = __uint_as_float(words[i] << 16), hi = __uint_as_float(words[i] & 0xffff0000u);
               else lo = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i]))), hi = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
-              dot += q_s[d0 + 2 * i] * lo;
-              dot += q_s[d0 + 2 * i + 1] * hi;
+              dots[i] = fmaf(q_s[d0 + 2 * i], lo, dots[i]);
+              dots[i] = fmaf(q_s[d0 + 2 * i + 1], hi, dots[i]);
             }
           }
         }
+        dot = (dots[0] + dots[1]) + (dots[2] + dots[3]);
       } else {
         for (int64_t d = 0; d < D; ++d) dot += q_s[d] * to_float(ks[d]);
       }
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
 #pragma unroll
     for (int j = 0; j < kSlots; ++j) acc[j] *= correction;
     const int n = key_end - s0 < 32 ? static_cast<int>(key_end - s0) : 32;
-#pragma unroll 4
+#pragma unroll(32 / kSlots)
     for (int i = 0; i < n; ++i) {
       const float pi = __shfl_sync(0xffffffffu, p, i);
       const KV* vs = v + (__shfl_sync(0xffffffffu, row, i) * a.Hkv + g) * D;
@@ -333,10 +335,16 @@ void launch_attention(const AttentionArgs& a, const VarlenRows& vr, cudaStream_t
     if (a.row_keys != nullptr) part.row_keys = a.row_keys + t0, part.row_table = a.row_table + t0;
     if (a.splits > 1) part.partials = a.partials + t0 * a.Hq * a.splits * (a.D + 2);
     const dim3 grid(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T), static_cast<unsigned>(a.splits));
+    auto go = [&](auto kv) {
+      using KV = decltype(kv);
+      if (a.D <= 64) launch(attention_kernel<KV, 2>, grid, kAttnWarps * 32, s, part, vr, t0);
+      else if (a.D <= 128) launch(attention_kernel<KV, 4>, grid, kAttnWarps * 32, s, part, vr, t0);
+      else launch(attention_kernel<KV, 8>, grid, kAttnWarps * 32, s, part, vr, t0);
+    };
     switch (a.kv_type) {
-      case ElemType::f16: launch(attention_kernel<__half>, grid, kAttnWarps * 32, s, part, vr, t0); break;
-      case ElemType::bf16: launch(attention_kernel<__nv_bfloat16>, grid, kAttnWarps * 32, s, part, vr, t0); break;
-      default: launch(attention_kernel<float>, grid, kAttnWarps * 32, s, part, vr, t0); break;
+      case ElemType::f16: go(__half{}); break;
+      case ElemType::bf16: go(__nv_bfloat16{}); break;
+      default: go(float{}); break;
     }
     if (a.splits > 1)
       launch(attention_combine_kernel, dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(part.T)), 128, s, part);
