@@ -4,9 +4,12 @@
 // RoPE computes angle = float32(pos · inv_freq) and its cos/sin in double rounded to f32, as the
 // reference (logits at long positions are sensitive to the angle's rounding).
 // Attention is a plain, correct kernel, not yet a flash kernel: one block per (query, head, key range);
-// each warp takes tiles of 32 keys of the range (every n_warps-th tile), a key a lane: each lane reads
-// its key's row and computes its score, the warp takes the tile's max and sum (online softmax, a tile
-// at a time), then walks the tile's keys for the values (each lane holding D/32 output columns); the
+// for heads of ≤ 64, each warp takes tiles of 32 keys of the range (every n_warps-th tile), a key a lane:
+// each lane reads its key's row and computes its score, the warp takes the tile's max and sum (online
+// softmax, a tile at a time), then walks the tile's keys for the values (each lane holding D/32 output
+// columns); wider heads take a key a warp (every n_warps-th key of the range, a warp-wide dot product,
+// online softmax a key at a time; on an H100 the tiles made the 4B shape's 256-wide heads slower,
+// 16.8 → 20.3 µs a layer at 512 keys, while the demo's 64-wide ones went 16 → 12.5 µs); the
 // warps' partial results merge in shared memory. (A key at a time — a dependent page-table load, row
 // load and warp sum per key — cost ~16 µs for one decode row's 32–64 keys a warp.)
 // With one range the block writes o; with several (split-K, for decode with few queries × heads) each
@@ -51,9 +54,8 @@ __device__ __forceinline__ int64_t seq_of_row(const VarlenRows& v, int64_t r) {
 }
 
 constexpr int kAttnWarps = 4;
-// kSlots: output columns per lane (D ≤ 32·kSlots), an instance each for D ≤ 64, 128 and 256, so that the
-// value loop keeps 32 loads in flight per lane whatever D: a 32-key tile's values then arrive in one or
-// two round trips (with 8 slots for every D, a head of 64 took eight).
+// kSlots: output columns per lane (D ≤ 32·kSlots), an instance each for D ≤ 64 (tiles of keys, below),
+// 128 and 256.
 template <typename KV, int kSlots>
 __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a, VarlenRows vr, int64_t row0) {
   __shared__ float q_s[kAttentionMaxHeadDim];
@@ -80,57 +82,84 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
   const int64_t key_begin = a.splits > 1 ? split * a.keys_per_split : 0;
   const int64_t key_end = a.splits > 1 ? min(n_keys, key_begin + a.keys_per_split) : n_keys;
   float m = -INFINITY, l = 0.0f, acc[kSlots] = {};
-  const bool vector_rows = D % (16 / sizeof(KV)) == 0;  // rows start 16-byte aligned: read them in uint4s
-  for (int64_t s0 = key_begin + 32 * warp; s0 < key_end; s0 += 32 * kAttnWarps) {
-    const int64_t s = s0 + lane;
-    const bool live = s < key_end;
-    const int64_t row =
-        !live ? 0 : table == nullptr ? s : int64_t{table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
-    float score = -INFINITY;
-    if (live) {
-      const KV* ks = k + (row * a.Hkv + g) * D;
-      float dot = 0.0f, dots[4] = {};  // four partial sums: a shorter chain of dependent FMAs
-      if (vector_rows) {
-        constexpr int kPer = 16 / sizeof(KV);
-        for (int64_t d0 = 0; d0 < D; d0 += kPer) {
-          const uint4 raw = *reinterpret_cast<const uint4*>(ks + d0);
-          const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            if constexpr (sizeof(KV) == 4) {
-              dots[i] = fmaf(q_s[d0 + i], __uint_as_float(words[i]), dots[i]);
-            } else {
-              float lo, hi;
-              if constexpr (std::is_same_v<KV, __nv_bfloat16>) lo = __uint_as_float(words[i] << 16), hi = __uint_as_float(words[i] & 0xffff0000u);
-              else lo = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i]))), hi = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
-              dots[i] = fmaf(q_s[d0 + 2 * i], lo, dots[i]);
-              dots[i] = fmaf(q_s[d0 + 2 * i + 1], hi, dots[i]);
+  if constexpr (kSlots == 2) {
+    // Heads of ≤ 64: tiles of 32 keys, a key a lane.
+    const bool vector_rows = D % (16 / sizeof(KV)) == 0;  // rows start 16-byte aligned: read them in uint4s
+    for (int64_t s0 = key_begin + 32 * warp; s0 < key_end; s0 += 32 * kAttnWarps) {
+      const int64_t s = s0 + lane;
+      const bool live = s < key_end;
+      const int64_t row =
+          !live ? 0 : table == nullptr ? s : int64_t{table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
+      float dot = 0.0f;
+      if (live) {
+        const KV* ks = k + (row * a.Hkv + g) * D;
+        float dots[4] = {};  // four partial sums: a shorter chain of dependent FMAs
+        if (vector_rows) {
+          constexpr int kPer = 16 / sizeof(KV);
+          for (int64_t d0 = 0; d0 < D; d0 += kPer) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(ks + d0);
+            const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if constexpr (sizeof(KV) == 4) {
+                dots[i] = fmaf(q_s[d0 + i], __uint_as_float(words[i]), dots[i]);
+              } else {
+                float lo, hi;
+                if constexpr (std::is_same_v<KV, __nv_bfloat16>) lo = __uint_as_float(words[i] << 16), hi = __uint_as_float(words[i] & 0xffff0000u);
+                else lo = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i]))), hi = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
+                dots[i] = fmaf(q_s[d0 + 2 * i], lo, dots[i]);
+                dots[i] = fmaf(q_s[d0 + 2 * i + 1], hi, dots[i]);
+              }
             }
           }
+          dot = (dots[0] + dots[1]) + (dots[2] + dots[3]);
+        } else {
+          for (int64_t d = 0; d < D; ++d) dot += q_s[d] * to_float(ks[d]);
         }
-        dot = (dots[0] + dots[1]) + (dots[2] + dots[3]);
-      } else {
-        for (int64_t d = 0; d < D; ++d) dot += q_s[d] * to_float(ks[d]);
       }
-      score = dot * a.scale;
+        const float score = live ? dot * a.scale : -INFINITY;
+      const float m_new = fmaxf(m, warp_max(score));  // finite: the tile's first key is live
+      const float correction = expf(m - m_new), p = live ? expf(score - m_new) : 0.0f;
+      l = l * correction + warp_sum(p);
+  #pragma unroll
+      for (int j = 0; j < kSlots; ++j) acc[j] *= correction;
+      const int n = key_end - s0 < 32 ? static_cast<int>(key_end - s0) : 32;
+  #pragma unroll 16
+      for (int i = 0; i < n; ++i) {
+        const float pi = __shfl_sync(0xffffffffu, p, i);
+        const KV* vs = v + (__shfl_sync(0xffffffffu, row, i) * a.Hkv + g) * D;
+  #pragma unroll
+        for (int j = 0; j < kSlots; ++j) {
+          const int64_t d = lane + 32 * j;
+          if (d < D) acc[j] = fmaf(pi, to_float(vs[d]), acc[j]);
+        }
+      }
+      m = m_new;
     }
-    const float m_new = fmaxf(m, warp_max(score));  // finite: the tile's first key is live
-    const float correction = expf(m - m_new), p = live ? expf(score - m_new) : 0.0f;
-    l = l * correction + warp_sum(p);
-#pragma unroll
-    for (int j = 0; j < kSlots; ++j) acc[j] *= correction;
-    const int n = key_end - s0 < 32 ? static_cast<int>(key_end - s0) : 32;
-#pragma unroll(32 / kSlots)
-    for (int i = 0; i < n; ++i) {
-      const float pi = __shfl_sync(0xffffffffu, p, i);
-      const KV* vs = v + (__shfl_sync(0xffffffffu, row, i) * a.Hkv + g) * D;
+  } else {
+    // Wider heads: a warp a key, every n_warps-th key of the range (a warp-wide dot product and sum).
+    for (int64_t s = key_begin + warp; s < key_end; s += kAttnWarps) {
+      const int64_t row =
+          table == nullptr ? s : int64_t{table[s / a.page_tokens]} * a.page_tokens + s % a.page_tokens;
+      const KV* ks = k + (row * a.Hkv + g) * D;
+      const KV* vs = v + (row * a.Hkv + g) * D;
+      float dot = 0.0f;
 #pragma unroll
       for (int j = 0; j < kSlots; ++j) {
         const int64_t d = lane + 32 * j;
-        if (d < D) acc[j] = fmaf(pi, to_float(vs[d]), acc[j]);
+        if (d < D) dot += q_s[d] * to_float(ks[d]);
       }
+      const float score = warp_sum(dot) * a.scale;
+      const float m_new = fmaxf(m, score);
+      const float correction = expf(m - m_new), p = expf(score - m_new);
+      l = l * correction + p;
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) {
+        const int64_t d = lane + 32 * j;
+        if (d < D) acc[j] = acc[j] * correction + p * to_float(vs[d]);
+      }
+      m = m_new;
     }
-    m = m_new;
   }
 #pragma unroll
   for (int j = 0; j < kSlots; ++j) {

@@ -133,28 +133,91 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
   store_column(S, state, r, j, Dk, Dv, valid);
 }
 
-// gdn_core_varlen: the block of value head h holds the head's whole state, Dv columns × 4 lanes (rows
-// as above). The tokens run in stages of up to kCoreStage: the block first copies their k and q rows,
+// gdn_core_varlen, a launch whose every sequence has one row (decode): the block of value head h holds
+// the head's whole state, Dv columns × 4 lanes (rows as above), so the gated output norm needs only a
+// block sum. The block's first Dk threads load k and q and the block sums their squares (one reduction
+// for both), the normalised k̂ and q̂ go to shared memory, every thread computes the two gates itself,
+// then the recurrence as above, then the sum of o² over the head and the gated norm. Weights (A_log,
+// dt_bias, norm_w), the step's metadata and the state are loaded before pdl_wait(): within a step only
+// this layer's kernel writes its state slots, and everything before a step (slot copies, the metadata's
+// upload) completes before the step's first kernel, which is launched without PDL.
+// (Σ x, Σ y) over the block; `shared` holds 64 floats. Every thread gets both; contains barriers.
+__device__ __forceinline__ float2 block_sum2(float x, float y, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  x = warp_sum(x), y = warp_sum(y);
+  __syncthreads();
+  if (lane == 0) shared[warp] = x, shared[32 + warp] = y;
+  __syncthreads();
+  x = lane < n_warps ? shared[lane] : 0.0f;
+  y = lane < n_warps ? shared[32 + lane] : 0.0f;
+  return make_float2(warp_sum(x), warp_sum(y));
+}
+
+template <int kRows, int kMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a) {
+  __shared__ float kq[2 * kGdnMaxKeyDim];  // k̂ then q̂ of the token
+  __shared__ float red[64];
+  pdl_trigger();
+  const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x;
+  const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y, Dk = a.Dk, Dv = a.Dv;
+  const int64_t j = threadIdx.x / kLanesPerColumn;
+  const bool valid = j < Dv;  // lanes past Dv still join the shuffles and block sums
+  const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h], wj = valid ? a.norm_w[j] : 0.0f;
+  const SeqRows sq = seq_rows(a.seqs, seq, a.T);
+  float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
+  float S[kRows];
+  load_column(S, state, r, j, Dk, Dv, valid);
+  pdl_wait();
+  const int64_t C = 2 * a.Hk * Dk + a.Hv * Dv;
+  const float q_scale = 1.0f / sqrtf(static_cast<float>(Dk));
+  for (int64_t t = sq.r0; t < sq.r1; ++t) {
+    const float* row = a.qkv + t * C;
+    const float kx = tid < Dk ? row[(a.Hk + kh) * Dk + tid] : 0.0f;
+    const float qx = tid < Dk ? row[kh * Dk + tid] : 0.0f;
+    const float vj = valid ? row[2 * a.Hk * Dk + h * Dv + j] : 0.0f;
+    const float zj = valid ? a.z[(t * a.Hv + h) * Dv + j] : 0.0f;
+    const float at = a.a[t * a.Hv + h] + dt_bias, bt_raw = a.b[t * a.Hv + h];
+    const float2 ss = block_sum2(kx * kx, qx * qx, red);  // its barriers also end the last token's reads of kq
+    if (tid < Dk) kq[tid] = kx * rsqrtf(ss.x + 1e-6f), kq[Dk + tid] = qx * (q_scale * rsqrtf(ss.y + 1e-6f));
+    const float softplus = at > 20.0f ? at : log1pf(expf(at));
+    const float alpha = expf(neg_A * softplus), bt = 1.0f / (1.0f + expf(-bt_raw));
+    __syncthreads();
+    const float o = delta_step(S, r, Dk, kq, kq + Dk, alpha, vj, bt, valid);
+    const float oss = block_sum(valid && r == 0 ? o * o : 0.0f, red);
+    if (valid && r == 0) {
+      const float inv = rsqrtf(oss / static_cast<float>(Dv) + a.norm_eps);
+      a.o[(t * a.Hv + h) * Dv + j] = o * inv * wj * (zj / (1.0f + expf(-zj)));
+    }
+    if (t >= sq.ckpt_begin)
+      store_column(S, a.state + (ckpt_slot(a.seqs, sq, t) * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+  }
+  store_column(S, state, r, j, Dk, Dv, valid);
+}
+
+
+// gdn_core_varlen, a launch with a sequence of several rows (a speculative verification): as the kernel
+// above, but the tokens run in stages of up to kCoreStage: the block first copies their k and q rows,
 // v and z columns, gates and checkpoint slots to shared memory and normalises k and q (a warp a token);
 // then the recurrence walks the staged tokens with no barrier and no global load in its chain, each
 // column's first lane keeping o in shared memory; last, a warp a token sums its Σo² and the block
 // writes the gated, normed outputs. (Loading each token's rows and slot and summing over the block inside
 // the walk cost ~4 µs a token: a 5-row verification took 22 µs a layer, one row 5.4.) The walk is not
 // unrolled: a kernel of a few thousand instructions more waited mostly on instruction fetches
-// (Nsight Compute: "no instruction" stalls), one row 5 → 10 µs. Each token's sums run over the same
-// lanes in the same order whatever else the stage holds, so a row is computed the same, bit for bit,
-// decoded alone or verified with others.
+// (Nsight Compute: "no instruction" stalls), one row 5 → 10 µs. Each token's sums (Σk², Σq², Σo²) run in
+// the row kernel's order, so a row is computed the same, bit for bit, decoded alone or verified with
+// others. (For one row a token this kernel was slower than the row kernel — its warps wait while one
+// sums — so decode keeps that one: 4B shape 6.2 against 9–17 µs.)
 // Weights (A_log, dt_bias, norm_w), the step's metadata and the state are loaded before pdl_wait():
 // within a step only this layer's kernel writes its state slots, and everything before a step (slot
 // copies, the metadata's upload) completes before the step's first kernel, launched without PDL.
+// A launch stages `stage` tokens at a time: the longest sequence's rows, at most kCoreStage (decode: 1).
+// Its dynamic shared memory: k̂ and q̂ [stage][2][Dk], then v, z and o [stage][3][Dv] — no more than the
+// rows need: a kernel asking for a larger shared-memory carveout than its neighbours waits for the SM
+// to drain (staging 8 tokens for every decode step made the 4B shape's GDN kernel 6 → 9–17 µs).
 constexpr int kCoreStage = 8;
-// Dynamic shared memory of a launch: k̂ and q̂ [kCoreStage][2][Dk], then v, z and o [kCoreStage][3][Dv].
-inline size_t gdn_core_smem(int64_t Dk, int64_t Dv) {
-  return static_cast<size_t>(kCoreStage * (2 * Dk + 3 * Dv)) * sizeof(float);
-}
 
 template <int kRows, int kMaxThreads>
-__global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, int stage) {
   extern __shared__ float staged[];
   __shared__ float gates[kCoreStage][2];  // alpha, beta
   __shared__ float inv_norm[kCoreStage];  // 1 / rms(o) of each staged token
@@ -165,8 +228,8 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
   const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y;
   const int j = threadIdx.x / kLanesPerColumn;
   const bool valid = j < Dv;  // lanes past Dv still join the shuffles
-  float* kq = staged;                       // token u: k̂ at 2u·Dk, q̂ at (2u+1)·Dk
-  float* vzo = staged + kCoreStage * 2 * Dk;  // token u: v at 3u·Dv, z at (3u+1)·Dv, o at (3u+2)·Dv
+  float* kq = staged;                  // token u: k̂ at 2u·Dk, q̂ at (2u+1)·Dk
+  float* vzo = staged + stage * 2 * Dk;  // token u: v at 3u·Dv, z at (3u+1)·Dv, o at (3u+2)·Dv
   const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h];
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
@@ -175,8 +238,8 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
   pdl_wait();
   const int64_t C = 2 * a.Hk * Dk + a.Hv * Dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(Dk));
-  for (int64_t t0 = sq.r0; t0 < sq.r1; t0 += kCoreStage) {
-    const int n = sq.r1 - t0 < kCoreStage ? static_cast<int>(sq.r1 - t0) : kCoreStage;
+  for (int64_t t0 = sq.r0; t0 < sq.r1; t0 += stage) {
+    const int n = sq.r1 - t0 < stage ? static_cast<int>(sq.r1 - t0) : stage;
     __syncthreads();  // the previous stage's reads of the staged rows are done
     for (int u = 0; u < n; ++u) {
       const float* row = a.qkv + (t0 + u) * C;
@@ -200,8 +263,15 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
     for (int u = warp; u < n; u += n_warps) {  // a warp normalises token u's k and q
       float* ku = kq + (2 * u) * Dk;
       float* qu = ku + Dk;
+      // Σk² and Σq² in the row kernel's order (block_sum2): lane w gets the sum of its warp w's 32
+      // elements, then the warp sums those.
       float kk = 0.0f, qq = 0.0f;
-      for (int c = lane; c < Dk; c += 32) kk += ku[c] * ku[c], qq += qu[c] * qu[c];
+      for (int w = 0; w * 32 < Dk; ++w) {
+        const int c = w * 32 + lane;
+        const float kx = c < Dk ? ku[c] : 0.0f, qx = c < Dk ? qu[c] : 0.0f;
+        const float ks = warp_sum(kx * kx), qs = warp_sum(qx * qx);
+        if (lane == w) kk = ks, qq = qs;
+      }
       const float k_inv = rsqrtf(warp_sum(kk) + 1e-6f), q_inv = q_scale * rsqrtf(warp_sum(qq) + 1e-6f);
       for (int c = lane; c < Dk; c += 32) ku[c] *= k_inv, qu[c] *= q_inv;
     }
@@ -214,10 +284,15 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a) {
       if (ckpts[u] >= 0) store_column(S, a.state + (ckpts[u] * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
     }
     __syncthreads();
-    for (int u = warp; u < n; u += n_warps) {  // a warp sums token u's o²
+    for (int u = warp; u < n; u += n_warps) {  // a warp sums token u's o², in the row kernel's order
       const float* ou = vzo + (3 * u + 2) * Dv;
       float oo = 0.0f;
-      for (int c = lane; c < Dv; c += 32) oo += ou[c] * ou[c];
+      for (int w = 0; w * 32 < kLanesPerColumn * Dv; ++w) {  // the row kernel's warp w: 8 columns' lanes
+        const int c = (w * 32 + lane) / kLanesPerColumn;
+        const float x = lane % kLanesPerColumn == 0 && c < Dv ? ou[c] * ou[c] : 0.0f;
+        const float sum = warp_sum(x);
+        if (lane == w) oo = sum;
+      }
       oo = warp_sum(oo);
       if (lane == 0) inv_norm[u] = rsqrtf(oo / static_cast<float>(Dv) + a.norm_eps);
     }
@@ -238,12 +313,22 @@ void gdn_core(const GdnCoreArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.seqs.n_seqs));
   const int64_t need = kLanesPerColumn * a.Dv > a.Dk ? kLanesPerColumn * a.Dv : a.Dk;
   const int threads = static_cast<int>((need + 31) / 32 * 32);  // ≤ 1024: Dv ≤ 256, Dk ≤ 256
-  const size_t smem = gdn_core_smem(a.Dk, a.Dv);  // ≤ 8 · (512 + 768) floats: 40 KB
-  if (a.Dk <= 8 * kLanesPerColumn) launch_smem(gdn_core_kernel<8, 1024>, grid, threads, smem, s, a);
-  else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<16, 512>, grid, threads, smem, s, a);
-  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<32, 512>, grid, threads, smem, s, a);
-  else if (a.Dk <= 32 * kLanesPerColumn) launch_smem(gdn_core_kernel<32, 1024>, grid, threads, smem, s, a);
-  else launch_smem(gdn_core_kernel<64, 1024>, grid, threads, smem, s, a);
+  const int64_t longest = a.T - a.seqs.n_seqs + 1;  // no sequence has more rows
+  if (longest <= 1) {  // decode
+    if (a.Dk <= 8 * kLanesPerColumn) launch(gdn_core_row_kernel<8, 1024>, grid, threads, s, a);
+    else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) launch(gdn_core_row_kernel<16, 512>, grid, threads, s, a);
+    else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch(gdn_core_row_kernel<32, 512>, grid, threads, s, a);
+    else if (a.Dk <= 32 * kLanesPerColumn) launch(gdn_core_row_kernel<32, 1024>, grid, threads, s, a);
+    else launch(gdn_core_row_kernel<64, 1024>, grid, threads, s, a);
+    return;
+  }
+  const int stage = static_cast<int>(longest < kCoreStage ? longest : kCoreStage);
+  const size_t smem = static_cast<size_t>(stage * (2 * a.Dk + 3 * a.Dv)) * sizeof(float);  // ≤ 40 KB
+  if (a.Dk <= 8 * kLanesPerColumn) launch_smem(gdn_core_kernel<8, 1024>, grid, threads, smem, s, a, stage);
+  else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<16, 512>, grid, threads, smem, s, a, stage);
+  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<32, 512>, grid, threads, smem, s, a, stage);
+  else if (a.Dk <= 32 * kLanesPerColumn) launch_smem(gdn_core_kernel<32, 1024>, grid, threads, smem, s, a, stage);
+  else launch_smem(gdn_core_kernel<64, 1024>, grid, threads, smem, s, a, stage);
 }
 
 void gdn_gates(const float* a, const float* b, const float* A_log, const float* dt_bias, float* g, float* beta,
