@@ -200,20 +200,18 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a
 // v and z columns, gates and checkpoint slots to shared memory and normalises k and q (a warp a token);
 // then the recurrence walks the staged tokens with no barrier and no global load in its chain, each
 // column's first lane keeping o in shared memory; last, a warp a token sums its Σo² and the block
-// writes the gated, normed outputs. (Loading each token's rows and slot and summing over the block inside
-// the walk cost ~4 µs a token: a 5-row verification took 22 µs a layer, one row 5.4.) The walk is not
-// unrolled: a kernel of a few thousand instructions more waited mostly on instruction fetches
-// (Nsight Compute: "no instruction" stalls), one row 5 → 10 µs. Each token's sums (Σk², Σq², Σo²) run in
-// the row kernel's order, so a row is computed the same, bit for bit, decoded alone or verified with
-// others. (For one row a token this kernel was slower than the row kernel — its warps wait while one
-// sums — so decode keeps that one: 4B shape 6.2 against 9–17 µs.)
+// writes the gated, normed outputs. (Loading each token's rows and checkpoint slot and summing over the
+// block inside the walk: a demo 5-row verification took 22 µs a layer, one row 5.4; staged, 14.5.) The
+// walk is not unrolled: unrolled, the kernel waited mostly on instruction fetches (Nsight Compute: "no
+// instruction" stalls), one row 5 → 10 µs. Each token's sums (Σk², Σq², Σo²) run in the row kernel's
+// order, so a row is computed the same, bit for bit, decoded alone or verified with others. For one row
+// a token this kernel is slower than the row kernel (its warps wait at barriers while one sums: 4B
+// shape 9–17 against 6.2 µs), so decode keeps that one.
+// A launch stages `stage` tokens at a time (the longest sequence's rows, at most kCoreStage) in dynamic
+// shared memory: k̂ and q̂ [stage][2][Dk], then v, z and o [stage][3][Dv].
 // Weights (A_log, dt_bias, norm_w), the step's metadata and the state are loaded before pdl_wait():
 // within a step only this layer's kernel writes its state slots, and everything before a step (slot
 // copies, the metadata's upload) completes before the step's first kernel, launched without PDL.
-// A launch stages `stage` tokens at a time: the longest sequence's rows, at most kCoreStage (decode: 1).
-// Its dynamic shared memory: k̂ and q̂ [stage][2][Dk], then v, z and o [stage][3][Dv] — no more than the
-// rows need: a kernel asking for a larger shared-memory carveout than its neighbours waits for the SM
-// to drain (staging 8 tokens for every decode step made the 4B shape's GDN kernel 6 → 9–17 µs).
 constexpr int kCoreStage = 8;
 
 template <int kRows, int kMaxThreads>
