@@ -204,7 +204,6 @@ void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
   std::vector<models::ForwardOutputs::Rows> rows;
   std::vector<models::ForwardOutputs::Checkpoints> checkpoints;
   std::vector<int32_t> last_rows;
-  const Buffer& logits = logits_;
   for (int step = 0; !active.empty(); ++step) {
     // Step s folds each sequence's pending tokens (its catch-up, then its newest guess) and gives the
     // logits of guess s+1; all but the last step checkpoint the state (a rollback target).
@@ -226,7 +225,7 @@ void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
     for (size_t i = 0; i < active.size(); ++i) {
       Active& a = active[i];
       seqs.push_back({a.pending, a.entry->state.get()});
-      rows.push_back({i, std::span<const int32_t>(&last_rows[i], 1), logits.tensor().rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1)});
+      rows.push_back({i, std::span<const int32_t>(&last_rows[i], 1), logits_.tensor().rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1)});
       if (step + 1 < a.k && a.entry->state->slot_pool() != nullptr)
         checkpoints.push_back({i, std::span<const int32_t>(a.entry->slots).subspan(static_cast<size_t>(step), 1)});
     }
@@ -250,7 +249,7 @@ void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
       e.folded.insert(e.folded.end(), a.pending.begin(), a.pending.end());
       folded_ += static_cast<int64_t>(a.pending.size());
       if (step + 1 < a.k && e.state->slot_pool() != nullptr) e.n_checkpoints = static_cast<size_t>(step) + 1;
-      const int32_t guess = choose(e, *a.request, std::span<const float>(logits.f32() + i * static_cast<size_t>(Vd), static_cast<size_t>(Vd)));
+      const int32_t guess = choose(e, *a.request, std::span<const float>(logits_.f32() + i * static_cast<size_t>(Vd), static_cast<size_t>(Vd)));
       a.request->out->push_back(guess);
       if (step + 1 < a.k) {
         a.pending.assign(1, guess);

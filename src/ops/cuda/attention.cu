@@ -99,14 +99,18 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
           for (int64_t d0 = 0; d0 < D; d0 += kPer) {
             const uint4 raw = *reinterpret_cast<const uint4*>(ks + d0);
             const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  #pragma unroll
+#pragma unroll
             for (int i = 0; i < 4; ++i) {
               if constexpr (sizeof(KV) == 4) {
                 dots[i] = fmaf(q_s[d0 + i], __uint_as_float(words[i]), dots[i]);
               } else {
                 float lo, hi;
-                if constexpr (std::is_same_v<KV, __nv_bfloat16>) lo = __uint_as_float(words[i] << 16), hi = __uint_as_float(words[i] & 0xffff0000u);
-                else lo = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i]))), hi = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
+                if constexpr (std::is_same_v<KV, __nv_bfloat16>) {
+                  lo = __uint_as_float(words[i] << 16), hi = __uint_as_float(words[i] & 0xffff0000u);
+                } else {
+                  lo = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i])));
+                  hi = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
+                }
                 dots[i] = fmaf(q_s[d0 + 2 * i], lo, dots[i]);
                 dots[i] = fmaf(q_s[d0 + 2 * i + 1], hi, dots[i]);
               }
@@ -117,18 +121,18 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
           for (int64_t d = 0; d < D; ++d) dot += q_s[d] * to_float(ks[d]);
         }
       }
-        const float score = live ? dot * a.scale : -INFINITY;
+      const float score = live ? dot * a.scale : -INFINITY;
       const float m_new = fmaxf(m, warp_max(score));  // finite: the tile's first key is live
       const float correction = expf(m - m_new), p = live ? expf(score - m_new) : 0.0f;
       l = l * correction + warp_sum(p);
-  #pragma unroll
+#pragma unroll
       for (int j = 0; j < kSlots; ++j) acc[j] *= correction;
       const int n = key_end - s0 < 32 ? static_cast<int>(key_end - s0) : 32;
-  #pragma unroll 16
+#pragma unroll 16
       for (int i = 0; i < n; ++i) {
         const float pi = __shfl_sync(0xffffffffu, p, i);
         const KV* vs = v + (__shfl_sync(0xffffffffu, row, i) * a.Hkv + g) * D;
-  #pragma unroll
+#pragma unroll
         for (int j = 0; j < kSlots; ++j) {
           const int64_t d = lane + 32 * j;
           if (d < D) acc[j] = fmaf(pi, to_float(vs[d]), acc[j]);
