@@ -54,8 +54,8 @@ kernels::AttentionArgs check_attention(const Tensor& q, const Tensor& o, int64_t
 
 // Split-K when (query, head) blocks alone would leave most multiprocessors idle: key ranges of at least
 // kMinKeysPerSplit keys, up to about kBlocksPerSm blocks per multiprocessor. Partials go to scratch.
-// A block's 4 warps take tiles of 32 keys (a key a lane), so a decode step's attention costs the tiles
-// per warp (before session 29 a warp walked its keys one at a time): with ranges of ≥ 256 keys and 2 blocks an SM, the
+// A block's 4 warps take keys one at a time (tiles of 32, a key a lane, for heads of ≤ 64), so a decode
+// step's attention costs the keys (tiles) per warp: with ranges of ≥ 256 keys and 2 blocks an SM, the
 // H200 decoded the 4B shape at 259 tok/s after a 512-token prompt against 300–308 after 16; ranges of ≥
 // 32 keys and 8 blocks an SM: 309.6 after 512, 292 after 2048 (was 257); Nemotron-3-Nano at full depth
 // 254 → 283 after 512, 227 → 269 after 2048 (docs/cuda.md, session 18).

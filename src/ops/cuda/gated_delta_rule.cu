@@ -133,6 +133,15 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
   store_column(S, state, r, j, Dk, Dv, valid);
 }
 
+// A token's decay and write strength from its raw a and b (gdn_core_varlen): alpha = exp(−e^{A_log} ·
+// softplus(a + dt_bias)), beta = σ(b). One function for both gdn_core kernels: a verified row equals the
+// decoded one bit for bit only while they compute the same.
+__device__ __forceinline__ float2 core_gates(float a_raw, float b_raw, float neg_A, float dt_bias) {
+  const float at = a_raw + dt_bias;
+  const float softplus = at > 20.0f ? at : log1pf(expf(at));
+  return make_float2(expf(neg_A * softplus), 1.0f / (1.0f + expf(-b_raw)));
+}
+
 // gdn_core_varlen, a launch whose every sequence has one row (decode): the block of value head h holds
 // the head's whole state, Dv columns × 4 lanes (rows as above), so the gated output norm needs only a
 // block sum. The block's first Dk threads load k and q and the block sums their squares (one reduction
@@ -176,13 +185,11 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a
     const float qx = tid < Dk ? row[kh * Dk + tid] : 0.0f;
     const float vj = valid ? row[2 * a.Hk * Dk + h * Dv + j] : 0.0f;
     const float zj = valid ? a.z[(t * a.Hv + h) * Dv + j] : 0.0f;
-    const float at = a.a[t * a.Hv + h] + dt_bias, bt_raw = a.b[t * a.Hv + h];
+    const float2 gate = core_gates(a.a[t * a.Hv + h], a.b[t * a.Hv + h], neg_A, dt_bias);
     const float2 ss = block_sum2(kx * kx, qx * qx, red);  // its barriers also end the last token's reads of kq
     if (tid < Dk) kq[tid] = kx * rsqrtf(ss.x + 1e-6f), kq[Dk + tid] = qx * (q_scale * rsqrtf(ss.y + 1e-6f));
-    const float softplus = at > 20.0f ? at : log1pf(expf(at));
-    const float alpha = expf(neg_A * softplus), bt = 1.0f / (1.0f + expf(-bt_raw));
     __syncthreads();
-    const float o = delta_step(S, r, Dk, kq, kq + Dk, alpha, vj, bt, valid);
+    const float o = delta_step(S, r, Dk, kq, kq + Dk, gate.x, vj, gate.y, valid);
     const float oss = block_sum(valid && r == 0 ? o * o : 0.0f, red);
     if (valid && r == 0) {
       const float inv = rsqrtf(oss / static_cast<float>(Dv) + a.norm_eps);
@@ -193,7 +200,6 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a
   }
   store_column(S, state, r, j, Dk, Dv, valid);
 }
-
 
 // gdn_core_varlen, a launch with a sequence of several rows (a speculative verification): as the kernel
 // above, but the tokens run in stages of up to kCoreStage: the block first copies their k and q rows,
@@ -217,7 +223,7 @@ constexpr int kCoreStage = 8;
 template <int kRows, int kMaxThreads>
 __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, int stage) {
   extern __shared__ float staged[];
-  __shared__ float gates[kCoreStage][2];  // alpha, beta
+  __shared__ float2 gates[kCoreStage];    // alpha, beta
   __shared__ float inv_norm[kCoreStage];  // 1 / rms(o) of each staged token
   __shared__ int32_t ckpts[kCoreStage];   // checkpoint slot after each staged token, or -1
   pdl_trigger();
@@ -252,9 +258,7 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, in
     }
     if (tid < n) {
       const int64_t t = t0 + tid;
-      const float at = a.a[t * a.Hv + h] + dt_bias, bt_raw = a.b[t * a.Hv + h];
-      const float softplus = at > 20.0f ? at : log1pf(expf(at));
-      gates[tid][0] = expf(neg_A * softplus), gates[tid][1] = 1.0f / (1.0f + expf(-bt_raw));
+      gates[tid] = core_gates(a.a[t * a.Hv + h], a.b[t * a.Hv + h], neg_A, dt_bias);
       ckpts[tid] = t >= sq.ckpt_begin ? ckpt_slot(a.seqs, sq, t) : -1;
     }
     __syncthreads();
@@ -277,7 +281,7 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, in
 #pragma unroll 1
     for (int u = 0; u < n; ++u) {
       const float vj = valid ? vzo[(3 * u) * Dv + j] : 0.0f;
-      const float o = delta_step(S, r, Dk, kq + (2 * u) * Dk, kq + (2 * u + 1) * Dk, gates[u][0], vj, gates[u][1], valid);
+      const float o = delta_step(S, r, Dk, kq + (2 * u) * Dk, kq + (2 * u + 1) * Dk, gates[u].x, vj, gates[u].y, valid);
       if (valid && r == 0) vzo[(3 * u + 2) * Dv + j] = o;
       if (ckpts[u] >= 0) store_column(S, a.state + (ckpts[u] * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
     }
@@ -311,22 +315,22 @@ void gdn_core(const GdnCoreArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.seqs.n_seqs));
   const int64_t need = kLanesPerColumn * a.Dv > a.Dk ? kLanesPerColumn * a.Dv : a.Dk;
   const int threads = static_cast<int>((need + 31) / 32 * 32);  // ≤ 1024: Dv ≤ 256, Dk ≤ 256
+  // Decode (every sequence one row) takes the row kernel; a verification the staged one, staging the
+  // longest sequence's rows (at most kCoreStage) in dynamic shared memory (≤ 40 KB).
   const int64_t longest = a.T - a.seqs.n_seqs + 1;  // no sequence has more rows
-  if (longest <= 1) {  // decode
-    if (a.Dk <= 8 * kLanesPerColumn) launch(gdn_core_row_kernel<8, 1024>, grid, threads, s, a);
-    else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) launch(gdn_core_row_kernel<16, 512>, grid, threads, s, a);
-    else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch(gdn_core_row_kernel<32, 512>, grid, threads, s, a);
-    else if (a.Dk <= 32 * kLanesPerColumn) launch(gdn_core_row_kernel<32, 1024>, grid, threads, s, a);
-    else launch(gdn_core_row_kernel<64, 1024>, grid, threads, s, a);
-    return;
-  }
   const int stage = static_cast<int>(longest < kCoreStage ? longest : kCoreStage);
-  const size_t smem = static_cast<size_t>(stage * (2 * a.Dk + 3 * a.Dv)) * sizeof(float);  // ≤ 40 KB
-  if (a.Dk <= 8 * kLanesPerColumn) launch_smem(gdn_core_kernel<8, 1024>, grid, threads, smem, s, a, stage);
-  else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<16, 512>, grid, threads, smem, s, a, stage);
-  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) launch_smem(gdn_core_kernel<32, 512>, grid, threads, smem, s, a, stage);
-  else if (a.Dk <= 32 * kLanesPerColumn) launch_smem(gdn_core_kernel<32, 1024>, grid, threads, smem, s, a, stage);
-  else launch_smem(gdn_core_kernel<64, 1024>, grid, threads, smem, s, a, stage);
+  const size_t smem = static_cast<size_t>(stage * (2 * a.Dk + 3 * a.Dv)) * sizeof(float);
+  auto go = [&](auto rows, auto max_threads) {
+    constexpr int kRows = decltype(rows)::value, kMaxThreads = decltype(max_threads)::value;
+    if (longest <= 1) launch(gdn_core_row_kernel<kRows, kMaxThreads>, grid, threads, s, a);
+    else launch_smem(gdn_core_kernel<kRows, kMaxThreads>, grid, threads, smem, s, a, stage);
+  };
+  using std::integral_constant;
+  if (a.Dk <= 8 * kLanesPerColumn) go(integral_constant<int, 8>{}, integral_constant<int, 1024>{});
+  else if (a.Dk <= 16 * kLanesPerColumn && threads <= 512) go(integral_constant<int, 16>{}, integral_constant<int, 512>{});
+  else if (a.Dk <= 32 * kLanesPerColumn && threads <= 512) go(integral_constant<int, 32>{}, integral_constant<int, 512>{});
+  else if (a.Dk <= 32 * kLanesPerColumn) go(integral_constant<int, 32>{}, integral_constant<int, 1024>{});
+  else go(integral_constant<int, 64>{}, integral_constant<int, 1024>{});
 }
 
 void gdn_gates(const float* a, const float* b, const float* A_log, const float* dt_bias, float* g, float* beta,
