@@ -57,6 +57,20 @@ Status validate(const ForwardBatch& batch, const ForwardOutputs& outputs, const 
   return ok_status();
 }
 
+// The step's ids, sequence after sequence: the first span of the step's host range (mirrored to the
+// device with the metadata taken after it).
+std::span<int32_t> take_ids(const ForwardBatch& batch, Workspace& ws) {
+  size_t n_ids = 0;
+  for (const auto& s : batch.sequences) n_ids += s.ids.size();
+  std::span<int32_t> ids = ws.take_span<int32_t>(n_ids);
+  n_ids = 0;
+  for (const auto& s : batch.sequences) {
+    std::copy(s.ids.begin(), s.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(n_ids));
+    n_ids += s.ids.size();
+  }
+  return ids;
+}
+
 }  // namespace
 
 std::shared_ptr<StateSlotPool> HybridDecoder::slot_pool() const {
@@ -123,15 +137,25 @@ Status HybridDecoder::load_embedding_and_head(WeightLoader& loader, const std::s
   return ok_status();
 }
 
-Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const ForwardOutputs& outputs,
-                                              Workspace& ws, std::span<const int64_t> first_positions) const {
-  const size_t n = batch.sequences.size();
+std::span<int32_t> HybridDecoder::take_block_tables(const ForwardBatch& batch, Workspace& ws) const {
   size_t n_blocks = 0;
-  StepBatch step;
+  for (const auto& s : batch.sequences) n_blocks += s.state->kv_pages().size();
+  std::span<int32_t> tables = ws.take_span<int32_t>(n_blocks);
+  size_t at = 0;
   for (const auto& s : batch.sequences) {
-    step.n_tokens += static_cast<int64_t>(s.ids.size());
-    n_blocks += s.state->kv_pages().size();
+    const std::span<const int32_t> table = s.state->kv_pages();
+    std::copy(table.begin(), table.end(), tables.begin() + static_cast<std::ptrdiff_t>(at));
+    at += table.size();
   }
+  return tables;
+}
+
+Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const ForwardOutputs& outputs,
+                                              Workspace& ws, std::span<const int64_t> first_positions,
+                                              bool with_block_tables) const {
+  const size_t n = batch.sequences.size();
+  StepBatch step;
+  for (const auto& s : batch.sequences) step.n_tokens += static_cast<int64_t>(s.ids.size());
   // Sizes fixed by the step's shape first, the block tables (which grow with the context) last: a
   // decode graph reads each array at the same place every step (ops/step_graph.h).
   std::span<int64_t> row_offsets = ws.take_span<int64_t>(n + 1);
@@ -146,7 +170,6 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
     ckpt_offsets = ws.take_span<int32_t>(n + 1);
     ckpt_slots = ws.take_span<int32_t>(n_ckpts);
   }
-  std::span<int32_t> block_tables = ws.take_span<int32_t>(n_blocks);
   row_offsets[0] = 0;
   block_offsets[0] = 0;
   for (size_t j = 0; j < n; ++j) {
@@ -155,16 +178,14 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
     row_offsets[j + 1] = begin + length;
     positions0[j] = first_positions.empty() ? state.n_past() : first_positions[j];
     state_slots[j] = state.state_slot();
-    const std::span<const int32_t> table = state.kv_pages();
-    std::copy(table.begin(), table.end(), block_tables.begin() + block_offsets[j]);
-    block_offsets[j + 1] = block_offsets[j] + static_cast<int32_t>(table.size());
+    block_offsets[j + 1] = block_offsets[j] + static_cast<int32_t>(state.kv_pages().size());
     for (int64_t t = 0; t < length; ++t) positions[static_cast<size_t>(begin + t)] = static_cast<int32_t>(positions0[j] + t);
   }
   step.seqs.row_offsets = row_offsets;
   step.seqs.state_slots = state_slots;
   step.seqs.positions0 = positions0;
   step.seqs.block_offsets = block_offsets;
-  step.seqs.block_tables = block_tables;
+  if (with_block_tables) step.seqs.block_tables = take_block_tables(batch, ws);
   if (!outputs.checkpoints.empty()) {
     // Checkpoint slots in sequence order.
     std::fill(ckpt_offsets.begin(), ckpt_offsets.end(), 0);
@@ -217,7 +238,7 @@ bool few_rows(const ForwardBatch& batch, const ForwardOutputs& outputs) {
 }
 
 // Tags that keep keys of other steps apart from plain decode's (whose first element is a token count).
-constexpr uint64_t kVerifyStep = uint64_t{1} << 40, kMtpStep = uint64_t{2} << 40;
+constexpr uint64_t kVerifyStep = uint64_t{1} << 40, kMtpStep = uint64_t{2} << 40, kChainStep = uint64_t{3} << 40;
 
 // What a few-row step's captured ops bake in beyond run_as_graph's shared part:
 // - every sequence's row count: the sizes of the step's host spans (the mirror's layout), and launch
@@ -255,14 +276,7 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
   ws.begin_step();
   // The ids, then the step's metadata: one host range, mirrored to the device below.
-  size_t n_ids = 0;
-  for (const auto& s : batch.sequences) n_ids += s.ids.size();
-  std::span<int32_t> ids = ws.take_span<int32_t>(n_ids);
-  n_ids = 0;
-  for (const auto& s : batch.sequences) {
-    std::copy(s.ids.begin(), s.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(n_ids));
-    n_ids += s.ids.size();
-  }
+  const std::span<int32_t> ids = take_ids(batch, ws);
   KAPITSA_TRY(const StepBatch step, build_step(batch, outputs, ws));
   const int64_t T = step.n_tokens, H = info_.hidden_size;
   const Tensor& all_layers = outputs.all_layers;
@@ -296,6 +310,114 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   }
   ops::synchronize(device_);  // the one wait of a step: outputs copied to the host are complete
   for (const auto& s : batch.sequences) static_cast<HybridState&>(*s.state).advance(static_cast<int64_t>(s.ids.size()));
+  return ok_status();
+}
+
+// One workspace step holds every step of the chain: step 0's ids, the guesses G ([steps, n]: step j's
+// argmax writes G[j], which step j + 1 embeds as its ids), each step's metadata, then one block table
+// for all of them (KV pages are taken for the whole chain first). Mirrored once; the steps' ops run back
+// to back, as one graph when every step is small enough, and the guesses come back in one copy.
+Status HybridDecoder::forward_greedy_chain(const ForwardBatch& batch, int steps, int64_t columns,
+                                           std::span<const std::span<const int32_t>> checkpoint_slots,
+                                           std::span<int32_t> guesses, ForwardContext& ctx) const {
+  const size_t n = batch.sequences.size();
+  const int64_t H = info_.hidden_size, V = info_.vocab_size;
+  KAPITSA_CHECK(steps >= 1 && columns >= 1 && columns <= V && guesses.size() == n * static_cast<size_t>(steps),
+                "forward_greedy_chain: {} steps, {} columns of {}, {} guesses for {} sequences", steps, columns, V,
+                guesses.size(), n);
+  KAPITSA_CHECK(checkpoint_slots.empty() || checkpoint_slots.size() == n, "forward_greedy_chain: checkpoints of {} sequences",
+                checkpoint_slots.size());
+  for (const auto& slots : checkpoint_slots)
+    KAPITSA_CHECK(slots.size() == static_cast<size_t>(steps - 1), "forward_greedy_chain: {} checkpoints for {} steps",
+                  slots.size(), steps);
+  KAPITSA_RETURN_IF_ERROR(validate(batch, ForwardOutputs{}, info_));
+  // The whole chain's tokens (placeholders): room in every state, and KV pages taken for all of them.
+  std::vector<std::vector<int32_t>> placeholders(n);
+  std::vector<ForwardBatch::Sequence> whole(n);
+  for (size_t i = 0; i < n; ++i) {
+    placeholders[i].assign(batch.sequences[i].ids.size() + static_cast<size_t>(steps) - 1, 0);
+    whole[i] = {placeholders[i], batch.sequences[i].state};
+  }
+  KAPITSA_RETURN_IF_ERROR(validate(ForwardBatch{whole}, ForwardOutputs{}, info_));
+  KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(whole));
+
+  Workspace& ws = ctx.workspace;
+  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
+  std::optional<ops::ScopedBackend> on_device;
+  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
+  ws.begin_step();
+  const std::span<int32_t> ids0 = take_ids(batch, ws);
+  std::span<int32_t> G = ws.take_span<int32_t>(n * static_cast<size_t>(steps));
+  std::fill(G.begin(), G.end(), 0);
+  std::span<int32_t> last_rows = ws.take_span<int32_t>(n);  // step 0's row of each sequence's guess
+  std::vector<StepBatch> chain;
+  std::vector<uint64_t> key = {kChainStep, static_cast<uint64_t>(steps), !checkpoint_slots.empty()};
+  bool small = ops::spec_step_graphs_enabled(device_);
+  std::vector<ForwardBatch::Sequence> rows(n);
+  std::vector<ForwardOutputs::Checkpoints> checkpoints;
+  std::vector<int64_t> positions0(n);
+  for (int j = 0; j < steps; ++j) {
+    for (size_t i = 0; j > 0 && i < n; ++i) {
+      const ForwardBatch::Sequence& s = batch.sequences[i];
+      rows[i] = {G.subspan((static_cast<size_t>(j) - 1) * n + i, 1), s.state};
+      positions0[i] = s.state->n_past() + static_cast<int64_t>(s.ids.size()) + j - 1;
+    }
+    checkpoints.clear();
+    if (j + 1 < steps)
+      for (size_t i = 0; i < checkpoint_slots.size(); ++i) checkpoints.push_back({i, checkpoint_slots[i].subspan(static_cast<size_t>(j), 1)});
+    ForwardOutputs outputs;
+    outputs.checkpoints = checkpoints;
+    KAPITSA_TRY(StepBatch step, j == 0 ? build_step(batch, outputs, ws, {}, false)
+                                       : build_step(ForwardBatch{rows}, outputs, ws, positions0, false));
+    const std::vector<uint64_t> part = few_rows_key(0, step, true);
+    key.insert(key.end(), part.begin(), part.end());
+    small = small && static_cast<size_t>(step.n_tokens) <= kMaxGraphTokens;
+    chain.push_back(std::move(step));
+  }
+  const std::span<int32_t> tables = take_block_tables(batch, ws);
+  for (StepBatch& step : chain) {
+    step.seqs.block_tables = tables;
+    int64_t max_keys = 0;  // each step's split-K bucket (run_as_graph adds the last step's)
+    for (int64_t i = 0; i < step.seqs.n_seqs(); ++i)
+      max_keys = std::max(max_keys, step.seqs.positions0[static_cast<size_t>(i)] + step.seqs.rows(i));
+    key.push_back(static_cast<uint64_t>(ops::attention_key_bucket(max_keys)));
+  }
+  for (size_t i = 0; i < n; ++i) last_rows[i] = static_cast<int32_t>(chain[0].seqs.row_offsets[i + 1] - 1);
+  const int64_t T0 = chain[0].n_tokens;
+  const Tensor x = ws.take(DType::f32, {T0, H}), normed = ws.take(DType::f32, {T0, H}), mixed = ws.take(DType::f32, {T0, H});
+  // The head as forward computes it, so that the guesses are the ones `steps` forwards give: over every
+  // row of a small step (its few-rows path), else over the picked rows.
+  const Tensor picked = ws.take(DType::f32, {static_cast<int64_t>(n), H});
+  const Tensor logits = ws.take(DType::f32, {static_cast<int64_t>(n), V});
+  const Tensor all_logits = small && T0 != static_cast<int64_t>(n) ? ws.take(DType::f32, {T0, V}) : Tensor();
+  const MirroredMetadata mirrored(device_, ws);
+
+  const auto body = [&] {
+    for (int j = 0; j < steps; ++j) {
+      const StepBatch& step = chain[static_cast<size_t>(j)];
+      const int64_t T = step.n_tokens;
+      const std::span<const int32_t> ids = j == 0 ? std::span<const int32_t>(ids0) : G.subspan((static_cast<size_t>(j) - 1) * n, n);
+      trunk(step, ids, x.rows(0, T), normed.rows(0, T), mixed.rows(0, T), Tensor(), Tensor(), ctx);
+      if (T == static_cast<int64_t>(n)) {
+        ops::matmul(normed.rows(0, T), head_, logits);
+      } else if (!all_logits.empty()) {
+        ops::matmul(normed.rows(0, T), head_, all_logits);
+        ops::gather_rows(all_logits, last_rows, logits);
+      } else {
+        ops::gather_rows(normed.rows(0, T), last_rows, picked);
+        ops::matmul(picked, head_, logits);
+      }
+      ops::argmax_rows(logits, columns, ops::step_metadata_tensor(device_, G.subspan(static_cast<size_t>(j) * n, n)));
+    }
+  };
+  if (!(small && run_as_graph(key, ops::StepKind::greedy_chain, chain.back(), ws, body))) body();
+  std::vector<int32_t> by_step(G.size());
+  ops::copy_bytes(by_step.data(), Device::cpu, ops::step_metadata_tensor(device_, G).data(), device_,
+                  G.size_bytes());  // (waits: the chain's one sync)
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < static_cast<size_t>(steps); ++j) guesses[i * static_cast<size_t>(steps) + j] = by_step[j * n + i];
+  for (const auto& s : batch.sequences)
+    static_cast<HybridState&>(*s.state).advance(static_cast<int64_t>(s.ids.size()) + steps - 1);
   return ok_status();
 }
 
@@ -494,15 +616,8 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
   std::optional<ops::ScopedBackend> on_device;
   if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
   ws.begin_step();
-  size_t n_ids = 0;
-  for (const MtpRows& s : sequences) n_ids += s.ids.size();
-  std::span<int32_t> ids = ws.take_span<int32_t>(n_ids);
-  n_ids = 0;
-  for (const MtpRows& s : sequences) {
-    std::copy(s.ids.begin(), s.ids.end(), ids.begin() + static_cast<std::ptrdiff_t>(n_ids));
-    n_ids += s.ids.size();
-  }
   const ForwardBatch batch{batch_seqs};
+  const std::span<int32_t> ids = take_ids(batch, ws);
   KAPITSA_TRY(const StepBatch step, build_step(batch, ForwardOutputs{}, ws, positions0));
   const int64_t T = step.n_tokens;
   const Tensor e = ws.take(DType::f32, {T, H}), h = ws.take(DType::f32, {T, H});   // embedding, hidden

@@ -36,6 +36,11 @@ class HybridDecoder : public Model {
   // The multi-token-prediction head's plumbing, shared by the families: checks, KV pages for rows past
   // n_past, the step metadata, the rows' embeddings and hidden rows, the outputs; mtp_head computes it.
   Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const override;
+  // k greedy steps at once; on a GPU one graph (StepKind::greedy_chain): each step's argmax written
+  // where the next step's embedding reads its ids (ops::step_metadata_tensor).
+  Status forward_greedy_chain(const ForwardBatch& batch, int steps, int64_t columns,
+                              std::span<const std::span<const int32_t>> checkpoint_slots, std::span<int32_t> guesses,
+                              ForwardContext& ctx) const override;
 
  protected:
   // The family's head (called only when info_.mtp_layers > 0): e: [T, H] the rows' token embeddings,
@@ -74,8 +79,11 @@ class HybridDecoder : public Model {
   RecurrentLayout recurrent_layout_;
 
   // The step's metadata in `ws`. positions0: each sequence's first position (empty: its n_past).
+  // with_block_tables false: seqs.block_tables is left empty, for the caller to take last (take_block_tables).
   Expected<StepBatch> build_step(const ForwardBatch& batch, const ForwardOutputs& outputs, Workspace& ws,
-                                 std::span<const int64_t> positions0 = {}) const;
+                                 std::span<const int64_t> positions0 = {}, bool with_block_tables = true) const;
+  // The states' KV block tables, concatenated in sequence order (build_step's block_offsets index them).
+  std::span<int32_t> take_block_tables(const ForwardBatch& batch, Workspace& ws) const;
   // out := src (a device_ tensor); out may be on the host, then the copy completes at the step's end.
   void store(const Tensor& src, const Tensor& out) const;
   // For the step's lifetime: the host range the workspace handed out so far (ids, step metadata) is

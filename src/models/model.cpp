@@ -58,6 +58,20 @@ Status Model::run_mtp(std::span<const MtpRows> sequences) const {
   return forward_mtp(sequences, ctx);
 }
 
+Status Model::forward_greedy_chain(const ForwardBatch&, int, int64_t, std::span<const std::span<const int32_t>>,
+                                   std::span<int32_t>, ForwardContext&) const {
+  return error("{} cannot chain greedy steps", info().model_type);
+}
+
+Status Model::run_greedy_chain(const ForwardBatch& batch, int steps, int64_t columns,
+                               std::span<const std::span<const int32_t>> checkpoint_slots,
+                               std::span<int32_t> guesses) const {
+  std::lock_guard lock(workspace_mu_);
+  workspace_.set_device(device());
+  ForwardContext ctx{workspace_};
+  return forward_greedy_chain(batch, steps, columns, checkpoint_slots, guesses, ctx);
+}
+
 void SequenceState::rollback(int64_t, int32_t&) {
   KAPITSA_CHECK(false, "this kind of sequence state cannot be rolled back (speculative decoding)");
 }

@@ -167,6 +167,21 @@ class Model {
   // forward_mtp with the model's own workspace.
   Status run_mtp(std::span<const MtpRows> sequences) const;
 
+  // Greedy guessing in one call (a draft model's proposal; on a GPU one captured graph and one wait
+  // instead of a round trip a guess). Step 0 folds each sequence's ids, and the argmax of its last row's
+  // logits over ids [0, columns) is its guess 0; step j = 1 … steps − 1 folds guess j − 1 and gives guess
+  // j. guesses: [n_sequences · steps], sequence i's at [i · steps, (i + 1) · steps). Every state advances
+  // by ids.size() + steps − 1 tokens. checkpoint_slots: empty, or one span a sequence of steps − 1 slot
+  // ids of its slot pool: slot j receives the recurrent state after step j (a rollback target). The same
+  // guesses and states as `steps` forwards each followed by the host's argmax. Errors as forward's
+  // (nothing changed then); models without it say so.
+  virtual Status forward_greedy_chain(const ForwardBatch& batch, int steps, int64_t columns,
+                                      std::span<const std::span<const int32_t>> checkpoint_slots,
+                                      std::span<int32_t> guesses, ForwardContext& ctx) const;
+  // forward_greedy_chain with the model's own workspace.
+  Status run_greedy_chain(const ForwardBatch& batch, int steps, int64_t columns,
+                          std::span<const std::span<const int32_t>> checkpoint_slots, std::span<int32_t> guesses) const;
+
  protected:
   // The pool new_state(…, nullptr) uses, created on first use.
   std::shared_ptr<KvPagePool> default_kv_pool() const;

@@ -719,4 +719,15 @@ void attention_prep_varlen(const Tensor& qg, const Tensor& k, const Tensor& v, c
                v_pages, batch, q, gate);
 }
 
+void argmax_rows(const Tensor& x, int64_t columns, const Tensor& out) {
+  const BackendTable& b = current_backend();
+  const char* op = "argmax_rows";
+  f32(b, x, op, "x"), present(b, out, op, "out");
+  KAPITSA_CHECK(out.dtype() == DType::i32, "{}: out must be I32, got {}", op, dtype_name(out.dtype()));
+  KAPITSA_CHECK(x.rank() == 2 && out.numel() == x.dim(0), "{}: x {} and out {} must be [R, V] and [R]", op,
+                x.shape().str(), out.shape().str());
+  KAPITSA_CHECK(columns >= 1 && columns <= x.dim(1), "{}: {} columns of rows of {}", op, columns, x.dim(1));
+  KAPITSA_CALL(b, argmax_rows, x, columns, out);
+}
+
 }  // namespace kapitsa::ops

@@ -1,6 +1,8 @@
 // Decode-step graphs (see step_graph.h): the backend-neutral face of ops/cuda/graph.h.
 #include "ops/step_graph.h"
 
+#include "base/check.h"
+
 #if KAPITSA_HAVE_CUDA
 #include "ops/cuda/graph.h"
 #endif
@@ -12,7 +14,7 @@
 
 namespace kapitsa::ops {
 namespace {
-std::array<std::atomic<uint64_t>, 3> g_launches{};  // by StepKind
+std::array<std::atomic<uint64_t>, 4> g_launches{};  // by StepKind
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("KAPITSA_CUDA_GRAPHS");
@@ -56,6 +58,13 @@ void clear_step_metadata(Device device) {
   if (device == Device::cuda) cuda::clear_mirror();
 }
 uint64_t step_graph_generation(Device device) { return device == Device::cuda ? cuda::generation() : 0; }
+Tensor step_metadata_tensor(Device device, std::span<int32_t> ids) {
+  const Shape shape{static_cast<int64_t>(ids.size())};
+  if (device != Device::cuda) return Tensor(DType::i32, shape, ids.data());
+  void* copy = cuda::mirror_device_copy(ids.data(), ids.size_bytes());
+  KAPITSA_CHECK(copy != nullptr, "step_metadata_tensor: {} ids outside the step's mirrored metadata", ids.size());
+  return Tensor(DType::i32, shape, copy, Device::cuda);
+}
 StepGraph::~StepGraph() { cuda::destroy_graph(exec_); }
 void StepGraph::launch() const {
   cuda::launch_graph(exec_);
@@ -75,6 +84,9 @@ bool capturing_step(Device device) { return device == Device::cuda && cuda::capt
 void mirror_step_metadata(Device, const void*, size_t) {}
 void clear_step_metadata(Device) {}
 uint64_t step_graph_generation(Device) { return 0; }
+Tensor step_metadata_tensor(Device, std::span<int32_t> ids) {
+  return Tensor(DType::i32, Shape{static_cast<int64_t>(ids.size())}, ids.data());
+}
 StepGraph::~StepGraph() = default;
 void StepGraph::launch() const {}
 void begin_step_capture(Device) {}

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace kapitsa::ops {
 
@@ -31,13 +32,18 @@ void set_spec_step_graphs(bool enabled);
 
 // What a captured step computes (the launch counters tell them apart). decode: one row a sequence,
 // logits only. verify: any other trunk step of a few rows (speculative verification: several rows a
-// sequence, checkpoints, hidden rows for the MTP head). mtp_head: a step of the MTP head.
-enum class StepKind { decode, verify, mtp_head };
+// sequence, checkpoints, hidden rows for the MTP head). mtp_head: a step of the MTP head. greedy_chain:
+// a draft model's k greedy steps at once (Model::forward_greedy_chain).
+enum class StepKind { decode, verify, mtp_head, greedy_chain };
 
 // Host bytes [data, data + bytes) copied to the device now (stream-ordered); until clear_step_metadata,
 // an op given a host span inside them reads that copy instead of copying the span (cpu: nothing).
 void mirror_step_metadata(Device device, const void* data, size_t bytes);
 void clear_step_metadata(Device device);
+// Host ids inside the mirrored metadata as an i32 tensor ops may write: on cuda its device copy, on cpu
+// the span itself. How one op's result becomes a later op's span argument within a step (a chained
+// draft's next ids, written by argmax_rows, read by the next step's embedding) with no host round trip.
+Tensor step_metadata_tensor(Device device, std::span<int32_t> ids);
 
 // Changes whenever device memory a captured op may point into is reallocated (op scratch, the mirror).
 uint64_t step_graph_generation(Device device);

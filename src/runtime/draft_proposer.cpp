@@ -182,6 +182,48 @@ int32_t DraftModelProposer::choose(Entry& e, const DraftRequest& r, std::span<co
   return e.sampler->draw(q);
 }
 
+// Every active sequence greedy with the same k (≥ 2): its k guesses from one chain. False (nothing
+// changed) when they are not, or the model cannot chain: the caller then takes a step at a time.
+bool DraftModelProposer::propose_chained(std::vector<Active>& active) {
+  const int k = active.front().k;
+  const int64_t V = active.front().request->vocab_size;
+  for (const Active& a : active) {
+    const DraftRequest& r = *a.request;
+    const bool sampled = r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr;
+    if (sampled || a.k != k || k < 2 || r.vocab_size != V) return false;
+  }
+  const size_t n = active.size();
+  const bool checkpoints = active.front().entry->state->slot_pool() != nullptr;
+  std::vector<models::ForwardBatch::Sequence> seqs;
+  std::vector<std::span<const int32_t>> slots;
+  for (Active& a : active) {
+    Entry& e = *a.entry;
+    seqs.push_back({a.pending, e.state.get()});
+    if (!checkpoints) continue;
+    while (e.slots.size() + 1 < static_cast<size_t>(k)) e.slots.push_back(e.state->slot_pool()->allocate());
+    slots.push_back(std::span<const int32_t>(e.slots).first(static_cast<size_t>(k) - 1));
+  }
+  std::vector<int32_t> guesses(n * static_cast<size_t>(k));
+  // The draft's vocabulary may be padded differently: ids the target lacks are never guessed.
+  const int64_t columns = std::min(V, model_->info().vocab_size);
+  if (Status s = run_greedy_chain(*model_, models::ForwardBatch{seqs}, k, columns, slots, guesses); !s.ok()) {
+    log::debug("draft model: no chain ({}); a step at a time", s.error().message);
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Active& a = active[i];
+    Entry& e = *a.entry;
+    const auto first = guesses.begin() + static_cast<std::ptrdiff_t>(i) * k;
+    e.checkpoint_from = static_cast<int64_t>(a.request->tokens.size());
+    e.n_checkpoints = checkpoints ? static_cast<size_t>(k) - 1 : 0;
+    e.folded.insert(e.folded.end(), a.pending.begin(), a.pending.end());
+    e.folded.insert(e.folded.end(), first, first + k - 1);
+    folded_ += static_cast<int64_t>(a.pending.size()) + k - 1;
+    a.request->out->assign(first, first + k);
+  }
+  return true;
+}
+
 void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
   std::lock_guard lock(mu_);
   std::vector<Active> active;
@@ -199,6 +241,7 @@ void DraftModelProposer::propose_batch(std::span<const DraftRequest> requests) {
     }
     active.push_back(std::move(a));
   }
+  if (active.empty() || propose_chained(active)) return;
   const int64_t Vd = model_->info().vocab_size;
   std::vector<models::ForwardBatch::Sequence> seqs;
   std::vector<models::ForwardOutputs::Rows> rows;

@@ -8,6 +8,9 @@
 // prompt). Greedy targets get the draft's argmax; sampling targets get draws from the draft's
 // distribution under the request's bias/temperature/top-k/top-p/min-p, returned as q for
 // speculative sampling (runtime/speculation.h).
+// Greedy proposals of one length run as one chain (Model::forward_greedy_chain): the draft's argmax stays
+// on the device between its steps, so a GPU proposal is one graph and one wait instead of a round trip a
+// guess (docs/speculative-decoding.md); sampled drafts take a step at a time (q comes back anyway).
 // A prefix cache of draft states (runtime/prefix_cache.h, its own budget): when a proposal folds a new
 // stretch of text (a prompt, a new turn: at least kSnapshotMinTokens), the draft folds all of it but the
 // last token, snapshots that state, then drafts; a new sequence starts from the deepest snapshot on its
@@ -63,6 +66,7 @@ class DraftModelProposer final : public Proposer {
   bool fold_long_catch_up(Entry& e, std::vector<int32_t>& pending);
   std::unique_ptr<models::SequenceState> new_state(std::span<const int32_t> tokens, std::vector<int32_t>& folded);
   int32_t choose(Entry& e, const DraftRequest& r, std::span<const float> logits);
+  bool propose_chained(std::vector<Active>& active);
 
   std::unique_ptr<models::Model> model_;  // first: outlives the states below
   Options options_;

@@ -18,6 +18,9 @@ namespace kapitsa::ops::cuda {
 
 void set_mirror(const void* host, size_t bytes);  // queues the copy; replaces the last mirror
 void clear_mirror();
+// The device copy of host bytes inside the current mirror, writable (a kernel's result a later op of
+// the step reads as a host span), or null.
+void* mirror_device_copy(void* host, size_t bytes);
 bool capturing();
 void begin_capture();
 void* end_capture();  // a cudaGraphExec_t, or null when the capture is unusable

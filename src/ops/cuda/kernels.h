@@ -313,6 +313,9 @@ void ssd_scan_chunked(const SsdArgs& a, const ChunkList& c, float* scratch, cuda
 // moe.cu — logits: [T, E];  ids: [T, k];  weights: [T, k].
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,
                        float* weights, cudaStream_t s);
+// out[r] = the first index of the largest of x[r, 0 … columns) (a NaN never wins, one at 0 gives 0).
+// x: [R, V] (row stride V).
+void argmax_rows(const float* x, int64_t V, int64_t columns, int32_t* out, int64_t R, cudaStream_t s);
 // out: [R, H] = x[rows[r], :].
 void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H, cudaStream_t s);
 // dst[rows[r], :] += weights[r] · src[r, :], r in order (deterministic); distinct_rows (no row twice) lets

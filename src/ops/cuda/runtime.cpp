@@ -345,6 +345,8 @@ void set_mirror(const void* host, size_t bytes) {
   m.host = static_cast<const unsigned char*>(host), m.bytes = bytes;
 }
 
+void* mirror_device_copy(void* host, size_t bytes) { return const_cast<void*>(detail::mirrored(host, bytes)); }
+
 void clear_mirror() { mirror_state().host = nullptr, mirror_state().bytes = 0; }
 
 bool capturing() { return capture_state().active; }
