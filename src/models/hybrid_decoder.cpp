@@ -390,6 +390,11 @@ Status HybridDecoder::forward_greedy_chain(const ForwardBatch& batch, int steps,
   const Tensor picked = ws.take(DType::f32, {static_cast<int64_t>(n), H});
   const Tensor logits = ws.take(DType::f32, {static_cast<int64_t>(n), V});
   const Tensor all_logits = small && T0 != static_cast<int64_t>(n) ? ws.take(DType::f32, {T0, V}) : Tensor();
+  // The first step of a larger shape overflows the workspace's host block: nothing is mirrored then, each
+  // op copies its spans, and each step's guesses come back through the host (a wait a step) before the
+  // next step copies them as its ids.
+  const bool on_host = device_ != Device::cpu && ws.host_taken().empty();
+  const Tensor guess_scratch = on_host ? ws.take(DType::i32, {static_cast<int64_t>(n)}) : Tensor();
   const MirroredMetadata mirrored(device_, ws);
 
   const auto body = [&] {
@@ -407,13 +412,19 @@ Status HybridDecoder::forward_greedy_chain(const ForwardBatch& batch, int steps,
         ops::gather_rows(normed.rows(0, T), last_rows, picked);
         ops::matmul(picked, head_, logits);
       }
-      ops::argmax_rows(logits, columns, ops::step_metadata_tensor(device_, G.subspan(static_cast<size_t>(j) * n, n)));
+      const std::span<int32_t> guess = G.subspan(static_cast<size_t>(j) * n, n);
+      if (!on_host) {
+        ops::argmax_rows(logits, columns, ops::step_metadata_tensor(device_, guess));
+        continue;
+      }
+      ops::argmax_rows(logits, columns, guess_scratch);
+      ops::copy_bytes(Tensor(DType::i32, {static_cast<int64_t>(n)}, guess.data()), guess_scratch);
     }
   };
   if (!(small && run_as_graph(key, ops::StepKind::greedy_chain, chain.back(), ws, body))) body();
-  std::vector<int32_t> by_step(G.size());
-  ops::copy_bytes(by_step.data(), Device::cpu, ops::step_metadata_tensor(device_, G).data(), device_,
-                  G.size_bytes());  // (waits: the chain's one sync)
+  std::vector<int32_t> by_step(G.begin(), G.end());
+  if (device_ != Device::cpu && !on_host)  // (waits: the chain's one sync)
+    ops::copy_bytes(by_step.data(), Device::cpu, ops::step_metadata_tensor(device_, G).data(), device_, G.size_bytes());
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < static_cast<size_t>(steps); ++j) guesses[i * static_cast<size_t>(steps) + j] = by_step[j * n + i];
   for (const auto& s : batch.sequences)
