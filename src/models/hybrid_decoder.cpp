@@ -351,7 +351,8 @@ Status HybridDecoder::forward_greedy_chain(const ForwardBatch& batch, int steps,
   std::fill(G.begin(), G.end(), 0);
   std::span<int32_t> last_rows = ws.take_span<int32_t>(n);  // step 0's row of each sequence's guess
   std::vector<StepBatch> chain;
-  std::vector<uint64_t> key = {kChainStep, static_cast<uint64_t>(steps), !checkpoint_slots.empty()};
+  std::vector<uint64_t> key = {kChainStep, static_cast<uint64_t>(steps), static_cast<uint64_t>(columns),
+                               !checkpoint_slots.empty()};
   bool small = ops::spec_step_graphs_enabled(device_);
   std::vector<ForwardBatch::Sequence> rows(n);
   std::vector<ForwardOutputs::Checkpoints> checkpoints;
