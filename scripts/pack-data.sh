@@ -12,7 +12,9 @@ for f in "$@"; do
   esac
   # prompt_logits is dropped from references: the tests rebuild it from hidden_states (lm_head of the
   # last row, tests/models/fixture_reference.h), and it was 70% of each file. So is an MTP reference's
-  # `logits` (lm_head of its mtp_hidden rows; MtpHead.DemoHeadMatchesThePyTorchReference).
+  # `logits` (lm_head of its mtp_hidden rows; MtpHead.DemoHeadMatchesThePyTorchReference), and
+  # `greedy_logits` where `greedy_hidden` holds each greedy step's final-normed row (demo references
+  # written by tools/demo_model/train.py since session 30; fixture_reference.h rebuilds them).
   if [[ "$f" == *reference.safetensors ]]; then python3 - "$f" <<'PY'
 import json, struct, sys
 path = sys.argv[1]
@@ -22,6 +24,8 @@ header, body = json.loads(data[8:8 + n]), data[8 + n:]
 header.pop("prompt_logits", None)
 if "mtp_hidden" in header:
     header.pop("logits", None)
+if "greedy_hidden" in header:
+    header.pop("greedy_logits", None)
 out, chunks, offset = {}, [], 0
 for name, e in sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0]):
     chunk = body[e["data_offsets"][0]:e["data_offsets"][1]]

@@ -782,9 +782,12 @@ def make_reference(model_dir, dest_dir, causal, prompt_text, tok, n_greedy, name
             checks["hidden_states_layers"] = int(hs.shape[0])
             checks["lm_head_of_last_hidden_rel_err"] = rel_err(m.lm_head(hs[-1]), logits)
         seq = ids
-        g_ids, g_logits, margins = [], [], []
+        g_ids, g_logits, g_hidden, margins = [], [], [], []
         for _ in range(n_greedy):
-            lo = m(input_ids=seq, use_cache=False).logits[0, -1].float()
+            step = m(input_ids=seq, use_cache=False, output_hidden_states=hs is not None)
+            lo = step.logits[0, -1].float()
+            if hs is not None:
+                g_hidden.append(step.hidden_states[-1][0, -1].float())  # final-normed: lm_head reads it
             top2 = lo.topk(2).values
             margins.append(float(top2[0] - top2[1]))
             nxt = int(lo.argmax())
@@ -792,6 +795,10 @@ def make_reference(model_dir, dest_dir, causal, prompt_text, tok, n_greedy, name
             g_logits.append(lo)
             seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
         g_logits = torch.stack(g_logits).contiguous()
+        if g_hidden:
+            # The tests rebuild greedy_logits from these rows (scripts/pack-data.sh drops the logits).
+            g_hidden = torch.stack(g_hidden).contiguous()
+            checks["lm_head_of_greedy_hidden_rel_err"] = rel_err(m.lm_head(g_hidden), g_logits)
         checks["greedy_min_margin"] = min(margins)
         # The cached path (recurrent + KV state carried step by step) must choose the same tokens.
         try:
@@ -810,6 +817,7 @@ def make_reference(model_dir, dest_dir, causal, prompt_text, tok, n_greedy, name
                "greedy_logits": g_logits}
     if hs is not None:
         tensors["hidden_states"] = hs
+        tensors["greedy_hidden"] = g_hidden
     ref_path = dest_dir / "reference.safetensors"
     save_file(tensors, str(ref_path))
 
