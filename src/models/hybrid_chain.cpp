@@ -7,7 +7,6 @@
 #include "ops/ops.h"
 
 #include <algorithm>
-#include <optional>
 
 namespace kapitsa::models {
 using namespace hybrid;
@@ -41,17 +40,14 @@ Status HybridDecoder::forward_greedy_chain(const ForwardBatch& batch, int steps,
   KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(whole));
 
   Workspace& ws = ctx.workspace;
-  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
-  std::optional<ops::ScopedBackend> on_device;
-  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
-  ws.begin_step();
+  const StepOnDevice on_device(device_, ws);
   const std::span<int32_t> ids0 = take_ids(batch, ws);
   std::span<int32_t> G = ws.take_span<int32_t>(n * static_cast<size_t>(steps));
-  std::fill(G.begin(), G.end(), 0);
+  std::fill(G.begin(), G.end(), 0);  // valid ids on the host (the embedding checks them there)
   std::span<int32_t> last_rows = ws.take_span<int32_t>(n);  // step 0's row of each sequence's guess
   std::vector<StepBatch> chain;
-  std::vector<uint64_t> key = {kChainStep, static_cast<uint64_t>(steps), static_cast<uint64_t>(columns),
-                               !checkpoint_slots.empty()};
+  // Every step's few_rows_key (rows and checkpoints) and attention bucket are appended below.
+  std::vector<uint64_t> key = {kChainStep, static_cast<uint64_t>(steps), static_cast<uint64_t>(columns)};
   bool small = ops::spec_step_graphs_enabled(device_);
   std::vector<ForwardBatch::Sequence> rows(n);
   std::vector<ForwardOutputs::Checkpoints> checkpoints;

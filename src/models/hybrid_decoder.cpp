@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <optional>
 
 namespace kapitsa::models {
 using namespace hybrid;
@@ -187,10 +186,7 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
   KAPITSA_RETURN_IF_ERROR(validate(batch, outputs, info_));
   KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(batch.sequences));
   Workspace& ws = ctx.workspace;
-  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
-  std::optional<ops::ScopedBackend> on_device;  // a model on the GPU runs on its backend whatever the thread's
-  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
-  ws.begin_step();
+  const StepOnDevice on_device(device_, ws);
   // The ids, then the step's metadata: one host range, mirrored to the device below.
   const std::span<int32_t> ids = take_ids(batch, ws);
   KAPITSA_TRY(const StepBatch step, build_step(batch, outputs, ws));

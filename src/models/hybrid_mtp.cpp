@@ -7,7 +7,6 @@
 #include "ops/ops.h"
 
 #include <algorithm>
-#include <optional>
 
 namespace kapitsa::models {
 using namespace hybrid;
@@ -64,10 +63,7 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
   KAPITSA_RETURN_IF_ERROR(prepare_kv_pages(ahead));
 
   Workspace& ws = ctx.workspace;
-  KAPITSA_CHECK(ws.device() == device_, "a workspace on another device than the model");
-  std::optional<ops::ScopedBackend> on_device;
-  if (device_ != Device::cpu) on_device.emplace(ops::backend_for(device_));
-  ws.begin_step();
+  const StepOnDevice on_device(device_, ws);
   const ForwardBatch batch{batch_seqs};
   const std::span<int32_t> ids = take_ids(batch, ws);
   KAPITSA_TRY(const StepBatch step, build_step(batch, ForwardOutputs{}, ws, positions0));

@@ -6,13 +6,30 @@
 #include "models/layers/moe.h"
 #include "models/layers/step.h"
 #include "models/model.h"
+#include "ops/ops.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 namespace kapitsa::models::hybrid {
+
+// A step's start on the model's device, for the step's lifetime: the workspace (checked to be on that
+// device) begun, and the device's backend current (a model on the GPU runs on its backend whatever the
+// thread's).
+class StepOnDevice {
+ public:
+  StepOnDevice(Device device, Workspace& ws) {
+    KAPITSA_CHECK(ws.device() == device, "a workspace on another device than the model");
+    if (device != Device::cpu) backend_.emplace(ops::backend_for(device));
+    ws.begin_step();
+  }
+
+ private:
+  std::optional<ops::ScopedBackend> backend_;
+};
 
 // Errors a caller can cause (nothing changed then); shape contracts are checks.
 inline Status validate(const ForwardBatch& batch, const ForwardOutputs& outputs, const ModelInfo& info) {

@@ -6,13 +6,8 @@
 
 namespace kapitsa::ops::cuda {
 
-// x: [R, V] f32;  out: [R] i32.
+// x: [R, V] f32;  out: [R] i32 (checked in ops.cpp).
 void argmax_rows(const Tensor& x, int64_t columns, const Tensor& out) {
-  detail::check_f32(x, "argmax_rows", "x");
-  detail::check_on_device(out, "argmax_rows", "out");
-  KAPITSA_CHECK(out.dtype() == DType::i32 && x.rank() == 2 && out.numel() == x.dim(0) && columns >= 1 && columns <= x.dim(1),
-                "argmax_rows: x {}, {} columns, out {} {}", x.shape().str(), columns, dtype_name(out.dtype()),
-                out.shape().str());
   kernels::argmax_rows(x.f32(), x.dim(1), columns, out.data_as<int32_t>(), x.dim(0), detail::stream());
   detail::check_launch("argmax_rows");
 }
