@@ -150,16 +150,18 @@ Expected<StepBatch> HybridDecoder::build_step(const ForwardBatch& batch, const F
 
 namespace {
 
-// A plain decode step: one new token per sequence (at most kMaxGraphTokens), logits of each token and
-// nothing else. Such a step computes the head over its rows into the workspace and copies each row
-// out, and on cuda may run as a graph (graphs on or off, the same ops in the same order).
+// A plain decode step: one new token per sequence (at most kMaxGraphTokens), the logits (or their argmax)
+// of each token and nothing else. Such a step computes the head over its rows into the workspace and
+// copies each row out, and on cuda may run as a graph (graphs on or off, the same ops in the same order).
 bool plain_decode(const ForwardBatch& batch, const ForwardOutputs& outputs) {
   if (batch.sequences.size() > kMaxGraphTokens || !outputs.hidden.empty() || !outputs.all_layers.empty() ||
-      !outputs.checkpoints.empty() || outputs.logits.size() != batch.sequences.size())
+      !outputs.checkpoints.empty() || outputs.logits.size() + outputs.argmax.size() != batch.sequences.size())
     return false;
   for (const auto& s : batch.sequences)
     if (s.ids.size() != 1) return false;
   for (const auto& r : outputs.logits)
+    if (r.rows.size() != 1 || r.rows[0] != 0) return false;
+  for (const auto& r : outputs.argmax)
     if (r.rows.size() != 1 || r.rows[0] != 0) return false;
   return true;
 }
@@ -195,27 +197,39 @@ Status HybridDecoder::forward(const ForwardBatch& batch, const ForwardOutputs& o
 
   const bool decode = device_ != Device::cpu && plain_decode(batch, outputs);
   const bool few = !decode && ops::spec_step_graphs_enabled(device_) && few_rows(batch, outputs);
-  // The head over every row into the workspace, the wanted rows copied out after the step's ops.
+  // The head over every row into the workspace (and the argmax of every row when any is wanted), the
+  // wanted rows copied out after the step's ops.
   const bool whole = decode || few;
-  const bool want_logits = !outputs.logits.empty();
-  const Tensor logits = whole && want_logits ? ws.take(DType::f32, {T, info_.vocab_size}) : Tensor();
+  const bool want_argmax = !outputs.argmax.empty(), want_head = want_argmax || !outputs.logits.empty();
+  const Tensor logits = whole && want_head ? ws.take(DType::f32, {T, info_.vocab_size}) : Tensor();
+  const Tensor best = whole && want_argmax ? ws.take(DType::i32, {T, 1}) : Tensor();
   const Tensor x = ws.take(DType::f32, {T, H});  // the residual stream
   const Tensor normed = ws.take(DType::f32, {T, H});
   const Tensor mixed = ws.take(DType::f32, {T, H});
   const MirroredMetadata mirrored(device_, ws);
 
-  const auto body = [&] { trunk(step, ids, x, normed, mixed, Tensor(), logits, ctx); };
+  const auto body = [&](const Tensor& layers_out) {
+    trunk(step, ids, x, normed, mixed, layers_out, logits, ctx);
+    if (!best.empty()) ops::argmax_rows(logits, info_.vocab_size, best);
+  };
+  const auto graph_body = [&] { body(Tensor()); };
   const bool replayed =
-      (decode && run_as_graph({static_cast<uint64_t>(T)}, ops::StepKind::decode, step, ws, body)) ||
-      (few && run_as_graph(few_rows_key(kVerifyStep, step, want_logits), ops::StepKind::verify, step, ws, body));
-  if (!replayed) trunk(step, ids, x, normed, mixed, all_layers, logits, ctx);
+      (decode && run_as_graph({static_cast<uint64_t>(T), want_argmax}, ops::StepKind::decode, step, ws, graph_body)) ||
+      (few && run_as_graph(few_rows_key(kVerifyStep, step, want_head, want_argmax), ops::StepKind::verify, step, ws,
+                           graph_body));
+  if (!replayed) body(all_layers);
   if (decode) {
     for (const auto& r : outputs.logits) {
       const int64_t row = step.seqs.row_offsets[r.sequence];
       store(logits.rows(row, row + 1), r.out);
     }
+    for (const auto& r : outputs.argmax) {
+      const int64_t row = step.seqs.row_offsets[r.sequence];
+      store(best.rows(row, row + 1), r.out);
+    }
   } else if (few) {
     for (const auto& r : outputs.logits) store_rows(logits, step.seqs.row_offsets[r.sequence], r.rows, r.out);
+    for (const auto& r : outputs.argmax) store_rows(best, step.seqs.row_offsets[r.sequence], r.rows, r.out);
     for (const auto& r : outputs.hidden) store_rows(normed, step.seqs.row_offsets[r.sequence], r.rows, r.out);
   } else {
     write_outputs(batch, outputs, normed, ws);
@@ -337,31 +351,39 @@ void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutput
     ops::gather_rows(normed, rows, out);
     if (out.data() != r.out.data()) store(out, r.out);
   }
-  if (outputs.logits.empty()) return;
-  if (outputs.logits.size() == 1 && contiguous(outputs.logits[0].rows)) {
-    const auto& r = outputs.logits[0];
-    const int64_t first = begins[r.sequence] + r.rows.front();
-    const Tensor out = on_device(r.out);
-    ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, out);
-    if (out.data() != r.out.data()) store(out, r.out);
-    return;
-  }
-  // Every requested row through the head at once (its weights read once).
-  size_t total = 0;
-  for (const auto& r : outputs.logits) total += r.rows.size();
-  std::span<int32_t> rows = ws.take_span<int32_t>(total);
-  size_t n = 0;
-  for (const auto& r : outputs.logits)
-    for (int32_t row : r.rows) rows[n++] = static_cast<int32_t>(begins[r.sequence] + row);
-  const Tensor picked = ws.take(DType::f32, {static_cast<int64_t>(total), info_.hidden_size});
-  const Tensor logits = ws.take(DType::f32, {static_cast<int64_t>(total), info_.vocab_size});
-  ops::gather_rows(normed, rows, picked);
-  ops::matmul(picked, head_, logits);
-  int64_t from = 0;
-  for (const auto& r : outputs.logits) {
-    store(logits.rows(from, from + static_cast<int64_t>(r.rows.size())), r.out);
-    from += static_cast<int64_t>(r.rows.size());
-  }
+  // The head over requested rows: their logits, or (argmax) the argmax of each row's logits.
+  auto head = [&](std::span<const ForwardOutputs::Rows> requests, bool argmax) {
+    if (requests.empty()) return;
+    if (!argmax && requests.size() == 1 && contiguous(requests[0].rows)) {
+      const auto& r = requests[0];
+      const int64_t first = begins[r.sequence] + r.rows.front();
+      const Tensor out = on_device(r.out);
+      ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, out);
+      if (out.data() != r.out.data()) store(out, r.out);
+      return;
+    }
+    // Every requested row through the head at once (its weights read once).
+    size_t total = 0;
+    for (const auto& r : requests) total += r.rows.size();
+    std::span<int32_t> rows = ws.take_span<int32_t>(total);
+    size_t n = 0;
+    for (const auto& r : requests)
+      for (int32_t row : r.rows) rows[n++] = static_cast<int32_t>(begins[r.sequence] + row);
+    const int64_t R = static_cast<int64_t>(total);
+    const Tensor picked = ws.take(DType::f32, {R, info_.hidden_size});
+    const Tensor logits = ws.take(DType::f32, {R, info_.vocab_size});
+    ops::gather_rows(normed, rows, picked);
+    ops::matmul(picked, head_, logits);
+    const Tensor best = argmax ? ws.take(DType::i32, {R, 1}) : Tensor();
+    if (argmax) ops::argmax_rows(logits, info_.vocab_size, best);
+    int64_t from = 0;
+    for (const auto& r : requests) {
+      store((argmax ? best : logits).rows(from, from + static_cast<int64_t>(r.rows.size())), r.out);
+      from += static_cast<int64_t>(r.rows.size());
+    }
+  };
+  head(outputs.logits, false);
+  head(outputs.argmax, true);
 }
 
 }  // namespace kapitsa::models

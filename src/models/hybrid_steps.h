@@ -47,15 +47,16 @@ inline Status validate(const ForwardBatch& batch, const ForwardOutputs& outputs,
     if (first.state != nullptr && (s.state->kv_pool() != first.state->kv_pool() || s.state->slot_pool() != first.state->slot_pool()))
       return error("forward: the sequences of one step must share their KV page pool and state slot pool");
   }
-  auto check_rows = [&](const ForwardOutputs::Rows& r, int64_t width, const char* what) {
+  auto check_rows = [&](const ForwardOutputs::Rows& r, int64_t width, const char* what, DType dtype = DType::f32) {
     KAPITSA_CHECK(r.sequence < batch.sequences.size(), "{} rows of sequence {} of {}", what, r.sequence,
                   batch.sequences.size());
     const int64_t n = static_cast<int64_t>(batch.sequences[r.sequence].ids.size());
     for (int32_t row : r.rows) KAPITSA_CHECK(row >= 0 && row < n, "{} row {} of {} new tokens", what, row, n);
-    KAPITSA_CHECK(r.out.shape() == Shape({static_cast<int64_t>(r.rows.size()), width}) && r.out.dtype() == DType::f32,
+    KAPITSA_CHECK(r.out.shape() == Shape({static_cast<int64_t>(r.rows.size()), width}) && r.out.dtype() == dtype,
                   "{} out {} for {} rows of width {}", what, r.out.shape().str(), r.rows.size(), width);
   };
   for (const auto& r : outputs.logits) check_rows(r, info.vocab_size, "logits");
+  for (const auto& r : outputs.argmax) check_rows(r, 1, "argmax", DType::i32);
   for (const auto& r : outputs.hidden) check_rows(r, info.hidden_size, "hidden");
   if (!outputs.all_layers.empty()) {
     const int64_t T = static_cast<int64_t>(first.ids.size());
@@ -103,13 +104,13 @@ constexpr uint64_t kVerifyStep = uint64_t{1} << 40, kMtpStep = uint64_t{2} << 40
 //   layers when every sequence has one row);
 // - every sequence's checkpoint count, and whether checkpoints were given at all: the checkpoint spans
 //   sit before the block tables in the mirror, and the scans write checkpoints only when given them;
-// - whether the head's logits are computed (its matmul is one of the ops).
+// - whether the head's logits are computed (its matmul is one of the ops), and their argmax.
 // What changes between two steps of one key (ids, positions, block tables, state and checkpoint slot
 // ids) is read from the mirrored metadata. Hidden rows are copied out of `normed` after the step.
-inline std::vector<uint64_t> few_rows_key(uint64_t tag, const StepBatch& step, bool logits) {
+inline std::vector<uint64_t> few_rows_key(uint64_t tag, const StepBatch& step, bool logits, bool argmax = false) {
   const ops::SeqBatch& seqs = step.seqs;
   const bool ckpts = !seqs.ckpt_offsets.empty();
-  std::vector<uint64_t> key = {tag, static_cast<uint64_t>(seqs.n_seqs()), ckpts, logits};
+  std::vector<uint64_t> key = {tag, static_cast<uint64_t>(seqs.n_seqs()), ckpts, logits, argmax};
   for (size_t i = 0; i < static_cast<size_t>(seqs.n_seqs()); ++i) {
     key.push_back(static_cast<uint64_t>(seqs.rows(static_cast<int64_t>(i))));
     key.push_back(ckpts ? static_cast<uint64_t>(seqs.ckpt_offsets[i + 1] - seqs.ckpt_offsets[i]) : 0);

@@ -90,9 +90,12 @@ struct ForwardOutputs {
   struct Rows {
     size_t sequence = 0;             // index into ForwardBatch::sequences
     std::span<const int32_t> rows;   // e.g. the last k+1, to verify k draft tokens
-    Tensor out;                      // logits: [rows.size(), V] f32;  hidden: [rows.size(), H] f32
+    Tensor out;                      // logits: [rows.size(), V] f32;  hidden: [rows.size(), H] f32;  argmax: [rows.size(), 1] i32
   };
   std::span<const Rows> logits;
+  // Instead of a row's logits, only their argmax (the first maximum; a NaN never wins: ops::argmax_rows):
+  // what a greedy choice needs, without bringing a row of the vocabulary's width back from a GPU.
+  std::span<const Rows> argmax;
   std::span<const Rows> hidden;      // the final-normed residual stream, what the head reads (MTP, drafters)
   // [L+1, T, H] f32 (single-sequence steps): row 0 the embeddings, row i the output of layer i-1, row L
   // the final-normed output, as the reference fixtures lay it out. Empty: not wanted.

@@ -312,7 +312,7 @@ class EngineImpl final : public Engine {
     std::vector<std::variant<TokenEvent, Ending>> choices(work.size());
     parallel_for(plain.size(), 1, [&](size_t begin, size_t end) {
       for (size_t k = begin; k < end; ++k)
-        choices[plain[k]] = choose_token(*seqs_.at(work[plain[k]].id), executor_.logits(plain[k]));
+        choices[plain[k]] = choose_next(*seqs_.at(work[plain[k]].id), executor_, plain[k]);
     });
     for (size_t i = 0; i < work.size(); ++i) {
       if (!work[i].samples) continue;

@@ -48,6 +48,9 @@ class Sampler {
   double uniform();
 
   const SamplingParams& params() const { return params_; }
+  // Temperature 0 with nothing applied to the logits (no bias, no penalty): sample() without a mask is
+  // their argmax.
+  bool plain_greedy() const { return params_.temperature <= 0.0f && !adjusts_logits(); }
 
  private:
   // Logit bias or a penalty is set: the logits are adjusted (in a copy) before anything else.

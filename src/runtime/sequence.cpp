@@ -94,6 +94,10 @@ std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const flo
   return event;
 }
 
+bool chooses_argmax(const Sequence& seq) {
+  return seq.sampler.plain_greedy() && !seq.constraint && seq.request.top_logprobs < 0;
+}
+
 FinishEvent finish_event(const Sequence& seq, const Ending& ending) {
   FinishEvent f;
   f.reason = ending.reason;

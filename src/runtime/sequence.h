@@ -103,6 +103,10 @@ struct Ending {
 // request asked for them (TokenEvent::text empty); an Ending when the grammar allows no token.
 std::variant<TokenEvent, Ending> choose_token(Sequence& seq, std::span<const float> logits);
 
+// True when choose_token's choice for `seq` is the argmax of the logits and nothing else is read from
+// them (greedy, no bias or penalty, no grammar, no logprobs): the step may bring back only the argmax.
+bool chooses_argmax(const Sequence& seq);
+
 // Speculative sampling against a guess drawn from q ([V]): keeps `guess` with probability
 // min(1, p(guess)/q(guess)), where p is what choose_token would draw from; otherwise draws from
 // max(0, p − q) normalised. Either way the token is distributed as p (Leviathan et al. 2023).

@@ -94,7 +94,7 @@ Verified verify_draft(Sequence& seq, const StepExecutor& executor, size_t item, 
     std::variant<TokenEvent, Ending> choice =
         against_q ? choose_token_against_draft(seq, executor.logits(item, j), seq.draft[j],
                                                std::span<const float>(seq.draft_q).subspan(j * V, V))
-                  : choose_token(seq, executor.logits(item, j));
+                  : choose_next(seq, executor, item, j);
     if (const Ending* ending = std::get_if<Ending>(&choice)) {
       v.emission.ending = *ending;
       break;

@@ -66,25 +66,33 @@ Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Seque
   // Page-locked when the model is on a GPU: the rows come back every step.
   if (logits_.tensor().empty() || logits_.tensor().dim(0) < total_rows)
     logits_ = ops::allocate_host_for(model_.device(), DType::f32, {total_rows, V}, "the step's logits");
+  if (argmax_.tensor().empty() || argmax_.tensor().dim(0) < total_rows)
+    argmax_ = ops::allocate_host_for(model_.device(), DType::i32, {total_rows, 1}, "the step's argmaxes");
   rows_.resize(longest);
   for (size_t r = 0; r < longest; ++r) rows_[r] = static_cast<int32_t>(r);  // 0, 1, … shared by all items
   sequences_.clear();
   logit_rows_.clear();
+  argmax_rows_.clear();
   checkpoints_.clear();
+  by_argmax_.assign(work.size(), false);
   size_t at = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Scheduler::Work& w = work[static_cast<size_t>(i)];
     Sequence& seq = *seqs.at(w.id);
     const size_t folded = static_cast<size_t>(w.n_tokens) + seq.draft.size(), wanted = 1 + seq.draft.size();
     sequences_.push_back({std::span<const int32_t>(ids_).subspan(at, folded), seq.state.get()});
-    logit_rows_.push_back({static_cast<size_t>(i), std::span<const int32_t>(rows_).subspan(folded - wanted, wanted),
-                           logits_.tensor().rows(first_row_[static_cast<size_t>(i)], first_row_[static_cast<size_t>(i + 1)])});
+    const int64_t r0 = first_row_[static_cast<size_t>(i)], r1 = first_row_[static_cast<size_t>(i + 1)];
+    const std::span<const int32_t> rows = std::span<const int32_t>(rows_).subspan(folded - wanted, wanted);
+    by_argmax_[static_cast<size_t>(i)] = chooses_argmax(seq);
+    if (by_argmax_[static_cast<size_t>(i)]) argmax_rows_.push_back({static_cast<size_t>(i), rows, argmax_.tensor().rows(r0, r1)});
+    else logit_rows_.push_back({static_cast<size_t>(i), rows, logits_.tensor().rows(r0, r1)});
     if (!seq.draft.empty())
       checkpoints_.push_back({static_cast<size_t>(i), std::span<const int32_t>(seq.checkpoints.ids()).first(wanted)});
     at += folded;
   }
   models::ForwardOutputs outputs;
   outputs.logits = logit_rows_;
+  outputs.argmax = argmax_rows_;
   outputs.checkpoints = checkpoints_;
   hidden_rows_.clear();
   if (hidden_observer_ != nullptr) {
@@ -131,8 +139,24 @@ Expected<int64_t> StepExecutor::run(std::span<const Scheduler::Work> work, Seque
 
 std::span<const float> StepExecutor::logits(size_t i, size_t row) const {
   const int64_t r = first_row_[i] + static_cast<int64_t>(row);
-  KAPITSA_CHECK(r < first_row_[i + 1], "logits row {} of work item {}", row, i);
+  KAPITSA_CHECK(r < first_row_[i + 1] && !by_argmax_[i], "logits row {} of work item {}", row, i);
   return std::span<const float>(logits_.tensor().rows(r, r + 1).f32(), static_cast<size_t>(model_.info().vocab_size));
+}
+
+std::optional<int32_t> StepExecutor::argmax(size_t i, size_t row) const {
+  const int64_t r = first_row_[i] + static_cast<int64_t>(row);
+  KAPITSA_CHECK(r < first_row_[i + 1], "argmax row {} of work item {}", row, i);
+  if (!by_argmax_[i]) return std::nullopt;
+  return argmax_.tensor().data_as<const int32_t>()[r];
+}
+
+std::variant<TokenEvent, Ending> choose_next(Sequence& seq, const StepExecutor& executor, size_t item, size_t row) {
+  if (const std::optional<int32_t> id = executor.argmax(item, row)) {
+    TokenEvent event;
+    event.id = *id;
+    return event;
+  }
+  return choose_token(seq, executor.logits(item, row));
 }
 
 }  // namespace kapitsa::runtime

@@ -3,8 +3,10 @@
 // Model::run_step once, advances the scheduler by the scheduled tokens and takes prefix-cache snapshots
 // where a prompt chunk ended at a boundary. A drafted sequence also folds its draft, with a recurrent-
 // state checkpoint after each token (Sequence::checkpoints) and logits after each: the engine then keeps
-// what it accepts (rollback). Logits stay readable until the next step. Choosing and emitting tokens is
-// not here. run_forward serialises forward calls of every engine in the process (they share the op
+// what it accepts (rollback). A sequence whose choice is the plain argmax (chooses_argmax) gets only
+// the argmax of each row, computed where the model runs: a GPU then copies back an id, not a row of the
+// vocabulary's width. Logits and argmaxes stay readable until the next step. Choosing and emitting
+// tokens is not here (choose_next picks from what the step brought back). run_forward serialises forward calls of every engine in the process (they share the op
 // thread pool).
 #pragma once
 
@@ -15,7 +17,9 @@
 #include "tensor/tensor.h"
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <variant>
 #include <vector>
 
 namespace kapitsa::runtime {
@@ -44,21 +48,29 @@ class StepExecutor {
   Expected<int64_t> run(std::span<const Scheduler::Work> work, Sequences& seqs, Scheduler& scheduler,
                         EngineMemory& memory);
   // logits: [V], the row after work[i]'s last scheduled token (row 0) or after its draft token j-1
-  // (row j, 1 <= j <= draft size) in the last run.
+  // (row j, 1 <= j <= draft size) in the last run. Not for an item that took argmaxes.
   std::span<const float> logits(size_t i, size_t row = 0) const;
+  // The argmax of that row when work[i] took argmaxes instead of logits, else nothing.
+  std::optional<int32_t> argmax(size_t i, size_t row = 0) const;
 
  private:
   const models::Model& model_;
   Proposer* hidden_observer_ = nullptr;
   Buffer logits_;                   // [rows of the last step, V]
+  Buffer argmax_;                   // [rows of the last step, 1] i32 (rows of items that took argmaxes)
+  std::vector<bool> by_argmax_;     // work item i took argmaxes
   Buffer hidden_;                   // [folded tokens of the last step, H] when observed
   std::vector<int64_t> first_row_;  // work item i's rows start at first_row_[i]
   // Per-step lists the forward reads (kept to avoid allocating each step).
   std::vector<int32_t> ids_, rows_;
   std::vector<models::ForwardBatch::Sequence> sequences_;
-  std::vector<models::ForwardOutputs::Rows> logit_rows_;
+  std::vector<models::ForwardOutputs::Rows> logit_rows_, argmax_rows_;
   std::vector<models::ForwardOutputs::Checkpoints> checkpoints_;
   std::vector<models::ForwardOutputs::Rows> hidden_rows_;
 };
+
+// The next token of `seq` (work item `item` of the executor's last run) after row `row`: the argmax
+// the step brought back, or choose_token over the row's logits.
+std::variant<TokenEvent, Ending> choose_next(Sequence& seq, const StepExecutor& executor, size_t item, size_t row = 0);
 
 }  // namespace kapitsa::runtime

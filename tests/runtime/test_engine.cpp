@@ -1,4 +1,5 @@
-// Engine tests on the fixture models (no tokenizer: ids only): batched = alone (greedy), memory
+// Engine tests on the fixture models (no tokenizer: ids only): batched = alone (greedy; steps mixing
+// sequences that take argmaxes with ones that take logits), memory
 // pressure (preemption, completion, no leak), cancellation, prefix-cache resume = recompute with
 // counters, submit errors, and a FinishEvent at the end of every generation.
 #include "models/model.h"
@@ -114,7 +115,11 @@ void expect_batched_equals_alone(const std::string& fixture, int64_t chunk) {
     expected.push_back(reference_greedy(*reference_model, prompts.back(), lengths.back()));
   }
   for (int i = 0; i < 8; ++i) {
-    auto g = engine->submit(greedy_request(prompts[static_cast<size_t>(i)], lengths[static_cast<size_t>(i)]));
+    GenerateRequest r = greedy_request(prompts[static_cast<size_t>(i)], lengths[static_cast<size_t>(i)]);
+    // Odd sequences ask for logprobs: their steps bring back logits rows, the others' only argmaxes
+    // (StepExecutor), so steps mix both.
+    if (i % 2 == 1) r.top_logprobs = 0;
+    auto g = engine->submit(std::move(r));
     ASSERT_TRUE(g.ok()) << g.error().message;
     gens.push_back(std::move(g).value());
   }
