@@ -40,9 +40,10 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
                    s.position0 + n, s.state->n_past(), s.state->capacity());
     KAPITSA_CHECK(s.hidden.shape() == Shape({n, H}) && s.hidden.dtype() == DType::f32, "forward_mtp hidden {}",
                   s.hidden.shape().str());
-    for (const Tensor* t : {&s.logits, &s.out_hidden})
-      KAPITSA_CHECK(t->empty() || (t->rank() == 2 && (t->dim(0) == n || t->dim(0) == 1) && t->dtype() == DType::f32 &&
-                                   t->dim(1) == (t == &s.logits ? V : H)),
+    for (const Tensor* t : {&s.logits, &s.out_hidden, &s.argmax})
+      KAPITSA_CHECK(t->empty() || (t->rank() == 2 && (t->dim(0) == n || t->dim(0) == 1) &&
+                                   t->dtype() == (t == &s.argmax ? DType::i32 : DType::f32) &&
+                                   t->dim(1) == (t == &s.logits ? V : t == &s.argmax ? 1 : H)),
                     "forward_mtp output {}", t->shape().str());
     if (s.state->kv_pool() != sequences.front().state->kv_pool())
       return error("forward_mtp: the sequences must share their KV page pool");
@@ -73,9 +74,12 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
   // With spec-step graphs on (the default) a step of a few rows may run as a graph: its ops then compute the
   // head's logits over every row into the workspace, and the wanted rows are copied out after.
   const bool few = ops::spec_step_graphs_enabled(device_) && static_cast<size_t>(T) <= kMaxGraphTokens;
-  const bool want_logits =
+  const bool want_argmax =
+      std::any_of(sequences.begin(), sequences.end(), [](const MtpRows& s) { return !s.argmax.empty(); });
+  const bool want_logits = want_argmax ||
       std::any_of(sequences.begin(), sequences.end(), [](const MtpRows& s) { return !s.logits.empty(); });
   const Tensor logits = few && want_logits ? ws.take(DType::f32, {T, V}) : Tensor();
+  const Tensor best = few && want_argmax ? ws.take(DType::i32, {T, 1}) : Tensor();
   const MirroredMetadata mirrored(device_, ws);
 
   int64_t row = 0;
@@ -89,9 +93,11 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
     ops::embedding(embedding_, ids, e);
     mtp_head(step, e, h, normed, ctx);
     if (!logits.empty()) ops::matmul(normed, head_, logits);
+    if (!best.empty()) ops::argmax_rows(logits, V, best);
   };
   // The key as a verification step's (few_rows_key), without checkpoints.
-  if (!(few && run_as_graph(few_rows_key(kMtpStep, step, want_logits), ops::StepKind::mtp_head, step, ws, body)))
+  if (!(few && run_as_graph(few_rows_key(kMtpStep, step, want_logits, want_argmax), ops::StepKind::mtp_head, step,
+                            ws, body)))
     body();
   row = 0;
   for (const MtpRows& s : sequences) {
@@ -106,6 +112,15 @@ Status HybridDecoder::forward_mtp(std::span<const MtpRows> sequences, ForwardCon
       const Tensor out = s.logits.device() == device_ ? s.logits : ws.take(DType::f32, s.logits.shape());
       ops::matmul(rows_for(normed, s.logits), head_, out);
       if (out.data() != s.logits.data()) store(out, s.logits);
+    }
+    if (!s.argmax.empty() && !best.empty()) {
+      store(rows_for(best, s.argmax), s.argmax);
+    } else if (!s.argmax.empty()) {
+      const Tensor rows = rows_for(normed, s.argmax);
+      const Tensor head_logits = ws.take(DType::f32, {rows.dim(0), V}), ids = ws.take(DType::i32, {rows.dim(0), 1});
+      ops::matmul(rows, head_, head_logits);
+      ops::argmax_rows(head_logits, V, ids);
+      store(ids, s.argmax);
     }
     row += n;
   }

@@ -165,6 +165,8 @@ class Model {
     Tensor hidden;                 // [n, H] f32
     Tensor logits;                 // [n, V] or [1, V] (the last row) f32; empty: not wanted
     Tensor out_hidden;             // [n, H] or [1, H] f32 after mtp.norm (the next recursive step's hidden)
+    Tensor argmax;                 // [n, 1] or [1, 1] i32: the argmax of those logits (ops::argmax_rows)
+                                   // instead of the logits themselves; empty: not wanted
   };
   virtual Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const;
   // forward_mtp with the model's own workspace.

@@ -77,11 +77,14 @@ void MtpProposer::observe_hidden(uint64_t sequence, int64_t position0, std::span
   e.hidden.insert(e.hidden.end(), rows.begin(), rows.end());
 }
 
-// The guess after one row of head logits: the argmax, or (sampling target) a draw from q, whose row is
-// appended to r.q.
+namespace {
+// A sampling target's request: its guesses are draws from q, returned with them.
+bool sampled(const DraftRequest& r) { return r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr; }
+}  // namespace
+
+// The guess after one row of head logits (a sampling target's request: the head step brought back its
+// logits, the greedy one's only their argmax): a draw from q, whose row is appended to r.q.
 int32_t MtpProposer::choose(Entry& e, const DraftRequest& r, std::span<const float> logits) {
-  const bool sampled = r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr;
-  if (!sampled) return argmax(logits);
   if (!e.sampler) {
     // The request's truncation and bias; penalties track no history here (q need not match p for
     // speculative sampling to be exact; the closer, the more is accepted).
@@ -135,6 +138,7 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
   if (logits_.tensor().empty() || logits_.tensor().dim(0) < most || logits_.tensor().dim(1) != V) {
     logits_ = ops::allocate_host_for(target_->device(), DType::f32, {most, V}, "the MTP head's logits");
     out_hidden_ = ops::allocate_host_for(target_->device(), DType::f32, {most, H}, "the MTP head's hidden rows");
+    argmax_ = ops::allocate_host_for(target_->device(), DType::i32, {most, 1}, "the MTP head's argmaxes");
   }
   const Buffer& logits = logits_;
   const Buffer& out_hidden = out_hidden_;
@@ -145,9 +149,10 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
     for (int64_t i = 0; i < m; ++i) {
       Active& a = active[static_cast<size_t>(i)];
       const int64_t n_rows = static_cast<int64_t>(a.ids.size());
-      rows.push_back({a.r->state, a.position0, a.ids,
-                      Tensor(DType::f32, {n_rows, H}, const_cast<float*>(a.hidden)),
-                      logits.tensor().rows(i, i + 1), out_hidden.tensor().rows(i, i + 1)});
+      const bool by_argmax = !sampled(*a.r);
+      rows.push_back({a.r->state, a.position0, a.ids, Tensor(DType::f32, {n_rows, H}, const_cast<float*>(a.hidden)),
+                      by_argmax ? Tensor() : logits.tensor().rows(i, i + 1), out_hidden.tensor().rows(i, i + 1),
+                      by_argmax ? argmax_.tensor().rows(i, i + 1) : Tensor()});
       head_rows_ += n_rows;
     }
     if (Status s = run_mtp_forward(*target_, rows); !s.ok()) {
@@ -165,7 +170,8 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
         a.e->hidden.erase(a.e->hidden.begin(), a.e->hidden.begin() + drop * H);
         a.e->hidden_from = a.e->filled;
       }
-      const int32_t guess = choose(*a.e, *a.r, std::span<const float>(logits.f32() + i * V, static_cast<size_t>(V)));
+      const int32_t guess = sampled(*a.r) ? choose(*a.e, *a.r, std::span<const float>(logits.f32() + i * V, static_cast<size_t>(V)))
+                                          : argmax_.tensor().data_as<const int32_t>()[i];
       a.r->out->push_back(guess);
       if (static_cast<int>(a.r->out->size()) < a.r->max_tokens) {
         // Next row: the guess with the head's own output, one position on.

@@ -55,7 +55,9 @@ class MtpProposer final : public Proposer {
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;
   uint64_t next_seed_;
   int64_t head_rows_ = 0;
-  Buffer logits_, out_hidden_;  // [sequences, V] and [sequences, H]: a head step's rows, reused
+  // [sequences, V], [sequences, H] and [sequences, 1] i32: a head step's rows, reused (a greedy request
+  // takes only its row's argmax, not its logits).
+  Buffer logits_, out_hidden_, argmax_;
 };
 
 }  // namespace kapitsa::runtime

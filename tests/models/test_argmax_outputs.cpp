@@ -3,7 +3,8 @@
 // in the same step bit for bit those of a step that asked for logits only. Three sequences through a
 // prompt step (17 rows: the eager path on a GPU too), plain decode steps (on a GPU captured, then
 // replayed) and verification-like steps of three rows with checkpoints; sequence 0 asks for logits, the
-// others for argmaxes. On the cpu and, where there is one, the GPU (skipped visibly without).
+// others for argmaxes. The same for the MTP head's rows (MtpArgmax). On the cpu and, where there is one,
+// the GPU (skipped visibly without).
 #include "cuda_test.h"
 #include "models/model.h"
 #include "ops/step_graph.h"
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -31,6 +33,13 @@ int32_t first_max(const float* row, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (row[i] > row[best]) best = i;
   return static_cast<int32_t>(best);
+}
+
+// A host copy of a host tensor.
+Buffer copy_of(const Tensor& t) {
+  Buffer b = Buffer::allocate(t.dtype(), t.shape());
+  std::memcpy(b.tensor().data(), t.data(), t.nbytes());
+  return b;
 }
 
 TEST_P(ArgmaxOutputs, EqualTheFirstMaximumOfTheLogits) {
@@ -115,6 +124,60 @@ TEST_P(ArgmaxOutputs, EqualTheFirstMaximumOfTheLogits) {
       EXPECT_GT(ops::step_graph_launches(ops::StepKind::verify), verify0) << "no verification was replayed as a graph";
   }
 }
+
+// The MTP head's argmax rows (Model::MtpRows::argmax) against its logits rows: the demo target's head
+// over the final-normed rows of a prompt (all rows, then the last row only), then recursive steps of one
+// row on its own output, twice as a graph on a GPU. Two states fed the same rows.
+class MtpArgmax : public ::testing::TestWithParam<Device> {};
+
+TEST_P(MtpArgmax, EqualsTheFirstMaximumOfTheHeadsLogits) {
+  if (GetParam() == Device::cuda) KAPITSA_SKIP_WITHOUT_GPU();
+  models::LoadOptions options;
+  options.device = GetParam();
+  auto loaded = models::load_model(test_data_path("../models/demo/target"), options);
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  const models::Model& model = **loaded;
+  ASSERT_EQ(model.info().mtp_layers, 1);
+  const int64_t V = model.info().vocab_size, H = model.info().hidden_size, L = model.info().n_layers;
+  const std::vector<int32_t> prompt = {12, 400, 33, 1021, 7, 99, 5000, 71, 2, 640, 13};
+  const int64_t n = static_cast<int64_t>(prompt.size()) - 1;
+  auto with_logits = model.new_state(64), with_argmax = model.new_state(64);
+  Buffer logits = Buffer::allocate(DType::f32, {n, V}), all = Buffer::allocate(DType::f32, {L + 1, n, H});
+  for (auto* state : {&with_logits, &with_argmax})
+    ASSERT_TRUE(model.forward(std::span<const int32_t>(prompt.data(), static_cast<size_t>(n)), **state, logits, all).ok());
+  const Buffer hidden = copy_of(all.tensor().index(L));  // [n, H]: the head's input rows
+  const std::span<const int32_t> next(prompt.data() + 1, static_cast<size_t>(n));
+  // Catch-up rows, every row's output.
+  Buffer head_logits = Buffer::allocate(DType::f32, {n, V}), best = Buffer::allocate(DType::i32, {n, 1});
+  Buffer y_logits = Buffer::allocate(DType::f32, {n, H}), y_argmax = Buffer::allocate(DType::f32, {n, H});
+  const models::Model::MtpRows a[] = {{with_logits.get(), 0, next, hidden, head_logits, y_logits, {}}};
+  const models::Model::MtpRows b[] = {{with_argmax.get(), 0, next, hidden, {}, y_argmax, best}};
+  ASSERT_TRUE(model.run_mtp(a).ok());
+  ASSERT_TRUE(model.run_mtp(b).ok());
+  ASSERT_EQ(max_abs_diff(y_logits, y_argmax), 0.0);
+  for (int64_t r = 0; r < n; ++r)
+    ASSERT_EQ(best.tensor().data_as<int32_t>()[r], first_max(head_logits.f32() + r * V, V)) << "row " << r;
+  // Recursive steps: one row, the guess and the head's own output row, last-row outputs.
+  int32_t guess = best.tensor().data_as<int32_t>()[n - 1];
+  Buffer row_hidden = copy_of(y_argmax.tensor().rows(n - 1, n));
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(::testing::Message() << "recursive step " << step);
+    Buffer one_logits = Buffer::allocate(DType::f32, {1, V}), one_best = Buffer::allocate(DType::i32, {1, 1});
+    Buffer out_a = Buffer::allocate(DType::f32, {1, H}), out_b = Buffer::allocate(DType::f32, {1, H});
+    const std::span<const int32_t> id(&guess, 1);
+    const models::Model::MtpRows ra[] = {{with_logits.get(), n + step, id, row_hidden, one_logits, out_a, {}}};
+    const models::Model::MtpRows rb[] = {{with_argmax.get(), n + step, id, row_hidden, {}, out_b, one_best}};
+    ASSERT_TRUE(model.run_mtp(ra).ok());
+    ASSERT_TRUE(model.run_mtp(rb).ok());
+    ASSERT_EQ(max_abs_diff(out_a, out_b), 0.0);
+    ASSERT_EQ(one_best.tensor().data_as<int32_t>()[0], first_max(one_logits.f32(), V));
+    guess = one_best.tensor().data_as<int32_t>()[0];
+    row_hidden = copy_of(out_b.tensor());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MtpArgmax, ::testing::Values(Device::cpu, Device::cuda),
+                         [](const ::testing::TestParamInfo<Device>& i) { return i.param == Device::cuda ? "cuda" : "cpu"; });
 
 INSTANTIATE_TEST_SUITE_P(Models, ArgmaxOutputs,
                          ::testing::Values(ArgmaxCase{"../models/demo/draft", Device::cpu},
