@@ -28,7 +28,8 @@ struct BackendTable {
 };
 
 namespace detail {
-// Ops this thread has called through ops.h so far (each call counts once, before its backend runs):
+// Ops this thread has called through ops.h so far (each call counts once, before its backend runs; the
+// byte copies and zeroing of ops/memory.h count too):
 // lets a backend tell that nothing ran between two of its ops (cuda: x rounded by the op before a GEMV).
 // (An inline variable: the backends read it without linking ops.cpp's library.)
 inline thread_local uint64_t ops_called = 0;
