@@ -3,10 +3,9 @@
 // and the GEMVs right after them (matmul.cpp) launch no rounding kernel of their own: one kernel fewer per
 // norm in a decode step (the rounding kernels were ~2 µs each, 276 µs of a 4-bit 4B step: docs/cuda.md).
 // Both give the same bits (rounded_x.cuh), so whether a norm rounded changes no result, only speed.
-// "Right after" is counted in ops (ops::detail::ops_called: every op of ops.h and byte copy of ops/memory.h
-// on this thread): the
-// rounding serves the op right after the norm, and each GEMV that used it keeps it for the op after
-// itself (GEMVs only read x); any other op in between, and it is not used.
+// "Right after" is counted in ops (ops::detail::ops_called: every op of ops.h and byte copy of
+// ops/memory.h on this thread): the rounding serves the op right after the norm, and each GEMV that used
+// it keeps it for the op after itself (GEMVs only read x); any other op in between, and it is not used.
 #pragma once
 
 #include <cstdint>
