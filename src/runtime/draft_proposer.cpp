@@ -12,11 +12,6 @@
 
 namespace kapitsa::runtime {
 
-namespace {
-// A sampling target's request: its guesses are draws from q (returned with them), not the argmax.
-bool sampled(const DraftRequest& r) { return r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr; }
-}  // namespace
-
 // One sequence's draft state: tokens[0, folded.size()) are folded into `state`; checkpoint slot i
 // (i < n_checkpoints) holds the recurrent state after checkpoint_from + i tokens.
 struct DraftModelProposer::Entry {
@@ -167,7 +162,7 @@ bool DraftModelProposer::fold_long_catch_up(Entry& e, std::vector<int32_t>& pend
 int32_t DraftModelProposer::choose(Entry& e, const DraftRequest& r, std::span<const float> logits) {
   // The draft's vocabulary may be padded differently: ids the target lacks are never guessed.
   const size_t V = static_cast<size_t>(r.vocab_size), common = std::min(V, logits.size());
-  if (!sampled(r)) return argmax(logits.first(common));
+  if (!r.sampled()) return argmax(logits.first(common));
   row_.assign(V, -std::numeric_limits<float>::infinity());
   std::copy(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(common), row_.begin());
   if (!e.sampler) {
@@ -193,7 +188,7 @@ bool DraftModelProposer::propose_chained(std::vector<Active>& active) {
   const int64_t V = active.front().request->vocab_size;
   if (k < 2) return false;
   for (const Active& a : active) {
-    if (sampled(*a.request) || a.k != k || a.request->vocab_size != V) return false;
+    if (a.request->sampled() || a.k != k || a.request->vocab_size != V) return false;
   }
   const size_t n = active.size();
   const bool checkpoints = active.front().entry->state->slot_pool() != nullptr;

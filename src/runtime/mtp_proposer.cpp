@@ -77,11 +77,6 @@ void MtpProposer::observe_hidden(uint64_t sequence, int64_t position0, std::span
   e.hidden.insert(e.hidden.end(), rows.begin(), rows.end());
 }
 
-namespace {
-// A sampling target's request: its guesses are draws from q, returned with them.
-bool sampled(const DraftRequest& r) { return r.sampling != nullptr && r.sampling->temperature > 0 && r.q != nullptr; }
-}  // namespace
-
 // The guess after one row of head logits (a sampling target's request: the head step brought back its
 // logits, the greedy one's only their argmax): a draw from q, whose row is appended to r.q.
 int32_t MtpProposer::choose(Entry& e, const DraftRequest& r, std::span<const float> logits) {
@@ -149,7 +144,7 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
     for (int64_t i = 0; i < m; ++i) {
       Active& a = active[static_cast<size_t>(i)];
       const int64_t n_rows = static_cast<int64_t>(a.ids.size());
-      const bool by_argmax = !sampled(*a.r);
+      const bool by_argmax = !a.r->sampled();
       rows.push_back({a.r->state, a.position0, a.ids, Tensor(DType::f32, {n_rows, H}, const_cast<float*>(a.hidden)),
                       by_argmax ? Tensor() : logits.tensor().rows(i, i + 1), out_hidden.tensor().rows(i, i + 1),
                       by_argmax ? argmax_.tensor().rows(i, i + 1) : Tensor()});
@@ -170,7 +165,7 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
         a.e->hidden.erase(a.e->hidden.begin(), a.e->hidden.begin() + drop * H);
         a.e->hidden_from = a.e->filled;
       }
-      const int32_t guess = sampled(*a.r) ? choose(*a.e, *a.r, std::span<const float>(logits.f32() + i * V, static_cast<size_t>(V)))
+      const int32_t guess = a.r->sampled() ? choose(*a.e, *a.r, std::span<const float>(logits.f32() + i * V, static_cast<size_t>(V)))
                                           : argmax_.tensor().data_as<const int32_t>()[i];
       a.r->out->push_back(guess);
       if (static_cast<int>(a.r->out->size()) < a.r->max_tokens) {

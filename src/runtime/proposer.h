@@ -38,6 +38,9 @@ struct DraftRequest {
   // The sequence's target state (n_past folded tokens: all of `tokens` but the last), for a proposer
   // that runs part of the target on it (the MTP head writes its KV there).
   models::SequenceState* state = nullptr;
+
+  // A sampling target's request: its guesses are draws from q (returned with them), not the argmax.
+  bool sampled() const { return sampling != nullptr && sampling->temperature > 0 && q != nullptr; }
 };
 
 class Proposer {

@@ -6,6 +6,7 @@
 // others for argmaxes. The same for the MTP head's rows (MtpArgmax). On the cpu and, where there is one,
 // the GPU (skipped visibly without).
 #include "cuda_test.h"
+#include "model_on_device.h"
 #include "models/model.h"
 #include "ops/step_graph.h"
 #include "test_util.h"
@@ -19,21 +20,7 @@
 namespace kapitsa::testing {
 namespace {
 
-struct ArgmaxCase {
-  const char* path;  // relative to tests/
-  Device device;
-};
-
-void PrintTo(const ArgmaxCase& c, std::ostream* os) { *os << c.path << (c.device == Device::cuda ? " on cuda" : " on cpu"); }
-
-class ArgmaxOutputs : public ::testing::TestWithParam<ArgmaxCase> {};
-
-int32_t first_max(const float* row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (row[i] > row[best]) best = i;
-  return static_cast<int32_t>(best);
-}
+class ArgmaxOutputs : public ::testing::TestWithParam<ModelOnDevice> {};
 
 // A host copy of a host tensor.
 Buffer copy_of(const Tensor& t) {
@@ -180,12 +167,12 @@ INSTANTIATE_TEST_SUITE_P(Models, MtpArgmax, ::testing::Values(Device::cpu, Devic
                          [](const ::testing::TestParamInfo<Device>& i) { return i.param == Device::cuda ? "cuda" : "cpu"; });
 
 INSTANTIATE_TEST_SUITE_P(Models, ArgmaxOutputs,
-                         ::testing::Values(ArgmaxCase{"../models/demo/draft", Device::cpu},
-                                           ArgmaxCase{"fixtures/qwen35-moe-tiny", Device::cpu},
-                                           ArgmaxCase{"fixtures/nemotron-h-tiny", Device::cpu},
-                                           ArgmaxCase{"../models/demo/draft", Device::cuda},
-                                           ArgmaxCase{"fixtures/qwen35-moe-tiny", Device::cuda},
-                                           ArgmaxCase{"fixtures/nemotron-h-tiny", Device::cuda}));
+                         ::testing::Values(ModelOnDevice{"../models/demo/draft", Device::cpu},
+                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cpu},
+                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cpu},
+                                           ModelOnDevice{"../models/demo/draft", Device::cuda},
+                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cuda},
+                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cuda}));
 
 }  // namespace
 }  // namespace kapitsa::testing

@@ -5,6 +5,7 @@
 // later ones a token each: on a GPU the third is captured and the fourth replayed). On the cpu and, where
 // there is one, the GPU (skipped visibly without).
 #include "cuda_test.h"
+#include "model_on_device.h"
 #include "models/model.h"
 #include "ops/step_graph.h"
 #include "test_util.h"
@@ -17,21 +18,7 @@
 namespace kapitsa::testing {
 namespace {
 
-struct ChainCase {
-  const char* path;  // relative to tests/
-  Device device;
-};
-
-void PrintTo(const ChainCase& c, std::ostream* os) { *os << c.path << (c.device == Device::cuda ? " on cuda" : " on cpu"); }
-
-class GreedyChain : public ::testing::TestWithParam<ChainCase> {};
-
-int32_t first_max(const float* row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (row[i] > row[best]) best = i;
-  return static_cast<int32_t>(best);
-}
+class GreedyChain : public ::testing::TestWithParam<ModelOnDevice> {};
 
 // One side of the comparison: two sequences with their states and checkpoint slots.
 struct Side {
@@ -131,12 +118,12 @@ TEST_P(GreedyChain, EqualsOneForwardAtATime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GreedyChain,
-                         ::testing::Values(ChainCase{"../models/demo/draft", Device::cpu},
-                                           ChainCase{"fixtures/qwen35-moe-tiny", Device::cpu},
-                                           ChainCase{"fixtures/nemotron-h-tiny", Device::cpu},
-                                           ChainCase{"../models/demo/draft", Device::cuda},
-                                           ChainCase{"fixtures/qwen35-moe-tiny", Device::cuda},
-                                           ChainCase{"fixtures/nemotron-h-tiny", Device::cuda}));
+                         ::testing::Values(ModelOnDevice{"../models/demo/draft", Device::cpu},
+                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cpu},
+                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cpu},
+                                           ModelOnDevice{"../models/demo/draft", Device::cuda},
+                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cuda},
+                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cuda}));
 
 }  // namespace
 }  // namespace kapitsa::testing
