@@ -14,7 +14,6 @@
 
 #include "ops/ops.h"
 
-#include <cstdint>
 #include <string_view>
 
 namespace kapitsa::ops {
@@ -26,13 +25,5 @@ struct BackendTable {
 #include "ops/op_names.inc"
 #undef KAPITSA_OP
 };
-
-namespace detail {
-// Ops this thread has called through ops.h so far (each call counts once, before its backend runs; the
-// byte copies and zeroing of ops/memory.h count too):
-// lets a backend tell that nothing ran between two of its ops (cuda: x rounded by the op before a GEMV).
-// (An inline variable: the backends read it without linking ops.cpp's library.)
-inline thread_local uint64_t ops_called = 0;
-}  // namespace detail
 
 }  // namespace kapitsa::ops

@@ -13,7 +13,6 @@ namespace {
 template <class Fn>
 Fn entry(const BackendTable& b, Fn fn, const char* op) {
   KAPITSA_CHECK(fn != nullptr, "op {} is not implemented by backend {}", op, b.name);
-  ++detail::ops_called;
   return fn;
 }
 #define KAPITSA_CALL(b, op, ...) entry(b, b.op, #op)(__VA_ARGS__)

@@ -6,10 +6,6 @@
 // backend's int16-activation GEMV within the bound its rounding of x allows).
 #include "op_test_helpers.h"
 #include "ops/cpu/cpu.h"
-#if KAPITSA_HAVE_CUDA
-#include "ops/cuda/rounded_x.h"
-#endif
-#include "ops/memory.h"
 #include "ops/ref/ref.h"
 
 #include <algorithm>
@@ -331,63 +327,6 @@ TEST_P(OnBackend, AffineManyAndSwigluMatchRef) {
                 << "swiglu t=" << t << " n=" << n;
           }
       }
-}
-
-// The cuda backend's RMSNorms hand the 4-bit GEMVs right after them x already rounded to int16
-// (ops/cuda/rounded_x.h): the same bits as each GEMV rounding x itself. Every backend: add_rms_norm or
-// rms_norm, then matmul_many, matmul and matmul_swiglu on its output, against the same GEMVs on a copy
-// of the output (another op between: x rounded by the GEMV), and after the output was overwritten by a
-// byte copy (no rounding of the old values may serve); bit for bit. K of 384 and 2560, 1–8 tokens.
-TEST_P(OnBackend, AffineAfterANormEqualsAfterAnyOtherOp) {
-  Rng r;
-  SCOPED_TRACE(r.trace());
-#if KAPITSA_HAVE_CUDA
-  const uint64_t reused0 = cuda::detail::roundings_reused();
-#endif
-  for (const bool add : {true, false})
-    for (const int64_t K : {384, 2560})
-      for (const int64_t T : {1, 3, 8}) {
-        SCOPED_TRACE(fmt::format("{} K={} T={}", add ? "add_rms_norm" : "rms_norm", K, T));
-        RandomAffine a(r, 70, K, 4, 64, DType::bf16), b(r, 33, K, 4, 64, DType::bf16), c(r, 50, K, 4, 64, DType::bf16);
-        RandomAffine gate(r, 40, K, 4, 64, DType::bf16), up(r, 40, K, 4, 64, DType::bf16);
-        const Buffer x0 = test::random_f32(r, {T, K}), delta = test::random_f32(r, {T, K});
-        const Buffer w = test::random_f32(r, {K}, 0.5f, 1.5f);
-        // Outputs [3][5]: [0] the GEMVs right after the norm, [1] the same on a copy of its output, [2] after
-        // a norm of other x whose output a byte copy (ops/memory.h) then overwrites with the copy's values:
-        // they must read those values, not the rounding of what the norm wrote. Each side its own x
-        // (add_rms_norm adds delta into it).
-        std::vector<Buffer> out;
-        for (int side = 0; side < 3; ++side)
-          for (int64_t N : {70, 33, 50, 40, 40}) out.push_back(Buffer::zeros(DType::f32, {T, N}));
-        std::vector<Tensor> out_t;
-        for (const Buffer& o : out) out_t.push_back(o.tensor());
-        Buffer x_after = test::clone(x0.tensor()), x_copied = test::clone(x0.tensor()), x_other = test::random_f32(r, {T, K});
-        Buffer y = Buffer::zeros(DType::f32, {T, K}), copy = Buffer::zeros(DType::f32, {T, K});
-        auto steps = [add](const Tensor& x_after, const Tensor& x_copied, const Tensor& x_other, const Tensor& delta,
-                           const Tensor& w, const Tensor& y, const Tensor& copy, const Linear& a, const Linear& b,
-                           const Linear& c, const Linear& gate, const Linear& up, const std::vector<Tensor>& out) {
-          for (int side : {1, 0, 2}) {  // the copy's side first: its GEMVs round x themselves
-            const Tensor& x = side == 0 ? x_after : side == 1 ? x_copied : x_other;
-            if (add) add_rms_norm(x, delta, w, 1e-6f, 0.0f, y);
-            else rms_norm(x, w, 1e-6f, 0.0f, y);
-            if (side == 1) ops::copy(y, copy);
-            if (side == 2) copy_bytes(y, copy);
-            const Tensor& in = side == 1 ? copy : y;
-            const Tensor* o = out.data() + 5 * side;
-            matmul_many(in, std::vector<Linear>{a, b}, std::vector<Tensor>{o[0], o[1]});
-            matmul(in, c, o[2]);
-            matmul_swiglu(in, gate, up, o[3], o[4]);
-          }
-        };
-        test::run(backend(), steps, x_after, x_copied, x_other, delta, w, y, copy, a.w, b.w, c.w, gate.w, up.w, out_t);
-        for (size_t i = 0; i < 5; ++i) {
-          EXPECT_TRUE(test::bit_equal(out[i], out[5 + i])) << "output " << i;
-          EXPECT_TRUE(test::bit_equal(out[10 + i], out[5 + i])) << "output " << i << " after a byte copy over the norm's";
-        }
-      }
-#if KAPITSA_HAVE_CUDA
-  if (backend().name == "cuda") EXPECT_GT(cuda::detail::roundings_reused(), reused0) << "no norm handed a GEMV its rounding";
-#endif
 }
 
 // matmul_experts over affine expert stacks (the GPU routes quantized experts on the device: x rounded once

@@ -19,7 +19,6 @@
 //   acc += (s·sx)·float(Σ q·x̂) + b·Σx (Σx exact f32 per 32 inputs). An output moves by at most
 //   Σ_k |s·q_k|·sx/2 (the op test's bound). KAPITSA_CUDA_AFFINE_INT16=0 turns it off (for measuring).
 #include "ops/cuda/kernel_util.cuh"
-#include "ops/cuda/rounded_x.cuh"
 
 #include <cstdlib>
 #include <cstring>
@@ -217,14 +216,35 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_chunk_kernel(const fl
 
 // ---- int16 kernel (4 bits, groups of a multiple of 64) -------------------------------------------
 
-// x: [T, K] f32 (n64 = T·K/64 blocks of 64) → its rounding (rounded_x.cuh). One warp per 64 inputs.
-__global__ void quantize_x_int16_kernel(const float* __restrict__ x, RoundedRows r, int64_t n64) {
+constexpr int kActBlock = 64;         // inputs per x scale
+constexpr float kActMax = 32767.0f;   // |x̂| ≤ kActMax
+
+// Where input j (0…7) of a word sits among the word's 8 int16 slots: [0, 2, 4, 6, 1, 3, 5, 7], so the
+// low nibbles of a word (codes 0, 2, 4, 6 as bytes) meet slots 0–3 and the high nibbles slots 4–7.
+__device__ __forceinline__ int slot_of(int j) { return (j & 1) * 4 + (j >> 1); }
+
+// x: [T, K] f32 (n64 = T·K/64 blocks of 64) → xq: [T, K] int16 in slot order, sx: [n64], xsum: [2·n64]
+// (exact f32 sums of each 32 inputs). One warp per 64 inputs, lane l holding inputs 2l and 2l+1.
+__global__ void quantize_x_int16_kernel(const float* __restrict__ x, int16_t* __restrict__ xq, float* __restrict__ sx,
+                                        float* __restrict__ xsum, int64_t n64) {
   const int64_t blk = int64_t{blockIdx.x} * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
   pdl_trigger();
   pdl_wait();
   if (blk >= n64) return;
-  const int lane = threadIdx.x & 31;
-  round_block64(reinterpret_cast<const float2*>(x + blk * kActBlock)[lane], lane, blk, r);
+  const float2 v = reinterpret_cast<const float2*>(x + blk * kActBlock)[lane];
+  float amax = fmaxf(fabsf(v.x), fabsf(v.y)), sum = v.x + v.y;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // within each half-warp
+  const float inv = amax > 0.0f ? kActMax / amax : 0.0f;
+  if (lane == 0) sx[blk] = amax / kActMax;
+  if ((lane & 15) == 0) xsum[2 * blk + (lane >> 4)] = sum;
+  const int i = 2 * lane, word = i & ~7;
+  int16_t* out = xq + blk * kActBlock;
+  out[word + slot_of(i & 7)] = static_cast<int16_t>(fminf(fmaxf(rintf(v.x * inv), -kActMax), kActMax));
+  out[word + slot_of((i & 7) + 1)] = static_cast<int16_t>(fminf(fmaxf(rintf(v.y * inv), -kActMax), kActMax));
 }
 
 // Σ q·x̂ over one u32 word of 8 codes, x̂ its uint4 of int16 slots.
@@ -409,9 +429,11 @@ size_t affine_int16_scratch_bytes(int64_t T, int64_t K) {
 
 void quantize_x_int16(const float* x, int64_t T, int64_t K, void* scratch, cudaStream_t s) {
   const int64_t n64 = T * K / kActBlock;
+  auto* xq = static_cast<int16_t*>(scratch);
+  float* sx = reinterpret_cast<float*>(xq + T * K);
   constexpr int kWarpsPerBlock = 8;
   const unsigned blocks = static_cast<unsigned>((n64 + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch(quantize_x_int16_kernel, blocks, kWarpsPerBlock * 32, s, x, rounded_rows(scratch, T * K), n64);
+  launch(quantize_x_int16_kernel, blocks, kWarpsPerBlock * 32, s, x, xq, sx, sx + n64, n64);
 }
 
 namespace {

@@ -164,17 +164,14 @@ void ggml_experts_int8(const void* scratch, const GgmlArgs& a, const GgmlRoute& 
                        cudaStream_t s);
 
 // norm.cu — x, z, y: [R, D];  w: [D]. In place allowed.
-// rms_norm and add_rms_norm with `rounded` (a scratch of affine_int16_scratch_bytes(R, D)) also write the
-// int16 rounding of y there, as quantize_x_int16 would (rounded_x.cuh), when norm_rounds(D): true if so.
-bool norm_rounds(int64_t D);
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,
-              cudaStream_t s, void* rounded = nullptr);
+              cudaStream_t s);
 void rms_norm_gated(const float* x, const float* z, const float* w, float eps, float* y, int64_t R, int64_t D,
                     cudaStream_t s);
 void l2_norm(const float* x, float eps, float scale, float* y, int64_t R, int64_t D, cudaStream_t s);
 // x ← x + delta, then y = rms_norm(x); x, delta, y distinct.
 void add_rms_norm(float* x, const float* delta, const float* w, float eps, float weight_offset, float* y, int64_t R,
-                  int64_t D, cudaStream_t s, void* rounded = nullptr);
+                  int64_t D, cudaStream_t s);
 // norm_group.cu — groups of group_size columns.
 void rms_norm_group_gated(const float* x, const float* z, const float* w, int64_t group_size, float eps, float* y,
                           int64_t R, int64_t D, cudaStream_t s);

@@ -11,7 +11,6 @@
 #include "ops/composed/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
-#include "ops/cuda/rounded_x.h"
 #include "ops/cuda/runtime.h"
 
 #include <algorithm>
@@ -61,12 +60,9 @@ constexpr int64_t kChunkedGemvMaxTokens = 32;
 // verification, bound by reading the weight, keep f32's precision at no cost.
 constexpr int64_t kDenseExactMaxTokens = 64;
 
-// x: [T, K] rounded to int16 for the int16 affine GEMVs: by the norm right before (rounded_x.h), else here
-// in Slot::temp0 (valid until its next use). (Rounding inside each GEMV block instead, for one token, was
-// measured slower: docs/cuda.md.)
+// x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
+// (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
 const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
-  if (const void* ready = detail::rounded_ready(x.data(), T * K)) return ready;
-  detail::rounding_wanted();
   void* xq = detail::scratch(detail::Slot::temp0, kernels::affine_int16_scratch_bytes(T, K));
   kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
   return xq;

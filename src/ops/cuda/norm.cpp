@@ -1,8 +1,6 @@
 // CUDA row normalisations (RMSNorm, residual add + RMSNorm, gated RMSNorm, L2 norm): checks, then the kernels of norm.cu.
-// The first two may also round their output for the 4-bit GEMV after them (rounded_x.h).
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
-#include "ops/cuda/rounded_x.h"
 #include "ops/cuda/runtime.h"
 
 namespace kapitsa::ops::cuda {
@@ -17,10 +15,8 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, float weight_offset, 
   const int64_t D = x.dim(-1), R = rows_of(x);
   KAPITSA_CHECK(w.numel() == D && y.numel() == x.numel(), "rms_norm: x {}, w {}, y {}", x.shape().str(),
                 w.shape().str(), y.shape().str());
-  void* rounded = detail::rounding_scratch(R, D);
-  kernels::rms_norm(x.f32(), w.f32(), eps, weight_offset, y.f32(), R, D, stream(), rounded);
+  kernels::rms_norm(x.f32(), w.f32(), eps, weight_offset, y.f32(), R, D, stream());
   check_launch("rms_norm");
-  if (rounded != nullptr) detail::rounded_written(y.data(), R * D, rounded);
 }
 
 // x, delta, y: [R, D];  w: [D] f32 (x, delta, y distinct: checked in ops.cpp).
@@ -32,10 +28,8 @@ void add_rms_norm(const Tensor& x, const Tensor& delta, const Tensor& w, float e
   KAPITSA_CHECK(w.numel() == D && y.numel() == x.numel() && delta.numel() == x.numel(),
                 "add_rms_norm: x {}, delta {}, w {}, y {}", x.shape().str(), delta.shape().str(), w.shape().str(),
                 y.shape().str());
-  void* rounded = detail::rounding_scratch(R, D);
-  kernels::add_rms_norm(x.f32(), delta.f32(), w.f32(), eps, weight_offset, y.f32(), R, D, stream(), rounded);
+  kernels::add_rms_norm(x.f32(), delta.f32(), w.f32(), eps, weight_offset, y.f32(), R, D, stream());
   check_launch("add_rms_norm");
-  if (rounded != nullptr) detail::rounded_written(y.data(), R * D, rounded);
 }
 
 // x, z, y: [R, D];  w: [D] f32.

@@ -2,7 +2,6 @@
 // squares reduced in f32 over the block, then each element scaled. A thread reads an element before it
 // writes the same element, and the block finishes the sum before any write, so y may alias x.
 #include "ops/cuda/kernel_util.cuh"
-#include "ops/cuda/rounded_x.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
@@ -19,12 +18,10 @@ __device__ float row_sum_of_squares(const float* x, int64_t D, float* shared) {
 // kRowRegs elements (strided by blockDim) in registers, so all its loads are issued at once and the
 // row is read once (a decode step's norm is one row: a loop of dependent loads made it latency-bound,
 // 7 µs for 2560 floats). Each thread writes only elements it read itself, so y may alias x.
-// With Round, y is also staged in shared memory (D floats, dynamic) and rounded to int16 into r (its
-// warps taking blocks of 64), the same bits as quantize_x_int16 gives from y.
 constexpr int kRowRegs = 8;
-template <bool Add, bool Round>
+template <bool Add>
 __global__ void rms_norm_regs_kernel(float* x, const float* delta, const float* w, float eps, float weight_offset,
-                                     float* y, int64_t D, RoundedRows r) {
+                                     float* y, int64_t D) {
   __shared__ float shared[32];
   pdl_trigger();
   float* xr = x + blockIdx.x * D;
@@ -52,22 +49,10 @@ __global__ void rms_norm_regs_kernel(float* x, const float* delta, const float* 
     ss += v[i] * v[i];
   }
   const float inv = rsqrtf(block_sum(ss, shared) / static_cast<float>(D) + eps);
-  extern __shared__ float row_y[];  // [D], with Round
 #pragma unroll
   for (int i = 0; i < kRowRegs; ++i) {
     const int64_t d = threadIdx.x + int64_t{i} * blockDim.x;
-    if (d < D) {
-      const float out = v[i] * inv * (weight_offset + wv[i]);
-      yr[d] = out;
-      if constexpr (Round) row_y[d] = out;
-    }
-  }
-  if constexpr (Round) {
-    __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const int64_t blocks64 = D / kActBlock;
-    for (int64_t g = threadIdx.x >> 5; g < blocks64; g += blockDim.x >> 5)
-      round_block64(reinterpret_cast<const float2*>(row_y + g * kActBlock)[lane], lane, blockIdx.x * blocks64 + g, r);
+    if (d < D) yr[d] = v[i] * inv * (weight_offset + wv[i]);
   }
 }
 
@@ -135,30 +120,20 @@ __global__ void l2_norm_kernel(const float* x, float eps, float scale, float* y,
 }  // namespace
 
 // Rows go to gridDim.x (up to 2^31 - 1).
-bool norm_rounds(int64_t D) { return D > 0 && D % kActBlock == 0 && regs_threads(D) > 0; }
-
 void rms_norm(const float* x, const float* w, float eps, float weight_offset, float* y, int64_t R, int64_t D,
-              cudaStream_t s, void* rounded) {
+              cudaStream_t s) {
   if (R <= 0 || D <= 0) return;
-  const unsigned rows = static_cast<unsigned>(R);
-  if (rounded != nullptr && norm_rounds(D))
-    launch_smem(rms_norm_regs_kernel<false, true>, rows, regs_threads(D), static_cast<size_t>(D) * sizeof(float), s,
-                const_cast<float*>(x), nullptr, w, eps, weight_offset, y, D, rounded_rows(rounded, R * D));
-  else if (const int threads = regs_threads(D))
-    launch(rms_norm_regs_kernel<false, false>, rows, threads, s, const_cast<float*>(x), nullptr, w, eps, weight_offset,
-           y, D, RoundedRows{});
-  else launch(rms_norm_kernel, rows, kThreads, s, x, w, eps, weight_offset, y, D);
+  if (const int threads = regs_threads(D))
+    launch(rms_norm_regs_kernel<false>, static_cast<unsigned>(R), threads, s, const_cast<float*>(x), nullptr, w, eps,
+           weight_offset, y, D);
+  else launch(rms_norm_kernel, static_cast<unsigned>(R), kThreads, s, x, w, eps, weight_offset, y, D);
 }
 void add_rms_norm(float* x, const float* delta, const float* w, float eps, float weight_offset, float* y, int64_t R,
-                  int64_t D, cudaStream_t s, void* rounded) {
+                  int64_t D, cudaStream_t s) {
   if (R <= 0 || D <= 0) return;
-  const unsigned rows = static_cast<unsigned>(R);
-  if (rounded != nullptr && norm_rounds(D))
-    launch_smem(rms_norm_regs_kernel<true, true>, rows, regs_threads(D), static_cast<size_t>(D) * sizeof(float), s, x,
-                delta, w, eps, weight_offset, y, D, rounded_rows(rounded, R * D));
-  else if (const int threads = regs_threads(D))
-    launch(rms_norm_regs_kernel<true, false>, rows, threads, s, x, delta, w, eps, weight_offset, y, D, RoundedRows{});
-  else launch(add_rms_norm_kernel, rows, kThreads, s, x, delta, w, eps, weight_offset, y, D);
+  if (const int threads = regs_threads(D))
+    launch(rms_norm_regs_kernel<true>, static_cast<unsigned>(R), threads, s, x, delta, w, eps, weight_offset, y, D);
+  else launch(add_rms_norm_kernel, static_cast<unsigned>(R), kThreads, s, x, delta, w, eps, weight_offset, y, D);
 }
 void rms_norm_gated(const float* x, const float* z, const float* w, float eps, float* y, int64_t R, int64_t D,
                     cudaStream_t s) {

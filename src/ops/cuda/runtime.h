@@ -37,7 +37,7 @@ void check(cublasStatus_t status, const char* what);
 void check_launch(const char* op);
 
 // Scratch slots: one per distinct temporary an op may hold at once.
-enum class Slot { span0, span1, span2, temp0, temp1, pack, rounded, count };
+enum class Slot { span0, span1, span2, temp0, temp1, pack, count };
 // At least `bytes` of device memory in `slot`, valid until the next call for the same slot.
 void* scratch(Slot slot, size_t bytes);
 // Host memory → device, stream-ordered, through a pinned staging ring: the copy is queued without waiting
