@@ -351,39 +351,47 @@ void HybridDecoder::write_outputs(const ForwardBatch& batch, const ForwardOutput
     ops::gather_rows(normed, rows, out);
     if (out.data() != r.out.data()) store(out, r.out);
   }
-  // The head over requested rows: their logits, or (argmax) the argmax of each row's logits.
-  auto head = [&](std::span<const ForwardOutputs::Rows> requests, bool argmax) {
-    if (requests.empty()) return;
-    if (!argmax && requests.size() == 1 && contiguous(requests[0].rows)) {
-      const auto& r = requests[0];
-      const int64_t first = begins[r.sequence] + r.rows.front();
-      const Tensor out = on_device(r.out);
-      ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, out);
-      if (out.data() != r.out.data()) store(out, r.out);
-      return;
-    }
-    // Every requested row through the head at once (its weights read once).
-    size_t total = 0;
-    for (const auto& r : requests) total += r.rows.size();
-    std::span<int32_t> rows = ws.take_span<int32_t>(total);
-    size_t n = 0;
-    for (const auto& r : requests)
-      for (int32_t row : r.rows) rows[n++] = static_cast<int32_t>(begins[r.sequence] + row);
-    const int64_t R = static_cast<int64_t>(total);
-    const Tensor picked = ws.take(DType::f32, {R, info_.hidden_size});
-    const Tensor logits = ws.take(DType::f32, {R, info_.vocab_size});
-    ops::gather_rows(normed, rows, picked);
-    ops::matmul(picked, head_, logits);
-    const Tensor best = argmax ? ws.take(DType::i32, {R, 1}) : Tensor();
-    if (argmax) ops::argmax_rows(logits, info_.vocab_size, best);
-    int64_t from = 0;
-    for (const auto& r : requests) {
-      store((argmax ? best : logits).rows(from, from + static_cast<int64_t>(r.rows.size())), r.out);
-      from += static_cast<int64_t>(r.rows.size());
-    }
+  // The head over the requested rows: their logits, or the argmax of each row's logits.
+  if (outputs.logits.empty() && outputs.argmax.empty()) return;
+  if (outputs.argmax.empty() && outputs.logits.size() == 1 && contiguous(outputs.logits[0].rows)) {
+    const auto& r = outputs.logits[0];
+    const int64_t first = begins[r.sequence] + r.rows.front();
+    const Tensor out = on_device(r.out);
+    ops::matmul(normed.rows(first, first + static_cast<int64_t>(r.rows.size())), head_, out);
+    if (out.data() != r.out.data()) store(out, r.out);
+    return;
+  }
+  // Every requested row through the head in one matmul (its weights read once), in sequence order
+  // whichever output a sequence asked for: a row's logits are then the same bits whether the other
+  // sequences asked for logits or for argmaxes (a GPU matmul's sums depend on its row count).
+  struct Request {
+    const ForwardOutputs::Rows* rows;
+    bool argmax;
   };
-  head(outputs.logits, false);
-  head(outputs.argmax, true);
+  std::vector<Request> requests;
+  for (const auto& r : outputs.logits) requests.push_back({&r, false});
+  for (const auto& r : outputs.argmax) requests.push_back({&r, true});
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const Request& a, const Request& b) { return a.rows->sequence < b.rows->sequence; });
+  size_t total = 0;
+  for (const Request& q : requests) total += q.rows->rows.size();
+  std::span<int32_t> rows = ws.take_span<int32_t>(total);
+  size_t n = 0;
+  for (const Request& q : requests)
+    for (int32_t row : q.rows->rows) rows[n++] = static_cast<int32_t>(begins[q.rows->sequence] + row);
+  const int64_t R = static_cast<int64_t>(total);
+  const Tensor picked = ws.take(DType::f32, {R, info_.hidden_size});
+  const Tensor logits = ws.take(DType::f32, {R, info_.vocab_size});
+  ops::gather_rows(normed, rows, picked);
+  ops::matmul(picked, head_, logits);
+  const Tensor best = outputs.argmax.empty() ? Tensor() : ws.take(DType::i32, {R, 1});
+  if (!best.empty()) ops::argmax_rows(logits, info_.vocab_size, best);
+  int64_t from = 0;
+  for (const Request& q : requests) {
+    const int64_t len = static_cast<int64_t>(q.rows->rows.size());
+    store((q.argmax ? best : logits).rows(from, from + len), q.rows->out);
+    from += len;
+  }
 }
 
 }  // namespace kapitsa::models
