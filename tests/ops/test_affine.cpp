@@ -227,12 +227,15 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
 // verification (the last accepted token plus k proposals in one forward) then gives exactly the logits
 // plain decoding gives, so greedy output cannot change with speculation. The MLX default shapes (groups
 // of 64, K a multiple of 128: the cpu's plane kernel) and 8 bits, 1-8 tokens, fresh random data.
+// On cuda only 4 bits (the int16 GEMV, whose 1-, 4- and 8-token instances form each token's sums in one
+// order); its other widths take other kernels for one token and for several.
 TEST_P(OnBackend, AffineRowsOfSeveralTokensEqualEachTokenAlone) {
-  if (backend().name == "cuda") GTEST_SKIP() << "the cpu kernels' property (the cuda GEMV sums tokens in other orders)";
+  const bool cuda = backend().name == "cuda";
   Rng r;
   SCOPED_TRACE(r.trace());
   for (int bits : {4, 8})
     for (int64_t K : {128, 384, 1152}) {
+      if (cuda && bits != 4) continue;
       const int64_t N = 1 + static_cast<int64_t>(r.gen() % 70);
       RandomAffine a(r, N, K, bits, 64, DType::bf16);
       for (int64_t T = 2; T <= 8; ++T) {
