@@ -36,9 +36,6 @@ class HybridDecoder : public Model {
   // The multi-token-prediction head's plumbing, shared by the families: checks, KV pages for rows past
   // n_past, the step metadata, the rows' embeddings and hidden rows, the outputs; mtp_head computes it.
   Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const override;
-  // The head's k greedy steps at once (hybrid_mtp_chain.cpp); on a GPU one graph, as forward_greedy_chain.
-  Status forward_mtp_greedy_chain(std::span<const MtpRows> sequences, int steps, std::span<int32_t> guesses,
-                                  ForwardContext& ctx) const override;
   // k greedy steps at once; on a GPU one graph (StepKind::greedy_chain): each step's argmax written
   // where the next step's embedding reads its ids (ops::step_metadata_tensor).
   Status forward_greedy_chain(const ForwardBatch& batch, int steps, int64_t columns,

@@ -96,8 +96,7 @@ inline std::span<int32_t> take_ids(const ForwardBatch& batch, Workspace& ws) {
 constexpr size_t kMaxGraphTokens = static_cast<size_t>(kDeviceRoutedMaxTokens);
 
 // Tags that keep keys of other steps apart from plain decode's (whose first element is a token count).
-constexpr uint64_t kVerifyStep = uint64_t{1} << 40, kMtpStep = uint64_t{2} << 40, kChainStep = uint64_t{3} << 40,
-                   kMtpChainStep = uint64_t{4} << 40;
+constexpr uint64_t kVerifyStep = uint64_t{1} << 40, kMtpStep = uint64_t{2} << 40, kChainStep = uint64_t{3} << 40;
 
 // What a few-row step's captured ops bake in beyond run_as_graph's shared part:
 // - every sequence's row count: the sizes of the step's host spans (the mirror's layout), and launch

@@ -58,17 +58,6 @@ Status Model::run_mtp(std::span<const MtpRows> sequences) const {
   return forward_mtp(sequences, ctx);
 }
 
-Status Model::forward_mtp_greedy_chain(std::span<const MtpRows>, int, std::span<int32_t>, ForwardContext&) const {
-  return error("{} cannot chain its multi-token-prediction head's steps", info().model_type);
-}
-
-Status Model::run_mtp_greedy_chain(std::span<const MtpRows> sequences, int steps, std::span<int32_t> guesses) const {
-  std::lock_guard lock(workspace_mu_);
-  workspace_.set_device(device());
-  ForwardContext ctx{workspace_};
-  return forward_mtp_greedy_chain(sequences, steps, guesses, ctx);
-}
-
 Status Model::forward_greedy_chain(const ForwardBatch&, int, int64_t, std::span<const std::span<const int32_t>>,
                                    std::span<int32_t>, ForwardContext&) const {
   return error("{} cannot chain greedy steps", info().model_type);

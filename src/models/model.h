@@ -171,17 +171,6 @@ class Model {
   virtual Status forward_mtp(std::span<const MtpRows> sequences, ForwardContext& ctx) const;
   // forward_mtp with the model's own workspace.
   Status run_mtp(std::span<const MtpRows> sequences) const;
-  // The head's greedy guesses in one call (on a GPU one captured graph and one wait instead of a round
-  // trip a guess). Step 0 runs each sequence's rows as forward_mtp does, and the argmax of its last row's
-  // logits is its guess 0; step j = 1 … steps − 1 runs one row a sequence: guess j − 1 with the head's
-  // own output row of step j − 1, one position on, and gives guess j. Only state, position0, ids and
-  // hidden of each MtpRows are read. guesses: [n_sequences · steps], sequence i's at [i · steps,
-  // (i + 1) · steps). The same guesses as `steps` forward_mtp calls each followed by the argmax; errors
-  // as forward_mtp's (nothing changed then); models without it say so.
-  virtual Status forward_mtp_greedy_chain(std::span<const MtpRows> sequences, int steps, std::span<int32_t> guesses,
-                                          ForwardContext& ctx) const;
-  // forward_mtp_greedy_chain with the model's own workspace.
-  Status run_mtp_greedy_chain(std::span<const MtpRows> sequences, int steps, std::span<int32_t> guesses) const;
 
   // Greedy guessing in one call (a draft model's proposal; on a GPU one captured graph and one wait
   // instead of a round trip a guess). Step 0 folds each sequence's ids, and the argmax of its last row's

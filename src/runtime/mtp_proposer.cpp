@@ -126,36 +126,10 @@ void MtpProposer::propose_batch(std::span<const DraftRequest> requests) {
              e.hidden.data() + (e.filled - e.hidden_from) * H};
     active.push_back(std::move(a));
   }
-  if (active.empty()) return;
-  // Greedy proposals of one length: the head's steps chained in one call (on a GPU one graph and one
-  // wait instead of a round trip a guess); the same guesses as the steps below. Anything else (sampled
-  // guesses, mixed lengths, a chain that fails) takes the steps below.
-  const int k = active.front().r->max_tokens;
-  if (std::all_of(active.begin(), active.end(), [&](const Active& a) { return !a.r->sampled() && a.r->max_tokens == k; })) {
-    std::vector<models::Model::MtpRows> chain;
-    for (const Active& a : active) {
-      const int64_t n_rows = static_cast<int64_t>(a.ids.size());
-      chain.push_back({a.r->state, a.position0, a.ids, Tensor(DType::f32, {n_rows, H}, const_cast<float*>(a.hidden)), {}, {}, {}});
-    }
-    std::vector<int32_t> guesses(active.size() * static_cast<size_t>(k));
-    if (Status s = run_mtp_chain(*target_, chain, k, guesses); s.ok()) {
-      for (size_t i = 0; i < active.size(); ++i) {
-        Active& a = active[i];
-        head_rows_ += static_cast<int64_t>(a.ids.size()) + k - 1;
-        a.e->filled = a.r->state->n_past();  // the head has now seen every folded position
-        a.e->hidden.erase(a.e->hidden.begin(), a.e->hidden.begin() + (a.e->filled - a.e->hidden_from) * H);
-        a.e->hidden_from = a.e->filled;
-        a.r->out->assign(guesses.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(k)),
-                         guesses.begin() + static_cast<std::ptrdiff_t>((i + 1) * static_cast<size_t>(k)));
-      }
-      return;
-    } else {
-      log::debug("mtp proposer: chained steps: {}", s.error().message);
-    }
-  }
   std::vector<models::Model::MtpRows> rows;
   // Rows of every head step (page-locked for a model on a GPU: each step copies them back).
   const int64_t most = static_cast<int64_t>(active.size());
+  if (most == 0) return;
   if (logits_.tensor().empty() || logits_.tensor().dim(0) < most || logits_.tensor().dim(1) != V) {
     logits_ = ops::allocate_host_for(target_->device(), DType::f32, {most, V}, "the MTP head's logits");
     out_hidden_ = ops::allocate_host_for(target_->device(), DType::f32, {most, H}, "the MTP head's hidden rows");

@@ -34,12 +34,6 @@ Status run_mtp_forward(const models::Model& model, std::span<const models::Model
   return model.run_mtp(rows);
 }
 
-Status run_mtp_chain(const models::Model& model, std::span<const models::Model::MtpRows> rows, int steps,
-                     std::span<int32_t> guesses) {
-  std::lock_guard lock(compute_lock());
-  return model.run_mtp_greedy_chain(rows, steps, guesses);
-}
-
 Status run_greedy_chain(const models::Model& model, const models::ForwardBatch& batch, int steps, int64_t columns,
                         std::span<const std::span<const int32_t>> checkpoint_slots, std::span<int32_t> guesses) {
   std::lock_guard lock(compute_lock());

@@ -33,9 +33,6 @@ Status run_forward(const models::Model& model, const models::ForwardBatch& batch
 Status run_forward(const models::Model& model, std::span<const models::Model::BatchItem> items);
 // Model::run_mtp under the same lock.
 Status run_mtp_forward(const models::Model& model, std::span<const models::Model::MtpRows> rows);
-// Model::run_mtp_greedy_chain under the same lock.
-Status run_mtp_chain(const models::Model& model, std::span<const models::Model::MtpRows> rows, int steps,
-                     std::span<int32_t> guesses);
 // Model::run_greedy_chain under the same lock.
 Status run_greedy_chain(const models::Model& model, const models::ForwardBatch& batch, int steps, int64_t columns,
                         std::span<const std::span<const int32_t>> checkpoint_slots, std::span<int32_t> guesses);

@@ -4,8 +4,7 @@
 // prompt step (17 rows: the eager path on a GPU too), plain decode steps (on a GPU captured, then
 // replayed) and verification-like steps of three rows with checkpoints; sequence 0 asks for logits, the
 // others for argmaxes. The same for the MTP head's rows (MtpArgmax). On the cpu and, where there is one,
-// the GPU (skipped visibly without). The head's chained greedy steps against its steps one at a time
-// (MtpChain).
+// the GPU (skipped visibly without).
 #include "cuda_test.h"
 #include "model_on_device.h"
 #include "models/model.h"
@@ -165,77 +164,6 @@ TEST_P(MtpArgmax, EqualsTheFirstMaximumOfTheHeadsLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MtpArgmax, ::testing::Values(Device::cpu, Device::cuda),
-                         [](const ::testing::TestParamInfo<Device>& i) { return i.param == Device::cuda ? "cuda" : "cpu"; });
-
-// Model::forward_mtp_greedy_chain against the head's steps one call at a time (forward_mtp with argmax
-// outputs, batched as the chain batches them): two sequences of the demo target with 10 and 5 catch-up
-// rows, 4 steps, the same guesses; three times over (on a GPU the third replays the captured chain).
-class MtpChain : public ::testing::TestWithParam<Device> {};
-
-TEST_P(MtpChain, EqualsOneHeadStepAtATime) {
-  if (GetParam() == Device::cuda) KAPITSA_SKIP_WITHOUT_GPU();
-  models::LoadOptions options;
-  options.device = GetParam();
-  auto loaded = models::load_model(test_data_path("../models/demo/target"), options);
-  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
-  const models::Model& model = **loaded;
-  const int64_t V = model.info().vocab_size, H = model.info().hidden_size, L = model.info().n_layers;
-  const std::vector<std::vector<int32_t>> prompts = {{12, 400, 33, 1021, 7, 99, 5000, 71, 2, 640, 13},
-                                                     {3, 1500, 44, 820, 9, 61}};
-  constexpr int kSteps = 4;
-  const size_t n = prompts.size();
-  std::vector<std::unique_ptr<models::SequenceState>> one_by_one, chained;
-  std::vector<Buffer> hidden;  // [rows, H] each: the target's final-normed rows, the head's input
-  for (const auto& prompt : prompts) {
-    const int64_t rows = static_cast<int64_t>(prompt.size()) - 1;
-    Buffer logits = Buffer::allocate(DType::f32, {rows, V}), all = Buffer::allocate(DType::f32, {L + 1, rows, H});
-    for (auto* states : {&one_by_one, &chained}) {
-      states->push_back(model.new_state(64));
-      ASSERT_TRUE(model.forward(std::span<const int32_t>(prompt.data(), static_cast<size_t>(rows)), *states->back(), logits, all).ok());
-    }
-    hidden.push_back(copy_of(all.tensor().index(L)));
-  }
-  const uint64_t replays0 = ops::step_graph_launches(ops::StepKind::mtp_head);
-  for (int round = 0; round < 3; ++round) {
-    SCOPED_TRACE(::testing::Message() << "round " << round);
-    // One head step at a time, both sequences in each.
-    std::vector<int32_t> expected(n * kSteps);
-    std::vector<int32_t> guess(n);
-    std::vector<Buffer> carried;
-    for (int j = 0; j < kSteps; ++j) {
-      std::vector<Buffer> best, out;
-      std::vector<models::Model::MtpRows> rows;
-      for (size_t i = 0; i < n; ++i) {
-        const int64_t catch_up = static_cast<int64_t>(prompts[i].size()) - 1;
-        best.push_back(Buffer::allocate(DType::i32, {1, 1}));
-        out.push_back(Buffer::allocate(DType::f32, {1, H}));
-        const std::span<const int32_t> ids = j == 0 ? std::span<const int32_t>(prompts[i]).subspan(1)
-                                                    : std::span<const int32_t>(&guess[i], 1);
-        rows.push_back({one_by_one[i].get(), j == 0 ? 0 : catch_up + j - 1, ids,
-                        j == 0 ? hidden[i].tensor() : carried[i].tensor(), {}, out.back().tensor(), best.back().tensor()});
-      }
-      ASSERT_TRUE(model.run_mtp(rows).ok());
-      carried.clear();
-      for (size_t i = 0; i < n; ++i) {
-        guess[i] = best[i].tensor().data_as<int32_t>()[0];
-        expected[i * kSteps + static_cast<size_t>(j)] = guess[i];
-        carried.push_back(copy_of(out[i].tensor()));
-      }
-    }
-    // The chain.
-    std::vector<models::Model::MtpRows> rows;
-    for (size_t i = 0; i < n; ++i)
-      rows.push_back({chained[i].get(), 0, std::span<const int32_t>(prompts[i]).subspan(1), hidden[i].tensor(), {}, {}, {}});
-    std::vector<int32_t> guesses(n * kSteps, -1);
-    ASSERT_TRUE(model.run_mtp_greedy_chain(rows, kSteps, guesses).ok());
-    EXPECT_EQ(guesses, expected);
-    for (size_t i = 0; i < n; ++i) EXPECT_EQ(chained[i]->n_past(), one_by_one[i]->n_past()) << "the head moves no n_past";
-  }
-  if (GetParam() == Device::cuda && ops::spec_step_graphs_enabled(Device::cuda))
-    EXPECT_GT(ops::step_graph_launches(ops::StepKind::mtp_head), replays0) << "no head step was replayed as a graph";
-}
-
-INSTANTIATE_TEST_SUITE_P(Models, MtpChain, ::testing::Values(Device::cpu, Device::cuda),
                          [](const ::testing::TestParamInfo<Device>& i) { return i.param == Device::cuda ? "cuda" : "cpu"; });
 
 INSTANTIATE_TEST_SUITE_P(Models, ArgmaxOutputs,
