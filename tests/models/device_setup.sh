@@ -24,11 +24,16 @@ PY
 # The GGUF fixtures are zstd patches against their fixture's model.safetensors (CMakeLists.txt): applied
 # with the zstd the bundle carries (the GPU machine has none).
 ZSTD=$(command -v zstd || echo "$DEV/zstd")
+# FIXTURE-mtp-TYPE.gguf patches FIXTURE's model.safetensors followed by FIXTURE-mtp's model-mtp.safetensors
+# (as CMakeLists.txt unpacks them).
 for z in "$REPO"/tests/fixtures/gguf/*.gguf.zst; do
   out=${z%.zst}
   fixture=$(basename "$out" | sed -E 's/-[A-Z0-9_]+\.gguf$//')
-  [ -e "$out" ] || "$ZSTD" -qdf --patch-from="$REPO/tests/fixtures/$fixture/model.safetensors" "$z" -o "$out" ||
+  base="$REPO/tests/fixtures/${fixture%-mtp}/model.safetensors"
+  [ -e "$REPO/tests/fixtures/$fixture/model-mtp.safetensors" ] && base="$base $REPO/tests/fixtures/$fixture/model-mtp.safetensors"
+  [ -e "$out" ] || { cat $base > "$out.base" && "$ZSTD" -qdf --patch-from="$out.base" "$z" -o "$out"; } ||
     { rm -f "$out"; echo "could not unpack $z (no zstd at $ZSTD)"; }
+  rm -f "$out.base"
 done
 step() {  # step LOG TIMEOUT CMD...: output into $OUT/LOG; rc and time on stdout
   local log=$1 limit=$2 t=$(date +%s%N); shift 2
