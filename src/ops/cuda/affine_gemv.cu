@@ -26,17 +26,6 @@
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
-// 16 bytes of a weight row, read once a step: not kept in L1 (x, read by every block, keeps L1 to itself),
-// with a 256-byte L2 prefetch, as matmul.cu's load_weights. The 4-bit 4B shape's decode on an H100,
-// alternating runs of one call (session 32): 445.1 / 439.7 tok/s with __ldg, 451.0 / 451.0 with this.
-__device__ __forceinline__ uint4 load_weights(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 constexpr int kWarps = 4;   // warps of a block
 constexpr int kUnroll = 4;  // words a lane loads (per row) before it computes
 

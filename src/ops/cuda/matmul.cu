@@ -26,19 +26,6 @@ __device__ __forceinline__ float widen(W v) {
   else return v;
 }
 
-// 16 bytes of a weight row, read once a step: not kept in L1 (x, read by every warp, keeps L1 to itself),
-// with a 256-byte L2 prefetch (a warp's load covers 512 contiguous bytes of a row). The 4B shape's bf16
-// decode on an H100, alternating runs of one call (session 30): 250.4 / 249.6 tok/s with __ldg, 253.9 /
-// 253.4 with this (254.4 / 253.6 without the prefetch hint, which did not go through the op tests on a
-// GPU; this one did). The 4-bit kernels (affine_gemv.cu) still use __ldg: not measured with it yet.
-__device__ __forceinline__ uint4 load_weights(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // acc += x[k … k + kVec) · the kVec weights in raw, four products a step: the order of the one-token
 // kernels below (gemv_vec_kernel's use() writes out the same sums).
 template <typename W>
