@@ -166,13 +166,7 @@ TEST_P(MtpArgmax, EqualsTheFirstMaximumOfTheHeadsLogits) {
 INSTANTIATE_TEST_SUITE_P(Models, MtpArgmax, ::testing::Values(Device::cpu, Device::cuda),
                          [](const ::testing::TestParamInfo<Device>& i) { return i.param == Device::cuda ? "cuda" : "cpu"; });
 
-INSTANTIATE_TEST_SUITE_P(Models, ArgmaxOutputs,
-                         ::testing::Values(ModelOnDevice{"../models/demo/draft", Device::cpu},
-                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cpu},
-                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cpu},
-                                           ModelOnDevice{"../models/demo/draft", Device::cuda},
-                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cuda},
-                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cuda}));
+INSTANTIATE_TEST_SUITE_P(Models, ArgmaxOutputs, ::testing::ValuesIn(draft_and_tiny_fixtures()));
 
 }  // namespace
 }  // namespace kapitsa::testing

@@ -117,13 +117,7 @@ TEST_P(GreedyChain, EqualsOneForwardAtATime) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GreedyChain,
-                         ::testing::Values(ModelOnDevice{"../models/demo/draft", Device::cpu},
-                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cpu},
-                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cpu},
-                                           ModelOnDevice{"../models/demo/draft", Device::cuda},
-                                           ModelOnDevice{"fixtures/qwen35-moe-tiny", Device::cuda},
-                                           ModelOnDevice{"fixtures/nemotron-h-tiny", Device::cuda}));
+INSTANTIATE_TEST_SUITE_P(Models, GreedyChain, ::testing::ValuesIn(draft_and_tiny_fixtures()));
 
 }  // namespace
 }  // namespace kapitsa::testing
