@@ -25,43 +25,50 @@ __global__ void gdn_gates_kernel(const float* a, const float* b, const float* A_
 constexpr int kLanesPerColumn = 4;
 constexpr int kColumnsPerBlock = 32;
 
-// The thread's rows r, r + 4, … of column j of a [Dk, Dv] state, to or from registers (lanes past Dv
-// or Dk hold zeros and store nothing).
-template <int kRows>
-__device__ __forceinline__ void load_column(float (&S)[kRows], const float* state, int r, int64_t j, int64_t Dk,
-                                            int64_t Dv, bool valid) {
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int64_t i = r + kLanesPerColumn * m;
-    S[m] = valid && i < Dk ? state[i * Dv + j] : 0.0f;
-  }
+// Element m of a thread's registers is row r + 4m of its column. kFull: Dk = 4·kRows, so every m is a
+// row (the usual head sizes). Offsets within a head's state are ints (Dk·Dv ≤ 2^16) and a column's
+// elements are a fixed stride apart: Nsight Compute found the token walk of these kernels issuing ~570
+// instructions a token and warp, most of them 64-bit index arithmetic and per-row bounds checks on a
+// runtime Dk (demo verification: 21.6 µs a layer, 7.7 cycles an instruction; session 33).
+template <int kRows, bool kFull>
+__device__ __forceinline__ bool has_row(int r, int m, int Dk) {
+  return kFull || r + kLanesPerColumn * m < Dk;
 }
-template <int kRows>
-__device__ __forceinline__ void store_column(const float (&S)[kRows], float* state, int r, int64_t j, int64_t Dk,
-                                             int64_t Dv, bool valid) {
+
+// The thread's rows of its column to or from registers; `column` points at row r of column j (its
+// rows are 4·Dv apart). Lanes past Dv or Dk hold zeros and store nothing.
+template <int kRows, bool kFull>
+__device__ __forceinline__ void load_column(float (&S)[kRows], const float* column, int r, int Dk, int Dv,
+                                            bool valid) {
+  const int stride = kLanesPerColumn * Dv;
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) {
-    const int64_t i = r + kLanesPerColumn * m;
-    if (valid && i < Dk) state[i * Dv + j] = S[m];
-  }
+  for (int m = 0; m < kRows; ++m) S[m] = valid && has_row<kRows, kFull>(r, m, Dk) ? column[m * stride] : 0.0f;
+}
+template <int kRows, bool kFull>
+__device__ __forceinline__ void store_column(const float (&S)[kRows], float* column, int r, int Dk, int Dv,
+                                             bool valid) {
+  const int stride = kLanesPerColumn * Dv;
+  if (!valid) return;
+#pragma unroll
+  for (int m = 0; m < kRows; ++m)
+    if (has_row<kRows, kFull>(r, m, Dk)) column[m * stride] = S[m];
 }
 
 // One token for column j, whose rows the column's 4 lanes share: S ← αS;  u = Sᵀk;  δ = (v − u)β;
 // S += k δ;  returns o = Sᵀq (every lane of the column gets it). kt, qt: the token's key and query
-// (global or shared memory); v: v_j (unused when !valid). Each dot product sums four interleaved
-// partial sums (rows m ≡ 0…3 mod 4), then those, so its chain is a quarter as long: the kernel runs one
-// block a head, a few warps an SM, and waited on that chain.
-template <int kRows>
-__device__ __forceinline__ float delta_step(float (&S)[kRows], int r, int64_t Dk, const float* kt, const float* qt,
+// (global or shared memory), offset to row r (element m at [4m]); v: v_j (unused when !valid). Each dot
+// product sums four interleaved partial sums (rows m ≡ 0…3 mod 4), then those, so its chain is a quarter
+// as long: the kernel runs one block a head, a few warps an SM, and waited on that chain.
+template <int kRows, bool kFull>
+__device__ __forceinline__ float delta_step(float (&S)[kRows], int r, int Dk, const float* kt, const float* qt,
                                             float alpha, float v, float beta, bool valid) {
   constexpr int kParts = kRows >= 4 ? 4 : 1;
   float up[kParts] = {};
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
-    const int64_t i = r + kLanesPerColumn * m;
-    if (i < Dk) {
+    if (has_row<kRows, kFull>(r, m, Dk)) {
       S[m] *= alpha;
-      up[m % kParts] = fmaf(S[m], kt[i], up[m % kParts]);
+      up[m % kParts] = fmaf(S[m], kt[kLanesPerColumn * m], up[m % kParts]);
     }
   }
   float u = kParts == 4 ? (up[0] + up[1]) + (up[2] + up[3]) : up[0];
@@ -71,10 +78,9 @@ __device__ __forceinline__ float delta_step(float (&S)[kRows], int r, int64_t Dk
   float op[kParts] = {};
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
-    const int64_t i = r + kLanesPerColumn * m;
-    if (i < Dk) {
-      S[m] = fmaf(kt[i], delta, S[m]);
-      op[m % kParts] = fmaf(S[m], qt[i], op[m % kParts]);
+    if (has_row<kRows, kFull>(r, m, Dk)) {
+      S[m] = fmaf(kt[kLanesPerColumn * m], delta, S[m]);
+      op[m % kParts] = fmaf(S[m], qt[kLanesPerColumn * m], op[m % kParts]);
     }
   }
   float o = kParts == 4 ? (op[0] + op[1]) + (op[2] + op[3]) : op[0];
@@ -91,19 +97,20 @@ constexpr int kStageTokens = 16;
 // shared memory together (and each thread its v values to registers), then walks them. Walking with
 // every token's loads in the chain cost 3.7 µs a token (a 512-token prefill of the 4B shape spent 55% of
 // its kernel time here, session 15); the arithmetic is unchanged (same operations, same order).
-template <int kRows>
+template <int kRows, bool kFull>
 __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delta_rule_kernel(GdnArgs a) {
   __shared__ float kq[kStageTokens][2][kGdnMaxKeyDim];  // k, then q, of each staged token
   __shared__ float gates[kStageTokens][2];              // alpha = exp(g), beta
   const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x;
   const int64_t h = blockIdx.y, kh = h / (a.Hv / a.Hk);
-  const int64_t j = blockIdx.x * int64_t{kColumnsPerBlock} + threadIdx.x / kLanesPerColumn;
+  const int j = static_cast<int>(blockIdx.x) * kColumnsPerBlock + static_cast<int>(threadIdx.x) / kLanesPerColumn;
   const bool valid = j < a.Dv;  // lanes past Dv still join the shuffles
-  const int64_t Dk = a.Dk, Dv = a.Dv, seq = blockIdx.z;
+  const int Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv), col = r * Dv + j;
+  const int64_t seq = blockIdx.z;
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
   float S[kRows];
-  load_column(S, state, r, j, Dk, Dv, valid);
+  load_column<kRows, kFull>(S, state + col, r, Dk, Dv, valid);
   for (int64_t t0 = sq.r0; t0 < sq.r1; t0 += kStageTokens) {
     const int n = sq.r1 - t0 < kStageTokens ? static_cast<int>(sq.r1 - t0) : kStageTokens;
     __syncthreads();  // the previous stage's reads are done
@@ -125,12 +132,12 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
     for (int u = 0; u < kStageTokens; ++u) {
       if (u >= n) break;
       const int64_t t = t0 + u;
-      const float o = delta_step(S, r, Dk, kq[u][0], kq[u][1], gates[u][0], v[u], gates[u][1], valid);
+      const float o = delta_step<kRows, kFull>(S, r, Dk, kq[u][0] + r, kq[u][1] + r, gates[u][0], v[u], gates[u][1], valid);
       if (valid && r == 0) a.o[(t * a.Hv + h) * Dv + j] = o;
-      if (ck[u] >= 0) store_column(S, a.state + (ck[u] * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+      if (ck[u] >= 0) store_column<kRows, kFull>(S, a.state + (ck[u] * a.Hv + h) * Dk * Dv + col, r, Dk, Dv, valid);
     }
   }
-  store_column(S, state, r, j, Dk, Dv, valid);
+  store_column<kRows, kFull>(S, state + col, r, Dk, Dv, valid);
 }
 
 // A token's decay and write strength from its raw a and b (gdn_core_varlen): alpha = exp(−e^{A_log} ·
@@ -162,20 +169,21 @@ __device__ __forceinline__ float2 block_sum2(float x, float y, float* shared) {
   return make_float2(warp_sum(x), warp_sum(y));
 }
 
-template <int kRows, int kMaxThreads>
+template <int kRows, int kMaxThreads, bool kFull>
 __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a) {
   __shared__ float kq[2 * kGdnMaxKeyDim];  // k̂ then q̂ of the token
   __shared__ float red[64];
   pdl_trigger();
   const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x;
-  const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y, Dk = a.Dk, Dv = a.Dv;
-  const int64_t j = threadIdx.x / kLanesPerColumn;
+  const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y;
+  const int Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv);
+  const int j = static_cast<int>(threadIdx.x) / kLanesPerColumn, col = r * Dv + j;
   const bool valid = j < Dv;  // lanes past Dv still join the shuffles and block sums
   const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h], wj = valid ? a.norm_w[j] : 0.0f;
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
   float S[kRows];
-  load_column(S, state, r, j, Dk, Dv, valid);
+  load_column<kRows, kFull>(S, state + col, r, Dk, Dv, valid);
   pdl_wait();
   const int64_t C = 2 * a.Hk * Dk + a.Hv * Dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(Dk));
@@ -189,16 +197,16 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a
     const float2 ss = block_sum2(kx * kx, qx * qx, red);  // its barriers also end the last token's reads of kq
     if (tid < Dk) kq[tid] = kx * rsqrtf(ss.x + 1e-6f), kq[Dk + tid] = qx * (q_scale * rsqrtf(ss.y + 1e-6f));
     __syncthreads();
-    const float o = delta_step(S, r, Dk, kq, kq + Dk, gate.x, vj, gate.y, valid);
+    const float o = delta_step<kRows, kFull>(S, r, Dk, kq + r, kq + Dk + r, gate.x, vj, gate.y, valid);
     const float oss = block_sum(valid && r == 0 ? o * o : 0.0f, red);
     if (valid && r == 0) {
       const float inv = rsqrtf(oss / static_cast<float>(Dv) + a.norm_eps);
       a.o[(t * a.Hv + h) * Dv + j] = o * inv * wj * (zj / (1.0f + expf(-zj)));
     }
     if (t >= sq.ckpt_begin)
-      store_column(S, a.state + (ckpt_slot(a.seqs, sq, t) * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+      store_column<kRows, kFull>(S, a.state + (ckpt_slot(a.seqs, sq, t) * a.Hv + h) * Dk * Dv + col, r, Dk, Dv, valid);
   }
-  store_column(S, state, r, j, Dk, Dv, valid);
+  store_column<kRows, kFull>(S, state + col, r, Dk, Dv, valid);
 }
 
 // gdn_core_varlen, a launch with a sequence of several rows (a speculative verification): as the kernel
@@ -220,41 +228,43 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a
 // copies, the metadata's upload) completes before the step's first kernel, launched without PDL.
 constexpr int kCoreStage = 8;
 
-template <int kRows, int kMaxThreads>
+template <int kRows, int kMaxThreads, bool kFull>
 __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, int stage) {
   extern __shared__ float staged[];
-  __shared__ float2 gates[kCoreStage];    // alpha, beta
-  __shared__ float inv_norm[kCoreStage];  // 1 / rms(o) of each staged token
-  __shared__ int32_t ckpts[kCoreStage];   // checkpoint slot after each staged token, or -1
+  __shared__ float2 gates[kCoreStage];        // alpha, beta
+  __shared__ float inv_norm[kCoreStage];      // 1 / rms(o) of each staged token
+  __shared__ float o_partial[kCoreStage][32];  // each warp's Σo² of a token
+  __shared__ int32_t ckpts[kCoreStage];       // checkpoint slot after each staged token, or -1
   pdl_trigger();
   const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = static_cast<int>(blockDim.x >> 5), Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv);
   const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y;
-  const int j = threadIdx.x / kLanesPerColumn;
+  const int j = static_cast<int>(threadIdx.x) / kLanesPerColumn, col = r * Dv + j;
   const bool valid = j < Dv;  // lanes past Dv still join the shuffles
   float* kq = staged;                  // token u: k̂ at 2u·Dk, q̂ at (2u+1)·Dk
   float* vzo = staged + stage * 2 * Dk;  // token u: v at 3u·Dv, z at (3u+1)·Dv, o at (3u+2)·Dv
-  const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h];
+  const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h], wj = valid ? a.norm_w[j] : 0.0f;
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
   float S[kRows];
-  load_column(S, state, r, j, Dk, Dv, valid);
+  load_column<kRows, kFull>(S, state + col, r, Dk, Dv, valid);
   pdl_wait();
   const int64_t C = 2 * a.Hk * Dk + a.Hv * Dv;
   const float q_scale = 1.0f / sqrtf(static_cast<float>(Dk));
   for (int64_t t0 = sq.r0; t0 < sq.r1; t0 += stage) {
     const int n = sq.r1 - t0 < stage ? static_cast<int>(sq.r1 - t0) : stage;
     __syncthreads();  // the previous stage's reads of the staged rows are done
-    for (int u = 0; u < n; ++u) {
+    // Every staged load at once: a token's rows one after another put n load latencies in the chain.
+    for (int i = tid; i < n * Dk; i += blockDim.x) {
+      const int u = i / Dk, c = i - u * Dk;
       const float* row = a.qkv + (t0 + u) * C;
-      for (int c = tid; c < Dk; c += blockDim.x) {
-        kq[(2 * u) * Dk + c] = row[(a.Hk + kh) * Dk + c];
-        kq[(2 * u + 1) * Dk + c] = row[kh * Dk + c];
-      }
-      for (int c = tid; c < Dv; c += blockDim.x) {
-        vzo[(3 * u) * Dv + c] = row[2 * a.Hk * Dk + h * Dv + c];
-        vzo[(3 * u + 1) * Dv + c] = a.z[((t0 + u) * a.Hv + h) * Dv + c];
-      }
+      kq[(2 * u) * Dk + c] = row[(a.Hk + kh) * Dk + c];
+      kq[(2 * u + 1) * Dk + c] = row[kh * Dk + c];
+    }
+    for (int i = tid; i < n * Dv; i += blockDim.x) {
+      const int u = i / Dv, c = i - u * Dv;
+      vzo[(3 * u) * Dv + c] = a.qkv[(t0 + u) * C + 2 * a.Hk * Dk + h * Dv + c];
+      vzo[(3 * u + 1) * Dv + c] = a.z[((t0 + u) * a.Hv + h) * Dv + c];
     }
     if (tid < n) {
       const int64_t t = t0 + tid;
@@ -281,31 +291,35 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, in
 #pragma unroll 1
     for (int u = 0; u < n; ++u) {
       const float vj = valid ? vzo[(3 * u) * Dv + j] : 0.0f;
-      const float o = delta_step(S, r, Dk, kq + (2 * u) * Dk, kq + (2 * u + 1) * Dk, gates[u].x, vj, gates[u].y, valid);
+      const float* ku = kq + (2 * u) * Dk + r;
+      const float o = delta_step<kRows, kFull>(S, r, Dk, ku, ku + Dk, gates[u].x, vj, gates[u].y, valid);
       if (valid && r == 0) vzo[(3 * u + 2) * Dv + j] = o;
-      if (ckpts[u] >= 0) store_column(S, a.state + (ckpts[u] * a.Hv + h) * Dk * Dv, r, j, Dk, Dv, valid);
+      if (ckpts[u] >= 0)
+        store_column<kRows, kFull>(S, a.state + (ckpts[u] * a.Hv + h) * Dk * Dv + col, r, Dk, Dv, valid);
     }
     __syncthreads();
-    for (int u = warp; u < n; u += n_warps) {  // a warp sums token u's o², in the row kernel's order
-      const float* ou = vzo + (3 * u + 2) * Dv;
-      float oo = 0.0f;
-      for (int w = 0; w * 32 < kLanesPerColumn * Dv; ++w) {  // the row kernel's warp w: 8 columns' lanes
-        const int c = (w * 32 + lane) / kLanesPerColumn;
-        const float x = lane % kLanesPerColumn == 0 && c < Dv ? ou[c] * ou[c] : 0.0f;
-        const float sum = warp_sum(x);
-        if (lane == w) oo = sum;
-      }
-      oo = warp_sum(oo);
+    // Σo² of each token in the row kernel's order (block_sum): each warp sums its own columns' o² (the
+    // tokens' sums independent of one another), then a warp a token sums the warps' sums.
+#pragma unroll
+    for (int u = 0; u < kCoreStage; ++u) {
+      if (u >= n) break;
+      const float x = valid && r == 0 ? vzo[(3 * u + 2) * Dv + j] * vzo[(3 * u + 2) * Dv + j] : 0.0f;
+      const float sum = warp_sum(x);
+      if (lane == 0) o_partial[u][warp] = sum;
+    }
+    __syncthreads();
+    for (int u = warp; u < n; u += n_warps) {
+      const float oo = warp_sum(lane < n_warps ? o_partial[u][lane] : 0.0f);
       if (lane == 0) inv_norm[u] = rsqrtf(oo / static_cast<float>(Dv) + a.norm_eps);
     }
     __syncthreads();
-    for (int i = tid; i < n * Dv; i += blockDim.x) {
-      const int u = i / Dv, c = i % Dv;
-      const float o = vzo[(3 * u + 2) * Dv + c], z = vzo[(3 * u + 1) * Dv + c];
-      a.o[((t0 + u) * a.Hv + h) * Dv + c] = o * inv_norm[u] * a.norm_w[c] * (z / (1.0f + expf(-z)));
+    // Column j's outputs, its 4 lanes taking every 4th token (the norm weight already in a register).
+    for (int u = r; u < n && valid; u += kLanesPerColumn) {
+      const float o = vzo[(3 * u + 2) * Dv + j], z = vzo[(3 * u + 1) * Dv + j];
+      a.o[((t0 + u) * a.Hv + h) * Dv + j] = o * inv_norm[u] * wj * (z / (1.0f + expf(-z)));
     }
   }
-  store_column(S, state, r, j, Dk, Dv, valid);
+  store_column<kRows, kFull>(S, state + col, r, Dk, Dv, valid);
 }
 
 }  // namespace
@@ -322,8 +336,16 @@ void gdn_core(const GdnCoreArgs& a, cudaStream_t s) {
   const size_t smem = static_cast<size_t>(stage * (2 * a.Dk + 3 * a.Dv)) * sizeof(float);
   auto go = [&](auto rows, auto max_threads) {
     constexpr int kRows = decltype(rows)::value, kMaxThreads = decltype(max_threads)::value;
-    if (longest <= 1) launch(gdn_core_row_kernel<kRows, kMaxThreads>, grid, threads, s, a);
-    else launch_smem(gdn_core_kernel<kRows, kMaxThreads>, grid, threads, smem, s, a, stage);
+    // kFull (every register a row: Dk = 4·kRows) for the usual head sizes; the largest blocks spill with it.
+    if constexpr (kRows * kMaxThreads <= 16 * 1024) {
+      if (a.Dk == kLanesPerColumn * kRows) {
+        if (longest <= 1) launch(gdn_core_row_kernel<kRows, kMaxThreads, true>, grid, threads, s, a);
+        else launch_smem(gdn_core_kernel<kRows, kMaxThreads, true>, grid, threads, smem, s, a, stage);
+        return;
+      }
+    }
+    if (longest <= 1) launch(gdn_core_row_kernel<kRows, kMaxThreads, false>, grid, threads, s, a);
+    else launch_smem(gdn_core_kernel<kRows, kMaxThreads, false>, grid, threads, smem, s, a, stage);
   };
   using std::integral_constant;
   if (a.Dk <= 8 * kLanesPerColumn) go(integral_constant<int, 8>{}, integral_constant<int, 1024>{});
@@ -343,9 +365,12 @@ void gated_delta_rule(const GdnArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.Dv + kColumnsPerBlock - 1) / kColumnsPerBlock), static_cast<unsigned>(a.Hv),
                   static_cast<unsigned>(a.seqs.n_seqs));
   const int threads = kLanesPerColumn * kColumnsPerBlock;
-  if (a.Dk <= 8 * kLanesPerColumn) gated_delta_rule_kernel<8><<<grid, threads, 0, s>>>(a);
-  else if (a.Dk <= 32 * kLanesPerColumn) gated_delta_rule_kernel<32><<<grid, threads, 0, s>>>(a);
-  else gated_delta_rule_kernel<64><<<grid, threads, 0, s>>>(a);  // Dk ≤ kGdnMaxKeyDim, checked by the caller
+  // kFull (every register a row) for the usual head sizes 32 and 128; Dk = 256 spills with it.
+  if (a.Dk == 8 * kLanesPerColumn) gated_delta_rule_kernel<8, true><<<grid, threads, 0, s>>>(a);
+  else if (a.Dk < 8 * kLanesPerColumn) gated_delta_rule_kernel<8, false><<<grid, threads, 0, s>>>(a);
+  else if (a.Dk == 32 * kLanesPerColumn) gated_delta_rule_kernel<32, true><<<grid, threads, 0, s>>>(a);
+  else if (a.Dk < 32 * kLanesPerColumn) gated_delta_rule_kernel<32, false><<<grid, threads, 0, s>>>(a);
+  else gated_delta_rule_kernel<64, false><<<grid, threads, 0, s>>>(a);  // Dk ≤ kGdnMaxKeyDim, checked by the caller
 }
 
 }  // namespace kapitsa::ops::cuda::kernels
