@@ -25,14 +25,20 @@ __global__ void gdn_gates_kernel(const float* a, const float* b, const float* A_
 constexpr int kLanesPerColumn = 4;
 constexpr int kColumnsPerBlock = 32;
 
-// Element m of a thread's registers is row r + 4m of its column. kFull: Dk = 4·kRows, so every m is a
-// row (the usual head sizes). Offsets within a head's state are ints (Dk·Dv ≤ 2^16) and a column's
-// elements are a fixed stride apart: Nsight Compute found the token walk of these kernels issuing ~570
-// instructions a token and warp, most of them 64-bit index arithmetic and per-row bounds checks on a
-// runtime Dk (demo verification: 21.6 µs a layer, 7.7 cycles an instruction; session 33).
+// Element m of a thread's registers is row r + 4m of its column. kFull: a square head of the kernel's
+// size, Dk = Dv = 4·kRows (the usual head sizes), so every m is a row and the dimensions, strides and
+// offsets are constants. Offsets within a head's state are ints (Dk·Dv ≤ 2^16): Nsight Compute found
+// the token walk of these kernels issuing ~570 instructions a token and warp, most of them 64-bit index
+// arithmetic and per-row bounds checks on a runtime Dk (demo verification: 21.6 µs a layer, 7.7 cycles
+// an instruction; 12 µs with int offsets and kFull meaning Dk = 4·kRows; session 33).
 template <int kRows, bool kFull>
 __device__ __forceinline__ bool has_row(int r, int m, int Dk) {
   return kFull || r + kLanesPerColumn * m < Dk;
+}
+// Dk or Dv: a constant when kFull.
+template <int kRows, bool kFull>
+__device__ __forceinline__ int head_dim(int64_t d) {
+  return kFull ? kLanesPerColumn * kRows : static_cast<int>(d);
 }
 
 // The thread's rows of its column to or from registers; `column` points at row r of column j (its
@@ -105,7 +111,7 @@ __global__ void __launch_bounds__(kLanesPerColumn * kColumnsPerBlock) gated_delt
   const int64_t h = blockIdx.y, kh = h / (a.Hv / a.Hk);
   const int j = static_cast<int>(blockIdx.x) * kColumnsPerBlock + static_cast<int>(threadIdx.x) / kLanesPerColumn;
   const bool valid = j < a.Dv;  // lanes past Dv still join the shuffles
-  const int Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv), col = r * Dv + j;
+  const int Dk = head_dim<kRows, kFull>(a.Dk), Dv = head_dim<kRows, kFull>(a.Dv), col = r * Dv + j;
   const int64_t seq = blockIdx.z;
   const SeqRows sq = seq_rows(a.seqs, seq, a.T);
   float* state = a.state + (sq.slot * a.Hv + h) * Dk * Dv;
@@ -176,7 +182,7 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_row_kernel(GdnCoreArgs a
   pdl_trigger();
   const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x;
   const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y;
-  const int Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv);
+  const int Dk = head_dim<kRows, kFull>(a.Dk), Dv = head_dim<kRows, kFull>(a.Dv);
   const int j = static_cast<int>(threadIdx.x) / kLanesPerColumn, col = r * Dv + j;
   const bool valid = j < Dv;  // lanes past Dv still join the shuffles and block sums
   const float neg_A = -expf(a.A_log[h]), dt_bias = a.dt_bias[h], wj = valid ? a.norm_w[j] : 0.0f;
@@ -237,7 +243,8 @@ __global__ void __launch_bounds__(kMaxThreads) gdn_core_kernel(GdnCoreArgs a, in
   __shared__ int32_t ckpts[kCoreStage];       // checkpoint slot after each staged token, or -1
   pdl_trigger();
   const int r = threadIdx.x % kLanesPerColumn, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n_warps = static_cast<int>(blockDim.x >> 5), Dk = static_cast<int>(a.Dk), Dv = static_cast<int>(a.Dv);
+  const int n_warps = static_cast<int>(blockDim.x >> 5), Dk = head_dim<kRows, kFull>(a.Dk),
+            Dv = head_dim<kRows, kFull>(a.Dv);
   const int64_t h = blockIdx.x, kh = h / (a.Hv / a.Hk), seq = blockIdx.y;
   const int j = static_cast<int>(threadIdx.x) / kLanesPerColumn, col = r * Dv + j;
   const bool valid = j < Dv;  // lanes past Dv still join the shuffles
@@ -336,9 +343,9 @@ void gdn_core(const GdnCoreArgs& a, cudaStream_t s) {
   const size_t smem = static_cast<size_t>(stage * (2 * a.Dk + 3 * a.Dv)) * sizeof(float);
   auto go = [&](auto rows, auto max_threads) {
     constexpr int kRows = decltype(rows)::value, kMaxThreads = decltype(max_threads)::value;
-    // kFull (every register a row: Dk = 4·kRows) for the usual head sizes; the largest blocks spill with it.
+    // kFull (Dk = Dv = 4·kRows) for the usual head sizes; the largest blocks spill with it.
     if constexpr (kRows * kMaxThreads <= 16 * 1024) {
-      if (a.Dk == kLanesPerColumn * kRows) {
+      if (a.Dk == kLanesPerColumn * kRows && a.Dv == a.Dk) {
         if (longest <= 1) launch(gdn_core_row_kernel<kRows, kMaxThreads, true>, grid, threads, s, a);
         else launch_smem(gdn_core_kernel<kRows, kMaxThreads, true>, grid, threads, smem, s, a, stage);
         return;
@@ -365,11 +372,11 @@ void gated_delta_rule(const GdnArgs& a, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.Dv + kColumnsPerBlock - 1) / kColumnsPerBlock), static_cast<unsigned>(a.Hv),
                   static_cast<unsigned>(a.seqs.n_seqs));
   const int threads = kLanesPerColumn * kColumnsPerBlock;
-  // kFull (every register a row) for the usual head sizes 32 and 128; Dk = 256 spills with it.
-  if (a.Dk == 8 * kLanesPerColumn) gated_delta_rule_kernel<8, true><<<grid, threads, 0, s>>>(a);
-  else if (a.Dk < 8 * kLanesPerColumn) gated_delta_rule_kernel<8, false><<<grid, threads, 0, s>>>(a);
-  else if (a.Dk == 32 * kLanesPerColumn) gated_delta_rule_kernel<32, true><<<grid, threads, 0, s>>>(a);
-  else if (a.Dk < 32 * kLanesPerColumn) gated_delta_rule_kernel<32, false><<<grid, threads, 0, s>>>(a);
+  // kFull (Dk = Dv = 4·kRows) for the usual head sizes 32 and 128; Dk = 256 spills with it.
+  if (a.Dk == 8 * kLanesPerColumn && a.Dv == a.Dk) gated_delta_rule_kernel<8, true><<<grid, threads, 0, s>>>(a);
+  else if (a.Dk <= 8 * kLanesPerColumn) gated_delta_rule_kernel<8, false><<<grid, threads, 0, s>>>(a);
+  else if (a.Dk == 32 * kLanesPerColumn && a.Dv == a.Dk) gated_delta_rule_kernel<32, true><<<grid, threads, 0, s>>>(a);
+  else if (a.Dk <= 32 * kLanesPerColumn) gated_delta_rule_kernel<32, false><<<grid, threads, 0, s>>>(a);
   else gated_delta_rule_kernel<64, false><<<grid, threads, 0, s>>>(a);  // Dk ≤ kGdnMaxKeyDim, checked by the caller
 }
 
