@@ -8,9 +8,19 @@ namespace kapitsa::runtime {
 void DraftCostModel::record(int length, double seconds) {
   if (length < 0 || length > kMaxLength || !(seconds > 0)) return;
   const size_t i = static_cast<size_t>(length);
-  // A decayed mean: recent steps count most (the machine's load and the context length drift).
-  seconds_[i] = samples_[i] == 0 ? seconds : 0.8 * seconds_[i] + 0.2 * seconds;
-  samples_[i] = std::min(samples_[i] + 1, 1 << 20);
+  // The last kWindow timings: the machine's load and the context length drift.
+  recent_[i][static_cast<size_t>(samples_[i] % kWindow)] = seconds;
+  const int next = samples_[i] + 1;
+  samples_[i] = next < (1 << 20) ? next : kWindow + next % kWindow;  // the ring's position kept
+}
+
+double DraftCostModel::cost(int length) const {
+  const size_t i = static_cast<size_t>(std::clamp(length, 0, kMaxLength));
+  const int n = std::min(samples_[i], kWindow);
+  if (n == 0) return 0;
+  std::array<double, kWindow> held = recent_[i];
+  std::sort(held.begin(), held.begin() + n);
+  return held[static_cast<size_t>((n - 1) / 4)];
 }
 
 double DraftCostModel::expected_tokens(double acceptance, int length) {
@@ -29,11 +39,11 @@ int DraftCostModel::choose(double acceptance, int suggested) {
   if (acceptance < 0 || samples_[s] < kSamples || turn == kRefreshEvery / 2 || turn == kRefreshEvery / 2 + 1)
     return suggested;
   int best = 0;
-  double best_rate = 1 / seconds_[0];
+  double best_rate = 1 / cost(0);
   for (int k = 1; k <= suggested; ++k) {
     const auto i = static_cast<size_t>(k);
     if (samples_[i] < kSamples) continue;
-    const double rate = expected_tokens(acceptance, k) / seconds_[i];
+    const double rate = expected_tokens(acceptance, k) / cost(k);
     if (rate > best_rate) best = k, best_rate = rate;
   }
   return best;

@@ -20,9 +20,15 @@ class DraftCostModel {
   static constexpr int kMaxLength = 32;     // --spec-k's bound
   static constexpr int kSamples = 3;        // timed steps of a length before its cost is used
   static constexpr int kRefreshEvery = 64;  // choices between re-timing a plain and a suggested step
+  static constexpr int kWindow = 8;         // the recent timings of a length that its cost comes from
 
   // A batch-1 decode step with a draft of `length` guesses (0: plain) took `seconds`, proposing included.
   void record(int length, double seconds);
+  // What a step of `length` guesses costs: the lower quartile of its last kWindow timings (≥ 1 needed).
+  // Not a mean: a step that first runs a shape eagerly or captures its CUDA graph takes milliseconds
+  // where a replay takes a few hundred microseconds, and a mean held those outliers for dozens of steps
+  // — long enough to switch a draft model that pays 1.5x off for the rest of a GPU generation.
+  double cost(int length) const;
 
   // The draft length for the next batch-1 step: in [0, suggested]. `acceptance`: the share of guesses
   // the sequence has kept (decayed), or < 0 before its first draft was judged.
@@ -32,7 +38,7 @@ class DraftCostModel {
   static double expected_tokens(double acceptance, int length);
 
  private:
-  std::array<double, kMaxLength + 1> seconds_{};  // per length: decayed mean step time
+  std::array<std::array<double, kWindow>, kMaxLength + 1> recent_{};  // per length: a ring of step times
   std::array<int, kMaxLength + 1> samples_{};
   int64_t choices_ = 0;
 };
