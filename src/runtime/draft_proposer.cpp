@@ -97,6 +97,16 @@ void DraftModelProposer::propose(std::span<const int32_t> tokens, int max_tokens
   release(kOneOff);
 }
 
+Status DraftModelProposer::attach(const models::Model&) {
+  if (model_->device() == Device::cpu) return ok_status();
+  const int64_t folded = folded_;
+  std::vector<int32_t> guesses;
+  for (size_t n : {17, 2}) propose(std::vector<int32_t>(n, 0), 2, guesses);  // a prompt's rows; a step's 2 and 1
+  std::lock_guard lock(mu_);
+  folded_ = folded;  // the counters tell of requests only
+  return ok_status();
+}
+
 // Brings the entry to the longest prefix of r.tokens it has folded (at most all but the last token:
 // the last is folded by the first draft step, which needs its logits); `pending` gets the rest.
 DraftModelProposer::Entry& DraftModelProposer::sync(const DraftRequest& r, std::vector<int32_t>& pending) {

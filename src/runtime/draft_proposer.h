@@ -50,6 +50,10 @@ class DraftModelProposer final : public Proposer {
   void propose(std::span<const int32_t> tokens, int max_tokens, std::vector<int32_t>& out) override;
   void propose_batch(std::span<const DraftRequest> requests) override;
   void release(uint64_t sequence) override;
+  // On a GPU, throwaway proposals (a 17- and a 2-token catch-up, 2 guesses each): the draft's first forwards
+  // load kernels and cuBLAS paths the target may not have used, 48–71 ms on an H100 that otherwise
+  // stalled the first request's first drafted step (docs/speculative-decoding.md).
+  Status attach(const models::Model& target) override;
 
   const models::Model& model() const { return *model_; }
   // Tokens the draft model folded (catch-up and guesses), and how often a draft state had to be
