@@ -29,7 +29,7 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     int k = std::min(wanted, most);
     // A padded draft always costs `most` rows: the cost model only decides whether to guess at all.
     if (cost != nullptr && k > 0)
-      k = std::min(k, cost->choose(seq->guesses_judged > 0 ? seq->guesses_kept / seq->guesses_judged : -1.0,
+      k = std::min(k, cost->choose(seq->guesses_judged >= kJudgedBeforeKnown ? seq->guesses_kept / seq->guesses_judged : -1.0,
                                    pad ? most : k));
     if (k <= 0) continue;
     requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,

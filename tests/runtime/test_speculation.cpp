@@ -12,6 +12,8 @@
 #include "runtime/engine.h"
 #include "runtime/mtp_proposer.h"
 #include "runtime/proposer.h"
+#include "runtime/sequence.h"
+#include "runtime/speculation.h"
 #include "test_util.h"
 #include "text/grammar/json_schema.h"
 #include "text/tokenizer/tokenizer.h"
@@ -281,6 +283,42 @@ TEST_P(GreedyIdentical, WithTheCostAwareDraftLength) {
     EXPECT_EQ(spec.finishes[0].reason, plain.finishes[0].reason);
     EXPECT_LE(spec.counters.draft_tokens_accepted, spec.counters.draft_tokens);
   }
+}
+
+// Guesses 1, 2, 3, … whatever the text.
+class Counting final : public Proposer {
+ public:
+  std::string_view name() const override { return "counting"; }
+  void propose(std::span<const int32_t>, int max_tokens, std::vector<int32_t>& out) override {
+    out.clear();
+    for (int i = 1; i <= max_tokens; ++i) out.push_back(i);
+  }
+};
+
+// The cost-aware length needs a sequence's acceptance: one refused guess (a new sequence's first draft,
+// right after its prompt) does not make it known. It read as 0% and stopped drafting for the cost
+// model's whole refresh cycle, on a GPU where the draft model pays 1.5x.
+TEST(ProposeDrafts, OneRefusedGuessDoesNotStopDrafting) {
+  auto model = load_fixture("qwen35-dense-tiny");
+  ASSERT_NE(model, nullptr);
+  DraftCostModel cost;  // guessing nearly free: a step of 3 guesses costs 1.06 plain steps
+  for (int i = 0; i < DraftCostModel::kSamples; ++i) cost.record(0, 1.0), cost.record(3, 1.06);
+  cost.choose(0.5, 3);  // the cycle's refresh turn (a plain step) is past
+  Counting proposer;
+  Sequence seq(GenerateRequest{}, 1, nullptr);
+  seq.state = model->new_state(64);
+  seq.tokens = {5, 6, 7};
+  seq.max_new = 50;
+  Sequence* seqs[] = {&seq};
+  seq.guesses_judged = 1, seq.guesses_kept = 0;
+  propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
+  EXPECT_EQ(seq.draft, (std::vector<int32_t>{1, 2, 3})) << "one refused guess: acceptance not known yet";
+  seq.guesses_judged = kJudgedBeforeKnown + 1, seq.guesses_kept = 0;
+  propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
+  EXPECT_TRUE(seq.draft.empty()) << "guesses known to miss: none";
+  seq.guesses_judged = kJudgedBeforeKnown + 1, seq.guesses_kept = kJudgedBeforeKnown;
+  propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
+  EXPECT_EQ(seq.draft.size(), 3u) << "known to hit";
 }
 
 // Asks the proposer it wraps for at most two guesses: drafts shorter than the engine's most.
