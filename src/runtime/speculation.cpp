@@ -28,9 +28,11 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     const int wanted = seq->draft_length > 0 ? std::min(seq->draft_length, max_tokens) : max_tokens;
     int k = std::min(wanted, most);
     // A padded draft always costs `most` rows: the cost model only decides whether to guess at all.
-    if (cost != nullptr && k > 0)
-      k = std::min(k, cost->choose(seq->guesses_judged >= kJudgedBeforeKnown ? seq->guesses_kept / seq->guesses_judged : -1.0,
-                                   pad ? most : k));
+    if (cost != nullptr && k > 0) {
+      const double judged = seq->guesses_judged;
+      k = std::min(k, cost->choose(judged >= kJudgedBeforeKnown ? seq->guesses_kept / judged : -1.0, pad ? most : k));
+      if (k <= 0) seq->guesses_judged *= kUnjudgedDecay, seq->guesses_kept *= kUnjudgedDecay;
+    }
     if (k <= 0) continue;
     requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,
                         seq->state.get()});

@@ -33,10 +33,14 @@ namespace kapitsa::runtime {
 inline constexpr int kMissesBeforePause = 4;
 inline constexpr int kPauseSteps = 16;
 // The cost model gets a sequence's acceptance only once this many guesses were judged (decayed count);
-// before, it drafts the suggested length. One refused first guess (a new sequence's first draft, right
-// after its prompt) otherwise read as 0% acceptance and stopped drafting until the cost model's next
-// refresh, ~50 steps: a GPU server's second request drafted for half its tokens (session 33).
+// before, it drafts the suggested length. And a step the cost model keeps plain decays the judged and
+// kept counts by kUnjudgedDecay: what is not looked at goes stale, so a sequence probes again (after 3
+// plain steps from 5 judged guesses, 19 from 30). Without either, one refused first guess (a new
+// sequence's first draft, right after its prompt) or a poor start read as a settled acceptance and kept
+// the sequence plain until the cost model's next refresh, ~50 steps: a warm GPU engine's second
+// request drafted 87 guesses where the first drafted 118 (session 33).
 inline constexpr double kJudgedBeforeKnown = 4;
+inline constexpr double kUnjudgedDecay = 0.9;
 // cost (optional, for a step of one sequence): shortens the draft to the length with the most expected
 // tokens per second, or to none (runtime/draft_cost.h). pad: a deterministic draft is filled up to
 // max_tokens (bounded by room and budget) with its last guess repeated (seq.draft_fillers of them), so

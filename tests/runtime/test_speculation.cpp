@@ -296,8 +296,9 @@ class Counting final : public Proposer {
 };
 
 // The cost-aware length needs a sequence's acceptance: one refused guess (a new sequence's first draft,
-// right after its prompt) does not make it known. It read as 0% and stopped drafting for the cost
-// model's whole refresh cycle, on a GPU where the draft model pays 1.5x.
+// right after its prompt) does not make it known, and a poor acceptance goes stale while the sequence
+// decodes plainly. Either read as settled and stopped drafting for the cost model's whole refresh
+// cycle, on a GPU where the draft model pays 1.5x.
 TEST(ProposeDrafts, OneRefusedGuessDoesNotStopDrafting) {
   auto model = load_fixture("qwen35-dense-tiny");
   ASSERT_NE(model, nullptr);
@@ -316,6 +317,9 @@ TEST(ProposeDrafts, OneRefusedGuessDoesNotStopDrafting) {
   seq.guesses_judged = kJudgedBeforeKnown + 1, seq.guesses_kept = 0;
   propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
   EXPECT_TRUE(seq.draft.empty()) << "guesses known to miss: none";
+  int plain = 1;
+  for (; plain < 10 && seq.draft.empty(); ++plain) propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
+  EXPECT_EQ(plain, 4) << "after plain steps the acceptance goes stale: the sequence probes again";
   seq.guesses_judged = kJudgedBeforeKnown + 1, seq.guesses_kept = kJudgedBeforeKnown;
   propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
   EXPECT_EQ(seq.draft.size(), 3u) << "known to hit";
