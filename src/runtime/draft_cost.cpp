@@ -38,11 +38,15 @@ int DraftCostModel::choose(double acceptance, int suggested) {
   // Two drafted steps in a row at a refresh: the engine times a draft only after a drafted step.
   if (acceptance < 0 || samples_[s] < kSamples || turn == kRefreshEvery / 2 || turn == kRefreshEvery / 2 + 1)
     return suggested;
+  return best(acceptance, suggested);
+}
+
+int DraftCostModel::best(double acceptance, int suggested) const {
+  if (samples_[0] == 0) return 0;
   int best = 0;
   double best_rate = 1 / cost(0);
-  for (int k = 1; k <= suggested; ++k) {
-    const auto i = static_cast<size_t>(k);
-    if (samples_[i] < kSamples) continue;
+  for (int k = 1; k <= std::clamp(suggested, 0, kMaxLength); ++k) {
+    if (samples_[static_cast<size_t>(k)] < kSamples) continue;
     const double rate = expected_tokens(acceptance, k) / cost(k);
     if (rate > best_rate) best = k, best_rate = rate;
   }

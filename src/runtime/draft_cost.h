@@ -34,10 +34,17 @@ class DraftCostModel {
   // the sequence has kept (decayed), or < 0 before its first draft was judged.
   int choose(double acceptance, int suggested);
 
+  // Whether some timed length in [1, suggested] beats a plain step at `acceptance` (pays(1.0, k): guessing
+  // can pay on this machine at all, whatever the sequence's guesses are worth).
+  bool pays(double acceptance, int suggested) const { return best(acceptance, suggested) > 0; }
+
   // Expected tokens of a step whose draft has `length` guesses each kept with probability `acceptance`.
   static double expected_tokens(double acceptance, int length);
 
  private:
+  // The timed length in [0, suggested] with the most expected tokens per second (0: a plain step).
+  int best(double acceptance, int suggested) const;
+
   std::array<std::array<double, kWindow>, kMaxLength + 1> recent_{};  // per length: a ring of step times
   std::array<int, kMaxLength + 1> samples_{};
   int64_t choices_ = 0;

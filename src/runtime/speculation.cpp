@@ -30,8 +30,10 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     // A padded draft always costs `most` rows: the cost model only decides whether to guess at all.
     if (cost != nullptr && k > 0) {
       const double judged = seq->guesses_judged;
-      k = std::min(k, cost->choose(judged >= kJudgedBeforeKnown ? seq->guesses_kept / judged : -1.0, pad ? most : k));
-      if (k <= 0) seq->guesses_judged *= kUnjudgedDecay, seq->guesses_kept *= kUnjudgedDecay;
+      const int suggested = pad ? most : k;
+      k = std::min(k, cost->choose(judged >= kJudgedBeforeKnown ? seq->guesses_kept / judged : -1.0, suggested));
+      // Kept plain by its acceptance (right guesses would pay): the acceptance goes stale.
+      if (k <= 0 && cost->pays(1.0, suggested)) seq->guesses_judged *= kUnjudgedDecay, seq->guesses_kept *= kUnjudgedDecay;
     }
     if (k <= 0) continue;
     requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,

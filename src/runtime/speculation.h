@@ -33,9 +33,10 @@ namespace kapitsa::runtime {
 inline constexpr int kMissesBeforePause = 4;
 inline constexpr int kPauseSteps = 16;
 // The cost model gets a sequence's acceptance only once this many guesses were judged (decayed count);
-// before, it drafts the suggested length. And a step the cost model keeps plain decays the judged and
-// kept counts by kUnjudgedDecay: what is not looked at goes stale, so a sequence probes again (after 3
-// plain steps from 5 judged guesses, 19 from 30). Without either, one refused first guess (a new
+// before, it drafts the suggested length. And a step the cost model keeps plain where right guesses
+// would pay (DraftCostModel::pays at acceptance 1) decays the judged and kept counts by kUnjudgedDecay:
+// what is not looked at goes stale, so a sequence probes again (after 3 plain steps from 5 judged
+// guesses, 19 from 30); where guessing cannot pay (a CPU bound by arithmetic) nothing is probed. Without either, one refused first guess (a new
 // sequence's first draft, right after its prompt) or a poor start read as a settled acceptance and kept
 // the sequence plain until the cost model's next refresh, ~50 steps: a warm GPU engine's second
 // request drafted 87 guesses where the first drafted 118 (session 33).

@@ -96,6 +96,16 @@ TEST(DraftCost, CostFollowsTheRecentSteps) {
   EXPECT_DOUBLE_EQ(m.cost(3), 0.0) << "never timed";
 }
 
+TEST(DraftCost, PaysSaysWhetherAnyTimedLengthBeatsAPlainStep) {
+  const DraftCostModel gpu = timed(1.0, 0.02, 4), cpu = timed(1.0, 1.0, 4);
+  EXPECT_TRUE(gpu.pays(1.0, 4));
+  EXPECT_TRUE(gpu.pays(0.5, 4));
+  EXPECT_FALSE(gpu.pays(0.0, 4)) << "guesses never kept";
+  EXPECT_FALSE(gpu.pays(1.0, 0));
+  EXPECT_FALSE(cpu.pays(1.0, 4)) << "a row costs a step: even right guesses do not pay";
+  EXPECT_FALSE(DraftCostModel().pays(1.0, 4)) << "nothing timed";
+}
+
 TEST(DraftCost, IgnoresLengthsOutOfRangeAndBadTimes) {
   DraftCostModel m = timed(1.0, 0.02, 2);
   m.record(-1, 1.0);

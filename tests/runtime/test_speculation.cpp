@@ -323,6 +323,16 @@ TEST(ProposeDrafts, OneRefusedGuessDoesNotStopDrafting) {
   seq.guesses_judged = kJudgedBeforeKnown + 1, seq.guesses_kept = kJudgedBeforeKnown;
   propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cost);
   EXPECT_EQ(seq.draft.size(), 3u) << "known to hit";
+
+  // Where guessing cannot pay (a step of 3 guesses costs 4 plain ones) a sequence does not probe.
+  DraftCostModel cpu;
+  for (int i = 0; i < DraftCostModel::kSamples; ++i) cpu.record(0, 1.0), cpu.record(3, 4.0);
+  cpu.choose(0.5, 3);
+  seq.guesses_judged = kJudgedBeforeKnown + 1, seq.guesses_kept = kJudgedBeforeKnown + 1;
+  for (int i = 0; i < 30; ++i) {
+    propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cpu);
+    ASSERT_TRUE(seq.draft.empty()) << "step " << i;
+  }
 }
 
 // Asks the proposer it wraps for at most two guesses: drafts shorter than the engine's most.
