@@ -32,6 +32,7 @@ KvLayout HybridDecoder::kv_layout() const {
 }
 
 void HybridDecoder::keep_device_weights(WeightLoader& loader) {
+  invariant_rows_ = loader.invariant_rows();
   if (device_ == Device::cpu) {
     device_weights_ = loader.take_device_weights();  // FP8 weights dequantized at load, if any
     return;

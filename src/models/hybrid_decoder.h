@@ -29,6 +29,7 @@ class HybridDecoder : public Model {
   KvLayout kv_layout() const override;
   Device device() const override { return device_; }
   int64_t max_graph_rows() const override;
+  int64_t invariant_rows() const override { return invariant_rows_; }
   // Before loading: where the weights go (LoadOptions::device); the family passes it to its WeightLoader.
   void set_device(Device device) { device_ = device; }
   using Model::forward;
@@ -113,6 +114,7 @@ class HybridDecoder : public Model {
   std::shared_ptr<StateSlotPool> slot_pool() const;
 
   std::vector<Buffer> device_weights_;  // every Linear's copy on device_ (on cpu: FP8 weights as bf16)
+  int64_t invariant_rows_ = 0;          // from the loader (keep_device_weights)
   mutable std::mutex slot_pool_mu_;
   mutable std::shared_ptr<StateSlotPool> slot_pool_;
   // Captured decode steps by key (step shape, key-count bucket, the addresses and generation they bake in).

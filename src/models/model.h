@@ -120,6 +120,10 @@ class Model {
   virtual Device device() const { return Device::cpu; }
   // The most rows a step may have and still run as one captured CUDA graph (0: never, as on the cpu).
   virtual int64_t max_graph_rows() const { return 0; }
+  // The most rows a step may have and still give every row exactly the logits it gets alone (its
+  // matmuls' ops::matmul_invariant_rows; routed experts are not counted). 0: no claim past one row.
+  // The engine keeps a speculative step within it where plain decoding would be (EngineOptions).
+  virtual int64_t invariant_rows() const { return 0; }
 
   // A fresh state for a sequence of up to `max_tokens` tokens whose KV lives in `pool` (made from
   // kv_layout(); null: the model's own unbounded pool, for single-sequence tools and tests). Pages are

@@ -83,6 +83,9 @@ class WeightLoader {
   size_t bytes_per_token() const;
   // Σ nbytes over distinct Linears.
   size_t resident_bytes() const;
+  // The least ops::matmul_invariant_rows over the Linears counted with a share of 1 (read by every
+  // token: not routed experts, not the embedding table); 0 before any.
+  int64_t invariant_rows() const { return invariant_rows_ == kNoLinear ? 0 : invariant_rows_; }
 
  private:
   struct Entry {
@@ -110,6 +113,8 @@ class WeightLoader {
   std::set<std::string> modules_;  // every module a Linear was asked for
   std::vector<Entry> entries_;
   double share_ = 1.0;
+  static constexpr int64_t kNoLinear = -1;
+  int64_t invariant_rows_ = kNoLinear;
   Device device_ = Device::cpu;
   std::vector<Buffer> device_weights_;  // device copies; on cpu, weights made at load (own)
   mutable size_t device_bytes_ = 0;  // conv_weight (const) counts too

@@ -24,6 +24,8 @@ struct BackendTable {
 #define KAPITSA_OP(op) decltype(&kapitsa::ops::op) op = nullptr;
 #include "ops/op_names.inc"
 #undef KAPITSA_OP
+  // Not an op: what ops::matmul_invariant_rows answers for this backend's kernels (required).
+  int64_t (*matmul_invariant_rows)(const Linear& w) = nullptr;
 };
 
 }  // namespace kapitsa::ops

@@ -3,6 +3,7 @@
 // Backends do not repeat these checks. Tensors are contiguous by construction (tensor.h), so there is
 // no layout to check; spans (ids, positions, block tables) are host memory and are checked here too.
 #include "ops/backend.h"
+#include "ops/memory.h"
 
 #include <vector>
 
@@ -215,6 +216,12 @@ void check_ssd(const BackendTable& b, const Tensor& x, const Tensor& dt, const T
 }
 
 }  // namespace
+
+int64_t matmul_invariant_rows(Device device, const Linear& w) {
+  const BackendTable* b = device == Device::cpu ? &current_backend() : backend_for(device);
+  if (b == nullptr) return 0;
+  return entry(*b, b->matmul_invariant_rows, "matmul_invariant_rows")(w);
+}
 
 // ---- basic -----------------------------------------------------------------------------------
 void embedding(const Linear& table, std::span<const int32_t> ids, const Tensor& out) {

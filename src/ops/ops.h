@@ -53,6 +53,12 @@ class ScopedBackend {
 // The widest conv1d_causal kernel the backends take (the models use 4).
 inline constexpr int64_t kMaxConvWidth = 16;
 
+// The most rows x may have for matmul, matmul_many and matmul_swiglu over w on `device` that still give
+// each row exactly the bits it gets alone (batch-invariant: a speculative verification or a decode batch
+// of that many rows then gives a sequence the logits of plain decoding); 0: no claim past one row. On
+// the cpu device the current backend's answer. The op tests check each backend's claim at that count.
+int64_t matmul_invariant_rows(Device device, const Linear& w);
+
 // ---- the ops -----------------------------------------------------------------------------------
 #include "ops/op_list.inc"
 

@@ -285,7 +285,19 @@ class EngineImpl final : public Engine {
       const bool pad = options_.spec_pad_drafts.value_or(
           decoding.size() == work.size() &&
           static_cast<int64_t>(work.size()) * (1 + options_.spec_tokens) <= graph_rows);
-      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size, cost, pad);
+      // Where a greedy sequence decodes: guesses only up to the rows where each row still gets the logits
+      // it would get alone (greedy output is promised bit for bit; sampling in distribution, which a
+      // rounding-level change of the logits leaves as it is), unless the step is past them without
+      // guesses (then plain decoding's rows are not its alone-rows either).
+      int64_t plain_rows = 0;
+      for (const Scheduler::Work& w : work) plain_rows += w.n_tokens;
+      bool greedy = false;
+      for (const Sequence* seq : decoding) greedy = greedy || seq->request.sampling.temperature <= 0;
+      const int64_t invariant = model_->invariant_rows();
+      const int64_t max_guesses =
+          greedy && invariant > 0 && plain_rows <= invariant ? invariant - plain_rows : kAnyGuesses;
+      propose_drafts(decoding, *options_.proposer, options_.spec_tokens, model_->info().vocab_size, cost, pad,
+                     max_guesses);
       if (cost != nullptr) timed_draft = static_cast<int>(decoding.front()->draft.size());
     }
     if (std::optional<std::string> no_room = memory_->make_room(work)) {

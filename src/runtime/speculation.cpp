@@ -4,11 +4,13 @@
 #include "models/state_slots.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kapitsa::runtime {
 
 void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size,
-                    DraftCostModel* cost, bool pad) {
+                    DraftCostModel* cost, bool pad, int64_t max_guesses) {
+  int64_t guesses_left = max_guesses == kAnyGuesses ? std::numeric_limits<int64_t>::max() : max_guesses;
   std::vector<DraftRequest> requests;
   std::vector<Sequence*> drafting;
   std::vector<int> lengths;  // per drafting sequence: the length a padded draft is filled up to
@@ -24,7 +26,7 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
     // Room: the scheduled token plus the draft fit the state; a draft past the token budget is wasted.
     const int64_t room = seq->state->capacity() - seq->state->n_past() - 1;
     const int64_t budget = seq->max_new - seq->generated - 1;
-    const int most = static_cast<int>(std::min<int64_t>({max_tokens, room, budget}));
+    const int most = static_cast<int>(std::min<int64_t>({max_tokens, room, budget, guesses_left}));
     const int wanted = seq->draft_length > 0 ? std::min(seq->draft_length, max_tokens) : max_tokens;
     int k = std::min(wanted, most);
     // A padded draft always costs `most` rows: the cost model only decides whether to guess at all.
@@ -36,6 +38,7 @@ void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max
       if (k <= 0 && cost->pays(1.0, suggested)) seq->guesses_judged *= kUnjudgedDecay, seq->guesses_kept *= kUnjudgedDecay;
     }
     if (k <= 0) continue;
+    guesses_left -= pad ? most : k;
     requests.push_back({seq->id, seq->tokens, k, &seq->request.sampling, vocab_size, &seq->draft, &seq->draft_q,
                         seq->state.get()});
     drafting.push_back(seq);

@@ -45,9 +45,12 @@ inline constexpr double kUnjudgedDecay = 0.9;
 // cost (optional, for a step of one sequence): shortens the draft to the length with the most expected
 // tokens per second, or to none (runtime/draft_cost.h). pad: a deterministic draft is filled up to
 // max_tokens (bounded by room and budget) with its last guess repeated (seq.draft_fillers of them), so
-// that every verification has one shape (EngineOptions::spec_pad_drafts).
+// that every verification has one shape (EngineOptions::spec_pad_drafts). max_guesses (≥ 0): the most
+// guesses of all drafts together (rows a padded draft fills count), handed out in sequence order; the
+// engine keeps a step within the model's batch-invariant rows with it (Model::invariant_rows).
+inline constexpr int64_t kAnyGuesses = -1;
 void propose_drafts(std::span<Sequence* const> seqs, Proposer& proposer, int max_tokens, int64_t vocab_size,
-                    DraftCostModel* cost = nullptr, bool pad = false);
+                    DraftCostModel* cost = nullptr, bool pad = false, int64_t max_guesses = kAnyGuesses);
 
 struct Verified {
   Emission emission;       // the kept tokens (at least one unless the generation ended), and the ending

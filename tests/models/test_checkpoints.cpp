@@ -156,6 +156,7 @@ TEST(Verification, DemoTargetRowsEqualTheTokensDecodedOneByOne) {
   const models::Model& model = **loaded;
   const int64_t V = model.info().vocab_size;
   const std::vector<int32_t> context = prompt(23, V);
+  ASSERT_EQ(model.invariant_rows(), 8) << "what the model claims (the engine keeps guesses within it) is what is checked";
   for (int rows = 2; rows <= 8; ++rows) {
     SCOPED_TRACE(::testing::Message() << rows << " rows");
     std::vector<int32_t> guesses(static_cast<size_t>(rows));

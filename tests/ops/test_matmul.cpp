@@ -191,25 +191,69 @@ TEST(AmxBf16, GemmMatchesRef) {
 #endif
 }
 
-// Each row of a matmul over T < 64 tokens equals, bit for bit, the same token's row alone, for every
-// dense weight dtype (cpu: the GEMV and the dot-product tiles sum each output in one order), so a
-// speculative step of up to 63 rows gives exactly the logits of plain decoding. K and N off every
-// vector and tile width.
+// Each row of a matmul over T tokens equals, bit for bit, the same token's row alone, for every dense
+// weight dtype, so a speculative step gives exactly the logits of plain decoding: on cpu below 64
+// tokens (the GEMV and the dot-product tiles sum each output in one order), on cuda up to
+// kGemvMaxTokens (the GEMV kernels form each token's sums in the one-token order). K and N off every
+// vector and tile width; on cuda also K a multiple of 16 bytes (the vectorised kernels) and N past a
+// block's rows.
 TEST_P(OnBackend, DenseRowsOfSeveralTokensEqualEachTokenAlone) {
-  if (backend().name == "cuda") GTEST_SKIP() << "the cpu kernels' property (the cuda GEMV and cuBLAS sum in other orders)";
+  const bool cuda = backend().name == "cuda";
+  const std::vector<int64_t> token_counts = cuda ? std::vector<int64_t>{2, 3, 5, 8} : std::vector<int64_t>{2, 5, 16, 17, 33, 63};
   Rng r;
   SCOPED_TRACE(r.trace());
   for (DType dt : {DType::bf16, DType::f32, DType::f16})
-    for (int64_t T : {2, 5, 16, 17, 33, 63}) {
-      const int64_t K = 64 + static_cast<int64_t>(r.gen() % 1100), N = 1 + static_cast<int64_t>(r.gen() % 70);
-      SCOPED_TRACE(fmt::format("{} T={} K={} N={}", dtype_name(dt), T, K, N));
+    for (int64_t T : token_counts)
+      for (bool vectorised : {false, true}) {
+        if (vectorised && !cuda) continue;
+        int64_t K = 64 + static_cast<int64_t>(r.gen() % 1100), N = 1 + static_cast<int64_t>(r.gen() % 70);
+        if (vectorised) K = 8 * (8 + static_cast<int64_t>(r.gen() % 600)), N += 40;
+        SCOPED_TRACE(fmt::format("{} T={} K={} N={}", dtype_name(dt), T, K, N));
+        const Buffer x = test::random_f32(r, {T, K});
+        const Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
+        // What the backend claims (ops::matmul_invariant_rows: the engine keeps speculative steps within
+        // it) is what this test checks.
+        ASSERT_EQ(backend().matmul_invariant_rows(Linear(w)), token_counts.back());
+        Buffer y = Buffer::allocate(DType::f32, {T, N}), alone = Buffer::allocate(DType::f32, {1, N});
+        test::run(backend(), matmul, x, Linear(w), y);
+        for (int64_t t = 0; t < T; ++t) {
+          test::run(backend(), matmul, x.tensor().rows(t, t + 1), Linear(w), alone);
+          for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.f32()[t * N + n], alone.f32()[n]) << "t=" << t << " n=" << n;
+        }
+      }
+}
+
+// The same for the decode step's fused forms, matmul_many (on cuda several weights in one launch; one
+// token: two rows a warp for short rows) and matmul_swiglu (on cuda for one token gate and up in one
+// kernel with the activation in its epilogue; more: matmul_many and silu_mul), 2–8 tokens against each
+// token alone.
+TEST_P(OnBackend, DenseFusedRowsOfSeveralTokensEqualEachTokenAlone) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (int64_t K : {int64_t{2560}, 8 * (8 + static_cast<int64_t>(r.gen() % 800))})
+    for (int64_t T : {2, 4, 7, 8}) {
+      const int64_t N = 33 + static_cast<int64_t>(r.gen() % 300), N2 = 1 + static_cast<int64_t>(r.gen() % 40);
+      SCOPED_TRACE(fmt::format("T={} K={} N={} N2={}", T, K, N, N2));
       const Buffer x = test::random_f32(r, {T, K});
-      const Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
-      Buffer y = Buffer::allocate(DType::f32, {T, N}), alone = Buffer::allocate(DType::f32, {1, N});
-      test::run(backend(), matmul, x, Linear(w), y);
+      const Buffer wa = kapitsa::testing::random_buffer(r.gen, DType::bf16, {N, K});
+      const Buffer wb = kapitsa::testing::random_buffer(r.gen, DType::bf16, {N, K});
+      const Buffer wc = kapitsa::testing::random_buffer(r.gen, DType::bf16, {N2, K});
+      Buffer ya = Buffer::allocate(DType::f32, {T, N}), yc = Buffer::allocate(DType::f32, {T, N2});
+      Buffer ys = Buffer::allocate(DType::f32, {T, N}), up = Buffer::allocate(DType::f32, {T, N});
+      Buffer a1 = Buffer::allocate(DType::f32, {1, N}), c1 = Buffer::allocate(DType::f32, {1, N2});
+      Buffer s1 = Buffer::allocate(DType::f32, {1, N}), up1 = Buffer::allocate(DType::f32, {1, N});
+      const Linear many[] = {Linear(wa), Linear(wc)};
+      test::run(backend(), matmul_many, x, std::span<const Linear>(many), std::vector<Tensor>{ya.tensor(), yc.tensor()});
+      test::run(backend(), matmul_swiglu, x, Linear(wa), Linear(wb), up, ys);
       for (int64_t t = 0; t < T; ++t) {
-        test::run(backend(), matmul, x.tensor().rows(t, t + 1), Linear(w), alone);
-        for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.f32()[t * N + n], alone.f32()[n]) << "t=" << t << " n=" << n;
+        const Tensor xt = x.tensor().rows(t, t + 1);
+        test::run(backend(), matmul_many, xt, std::span<const Linear>(many), std::vector<Tensor>{a1.tensor(), c1.tensor()});
+        test::run(backend(), matmul_swiglu, xt, Linear(wa), Linear(wb), up1, s1);
+        for (int64_t n = 0; n < N; ++n) {
+          ASSERT_EQ(ya.f32()[t * N + n], a1.f32()[n]) << "matmul_many t=" << t << " n=" << n;
+          ASSERT_EQ(ys.f32()[t * N + n], s1.f32()[n]) << "matmul_swiglu t=" << t << " n=" << n;
+        }
+        for (int64_t n = 0; n < N2; ++n) ASSERT_EQ(yc.f32()[t * N2 + n], c1.f32()[n]) << "matmul_many (2nd) t=" << t << " n=" << n;
       }
     }
 }

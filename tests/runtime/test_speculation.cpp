@@ -286,7 +286,7 @@ TEST_P(GreedyIdentical, WithTheCostAwareDraftLength) {
 }
 
 // Guesses 1, 2, 3, … whatever the text.
-class Counting final : public Proposer {
+class Counting : public Proposer {
  public:
   std::string_view name() const override { return "counting"; }
   void propose(std::span<const int32_t>, int max_tokens, std::vector<int32_t>& out) override {
@@ -333,6 +333,70 @@ TEST(ProposeDrafts, OneRefusedGuessDoesNotStopDrafting) {
     propose_drafts(seqs, proposer, 3, model->info().vocab_size, &cpu);
     ASSERT_TRUE(seq.draft.empty()) << "step " << i;
   }
+}
+
+// The engine's guess budget (the model's batch-invariant rows less the step's plain rows) is handed
+// out in sequence order, a padded draft's fillers counted; a spent budget drafts nothing.
+TEST(ProposeDrafts, GuessesStayWithinTheBudget) {
+  auto model = load_fixture("qwen35-dense-tiny");
+  ASSERT_NE(model, nullptr);
+  Counting proposer;
+  std::vector<std::unique_ptr<Sequence>> owned;
+  std::vector<Sequence*> seqs;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    owned.push_back(std::make_unique<Sequence>(GenerateRequest{}, id, nullptr));
+    Sequence& s = *owned.back();
+    s.state = model->new_state(64);
+    s.tokens = {5, 6, 7};
+    s.max_new = 50;
+    seqs.push_back(&s);
+  }
+  const int64_t V = model->info().vocab_size;
+  const auto lengths = [&] {
+    std::vector<size_t> n;
+    for (const Sequence* s : seqs) n.push_back(s->draft.size());
+    return n;
+  };
+  propose_drafts(seqs, proposer, 4, V, nullptr, false, 6);
+  EXPECT_EQ(lengths(), (std::vector<size_t>{4, 2, 0}));
+  propose_drafts(seqs, proposer, 4, V, nullptr, true, 6);
+  EXPECT_EQ(lengths(), (std::vector<size_t>{4, 2, 0})) << "padded";
+  propose_drafts(seqs, proposer, 4, V, nullptr, false, 0);
+  EXPECT_EQ(lengths(), (std::vector<size_t>{0, 0, 0}));
+  propose_drafts(seqs, proposer, 4, V, nullptr, false, kAnyGuesses);
+  EXPECT_EQ(lengths(), (std::vector<size_t>{4, 4, 4}));
+}
+
+// Counting's guesses, recording the most guesses asked of it in one step against the sequences asked.
+class CountingRecorder final : public Counting {
+ public:
+  void propose_batch(std::span<const DraftRequest> requests) override {
+    int64_t asked = 0;
+    for (const DraftRequest& r : requests) asked += r.max_tokens, propose(r.tokens, r.max_tokens, *r.out);
+    most_rows = std::max(most_rows, asked + static_cast<int64_t>(requests.size()));
+  }
+  int64_t most_rows = 0;  // guesses + one row per drafting sequence, at most, in one step
+};
+
+// The engine keeps a step with greedy sequences within the model's batch-invariant rows
+// (Model::invariant_rows: 63 for a bf16 model on the cpu), where 6 sequences of 20 guesses would make
+// 126; sampled steps are not capped.
+TEST(Speculation, GreedyStepsStayWithinTheInvariantRows) {
+  auto probe = load_fixture("qwen35-dense-tiny");
+  ASSERT_NE(probe, nullptr);
+  const int64_t invariant = probe->invariant_rows();
+  ASSERT_GT(invariant, 6);
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::vector<GenerateRequest> requests = greedy_requests(rng, probe->info().vocab_size, 6);
+  for (GenerateRequest& r : requests) r.max_tokens = 60;
+  auto greedy = std::make_shared<CountingRecorder>();
+  run_all(load_fixture("qwen35-dense-tiny"), nullptr, greedy, requests, 20);
+  EXPECT_GT(greedy->most_rows, 6);
+  EXPECT_LE(greedy->most_rows, invariant);
+  for (GenerateRequest& r : requests) r.sampling.temperature = 1, r.sampling.seed = 7;
+  auto sampled = std::make_shared<CountingRecorder>();
+  run_all(load_fixture("qwen35-dense-tiny"), nullptr, sampled, requests, 20);
+  EXPECT_GT(sampled->most_rows, invariant);
 }
 
 // Asks the proposer it wraps for at most two guesses: drafts shorter than the engine's most.

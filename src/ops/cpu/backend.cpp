@@ -10,6 +10,7 @@ BackendTable table(std::string_view name) {
 #define KAPITSA_OP(op) t.op = &KAPITSA_CPU_LEVEL::op;
 #include "ops/op_names.inc"
 #undef KAPITSA_OP
+  t.matmul_invariant_rows = &KAPITSA_CPU_LEVEL::matmul_invariant_rows;
   return t;
 }
 

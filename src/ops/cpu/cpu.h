@@ -79,6 +79,7 @@ enum class AmxInt8 { automatic, off, emulated };
 // directly (ggml.h and affine.h say what they do). KAPITSA_CPU_AT(level, fn) is fn of that level.
 #define KAPITSA_CPU_DECLARE_LEVEL                                                                   \
   BackendTable table(std::string_view name);                                                       \
+  int64_t matmul_invariant_rows(const Linear& w);                                                  \
   int64_t ggml_int8_block(GgmlType type);                                                          \
   bool ggml_int8_activations(GgmlType type, int64_t tokens);                                       \
   bool ggml_int8_has_vnni();                                                                       \

@@ -4,6 +4,7 @@
 #include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL {
@@ -11,27 +12,31 @@ namespace {
 
 constexpr size_t kGrain = 16384;
 
-// y[i] = fv(a[i], b[i]) with a vector body and a scalar tail.
-template <class FV, class FS>
-void binary(const float* a, const float* b, float* y, int64_t n, FV fv, FS fs) {
+// y[i] = fv(a[i], b[i]), the tail too through fv (padded): an element's value does not depend on where
+// it sits (a vector lane or the tail, which moves with the row count and the threads' chunks), so a row
+// of a many-row step gets the bits it gets alone (silu and sigmoid differ between simd and std::exp).
+template <class FV>
+void binary(const float* a, const float* b, float* y, int64_t n, FV fv) {
   parallel_for(static_cast<size_t>(n), kGrain, [&](size_t begin, size_t end) {
     size_t i = begin;
     for (; i + simd::kW <= end; i += simd::kW) simd::store(y + i, fv(simd::load(a + i), simd::load(b + i)));
-    for (; i < end; ++i) y[i] = fs(a[i], b[i]);
+    if (i == end) return;
+    float ta[simd::kW] = {}, tb[simd::kW] = {}, ty[simd::kW];
+    std::copy(a + i, a + end, ta), std::copy(b + i, b + end, tb);
+    simd::store(ty, fv(simd::load(ta), simd::load(tb)));
+    std::copy(ty, ty + (end - i), y + i);
   });
 }
 
 }  // namespace
 
 void add(const Tensor& a, const Tensor& b, const Tensor& y) {
-  binary(a.f32(), b.f32(), y.f32(), y.numel(), [](simd::vf p, simd::vf q) { return simd::add(p, q); },
-         [](float p, float q) { return p + q; });
+  binary(a.f32(), b.f32(), y.f32(), y.numel(), [](simd::vf p, simd::vf q) { return simd::add(p, q); });
 }
 
 // gate, up, y: [R, I].
 void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& y) {
-  binary(gate.f32(), up.f32(), y.f32(), y.numel(), [](simd::vf g, simd::vf u) { return simd::mul(simd::silu(g), u); },
-         [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; });
+  binary(gate.f32(), up.f32(), y.f32(), y.numel(), [](simd::vf g, simd::vf u) { return simd::mul(simd::silu(g), u); });
 }
 
 // x, y: [R, C];  gate: [R, C] or [R, 1].
@@ -39,8 +44,7 @@ void mul_sigmoid(const Tensor& x, const Tensor& gate, const Tensor& y) {
   const int64_t C = x.dim(-1), R = C == 0 ? 0 : x.numel() / C;
   if (gate.numel() == x.numel()) {
     binary(x.f32(), gate.f32(), y.f32(), y.numel(),
-           [](simd::vf v, simd::vf g) { return simd::mul(v, simd::sigmoid(g)); },
-           [](float v, float g) { return v / (1.0f + std::exp(-g)); });
+           [](simd::vf v, simd::vf g) { return simd::mul(v, simd::sigmoid(g)); });
     return;
   }
   const float *px = x.f32(), *pg = gate.f32();

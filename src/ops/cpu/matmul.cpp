@@ -309,6 +309,22 @@ void run(const float* x, const void* w, float* y, int64_t T, int64_t K, int64_t 
 
 }  // namespace
 
+// Rows up to which matmul over w gives each row the bits it gets alone (ops::matmul_invariant_rows):
+// dense weights below kInvariantTokens; affine weights of 4 and 8 bits in groups of 64 with K a multiple
+// of 128 (the MLX default) at 1-8 tokens, as the op test checks them (the int16-activation kernels and the
+// f32 GEMV of the levels without them); llama.cpp blocks at 1-8 tokens where they are decoded per token
+// (the int8-activation types, Kapitsa's float blocks); no claim for the other formats.
+int64_t matmul_invariant_rows(const Linear& w) {
+  switch (w.format()) {
+    case WeightFormat::dense: return kInvariantTokens - 1;
+    case WeightFormat::affine:
+      return (w.bits() == 4 || w.bits() == 8) && w.group_size() == 64 && w.cols() % 128 == 0 ? 8 : 0;
+    case WeightFormat::ggml:
+      return ggml_type_internal(w.ggml_type()) || ggml_int8_block(w.ggml_type()) > 0 ? 8 : 0;
+  }
+  return 0;
+}
+
 bool ggml_packed_gemm(int64_t tokens) { return tokens >= 2 * kPackTokens; }
 
 void matmul_ggml_packed(const Tensor& x, const Linear& w, const Tensor& y) {

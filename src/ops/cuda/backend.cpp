@@ -13,6 +13,7 @@ const BackendTable* backend() {
 #define KAPITSA_OP(op) t.op = &cuda::op;
 #include "ops/op_names.inc"
 #undef KAPITSA_OP
+    t.matmul_invariant_rows = &cuda::matmul_invariant_rows;
     return &t;
   }();
   return table;

@@ -22,6 +22,8 @@ namespace kapitsa::ops::cuda {
 
 // This backend's table (ops/backend.h), or nullptr when no usable GPU is present.
 const BackendTable* backend();
+// ops::matmul_invariant_rows for this backend's kernels (matmul.cpp).
+int64_t matmul_invariant_rows(const Linear& w);
 
 // True when a CUDA driver and at least one device are usable; false (never an abort) on a machine
 // without a GPU, so callers can skip or fall back.

@@ -30,6 +30,9 @@ void embedding(const void* table, ElemType type, const int32_t* ids, float* out,
 void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, int64_t n, cudaStream_t s);
 
 // matmul.cu — y: [T, N] = x: [T, K] · wᵀ, w: [N, K] of `type`, f32 accumulation; for small T (decode).
+// Each token's row is summed in the one-token order whatever T (batch-invariant), unless
+// KAPITSA_GEMV_ROWS=0 (then dense_gemv_rows_enabled() is false and matmul sends 2+ tokens to cuBLAS).
+bool dense_gemv_rows_enabled();
 void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s);
 constexpr int64_t kGemvMaxTokens = 8;
 // Several weights of one type applied to the same x in one launch (matmul_many): part i computes

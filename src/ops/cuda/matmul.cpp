@@ -1,5 +1,5 @@
-// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for one row of dense
-// weights and up to kGemvMaxTokens of affine ones (decode; f32 accumulation, reads the weight once),
+// CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for up to
+// kGemvMaxTokens rows of dense and affine weights (decode; f32 accumulation, reads the weight once),
 // cuBLAS above that. f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16
 // product, so x is split into bf16 parts and one bf16 GEMM of (parts × T) rows on the tensor cores (f32
 // accumulation) gives the partial products, summed smallest first: up to 64 rows three parts (x exact,
@@ -44,13 +44,14 @@ bool gemv_takes(const Tensor& x, const Linear& linear) {
   return linear.format() == WeightFormat::ggml;  // ggml_matmul: the int8 GEMV, else the dequantize-and-dot GEMV
 }
 
-// Dense weights: the GEMV for one token, cuBLAS from two (faster there: docs/cuda.md, session 15) —
-// except small weights (a draft model's), whose few-row GEMV costs less than cuBLAS's fixed cost per call
-// and the split/sum around it: a draft's 5-row step took 294 µs against 105 for one row (H100).
-constexpr int64_t kDenseGemvMaxTokens = 1;
+// Dense weights: the GEMV up to kGemvMaxTokens rows, each row summed as it is alone (so speculative
+// verification and decode batches are batch-invariant), cuBLAS above. KAPITSA_GEMV_ROWS=0 (measuring):
+// cuBLAS from two rows, except small weights (a draft model's), whose few-row GEMV costs less than
+// cuBLAS's fixed cost per call and the split/sum around it.
 constexpr int64_t kSmallDenseWeight = int64_t{1} << 18;  // elements: up to 512 KB of bf16
 bool dense_gemv_takes(int64_t T, int64_t N, int64_t K) {
-  return T <= kDenseGemvMaxTokens || (T <= kernels::kGemvMaxTokens && N * K <= kSmallDenseWeight);
+  if (T > kernels::kGemvMaxTokens) return false;
+  return T <= 1 || kernels::dense_gemv_rows_enabled() || N * K <= kSmallDenseWeight;
 }
 // Quantized weights: up to this many rows as GEMVs of at most kGemvMaxTokens rows each (see matmul).
 constexpr int64_t kChunkedGemvMaxTokens = 32;
@@ -68,6 +69,28 @@ const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
   return xq;
 }
 }  // namespace
+
+// Dense weights: the GEMVs up to kGemvMaxTokens rows (each token's sums in the one-token order);
+// 4-bit affine weights: the int16 GEMV (the same), over chunks of rows up to kChunkedGemvMaxTokens;
+// llama.cpp blocks up to kGemvMaxTokens where the int8-activation GEMV or Kapitsa's float blocks take
+// them; no claim for the other formats.
+int64_t matmul_invariant_rows(const Linear& w) {
+  switch (w.format()) {
+    case WeightFormat::dense: return kernels::dense_gemv_rows_enabled() ? kernels::kGemvMaxTokens : 0;
+    case WeightFormat::affine: {
+      // The fields affine_int16_supported reads (w may be a host weight: no device check here).
+      kernels::AffineArgs a{static_cast<const uint32_t*>(w.weight().data()), nullptr, nullptr, kernels::ElemType::f32, w.bits(),
+                            w.group_size(), w.cols(), w.weight().dim(-1)};
+      return kernels::affine_int16_supported(a, kernels::kGemvMaxTokens) ? kChunkedGemvMaxTokens : 0;
+    }
+    case WeightFormat::ggml: {
+      const int64_t B = kernels::ggml_int8_block(static_cast<uint32_t>(w.ggml_type()));
+      const bool int8 = B > 0 && w.cols() % B == 0 && kernels::ggml_int8_enabled();
+      return int8 || ggml_type_internal(w.ggml_type()) ? kernels::kGemvMaxTokens : 0;
+    }
+  }
+  return 0;
+}
 
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16, MLX affine (up to kGemvMaxTokens rows: the fused
 // dequantize-GEMV, for 4 bits on x rounded to int16; more: quantized_prefill) or llama.cpp blocks

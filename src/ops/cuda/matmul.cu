@@ -2,9 +2,10 @@
 // kGemvMaxTokens rows of x, over up to kGemvMaxParts weights sharing x in one launch (fewer, fuller
 // launches per decode step). One warp per output feature n: lanes stride over K (coalesced weight
 // reads), accumulate in f32 for every token, then a warp sum. When rows are 16-byte aligned each lane reads 16 bytes of
-// the weight at a time (8 bf16/f16 or 4 f32); otherwise one element. matmul.cpp sends dense weights here
-// for one token only: from 2 tokens on cuBLAS was faster (session 15, 4B shape: 2-8 sequences
-// 407/583/727/1299 tok/s through cuBLAS against 365/448/510/643 through a 4-rows-a-warp GEMV, removed).
+// the weight at a time (8 bf16/f16 or 4 f32); otherwise one element. Every kernel here gives a token's
+// row the bits it gets alone (each lane adds its k in one order, then the same warp sum), so a step of up
+// to 8 rows is batch-invariant (docs/speculative-decoding.md). Against cuBLAS (what 2-8 tokens took
+// before session 34) the few-token kernel is faster at 2-4 tokens and ~11% slower at 8 (gemv_rows_per_warp).
 #include "ops/cuda/kernel_util.cuh"
 
 #include <cstdlib>
@@ -139,6 +140,56 @@ __global__ void __launch_bounds__(kVecWarps * 32, 5) gemv_vec_kernel(const float
   if (lane == 0) row.y[row.n] = sum;
 }
 
+// Two to MaxT tokens over aligned rows: warp i of a block computes Rows consecutive output rows for
+// every token, each (row, token) sum formed exactly as gemv_vec_kernel forms its one token's (lane l
+// adds k = l·kVec + j·32·kVec in ascending j through dot_add, then warp_sum), so each token's row equals
+// that token's row alone, bit for bit: a speculative verification step or a decode batch gives a
+// sequence exactly the logits it gets alone (docs/speculative-decoding.md, "Batch composition").
+// The Rows rows share each x load: x is read again by every warp (from L1/L2), and with one row a warp
+// 8 tokens read 16 times the weight's bytes of x.
+template <typename W, int Rows>
+__global__ void __launch_bounds__(kVecWarps * 32) gemv_rows_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
+  constexpr int kVec = 16 / sizeof(W), kU = 4, kStep = 32 * kVec, kMaxT = kGemvMaxTokens;
+  pdl_trigger();
+  const Part<W> part = part_of(job);
+  const int64_t n0 = (part.block * int64_t{kVecWarps} + (threadIdx.x >> 5)) * Rows, N = part.N;
+  if (n0 >= N) return;  // writes nothing
+  const int lane = threadIdx.x & 31;
+  const W* __restrict__ wr[Rows];
+#pragma unroll
+  for (int r = 0; r < Rows; ++r) wr[r] = part.w + (n0 + r < N ? n0 + r : n0) * K;  // rows past N: never stored
+  float acc[Rows][kMaxT] = {};
+  uint4 raw[kU][Rows];
+  for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kU * kStep) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (k0 + u * kStep < K)
+#pragma unroll
+        for (int r = 0; r < Rows; ++r) raw[u][r] = load_weights(wr[r] + k0 + u * kStep);
+    if (k0 < kU * kStep) pdl_wait();
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t k = k0 + u * kStep;
+      if (k >= K) break;
+#pragma unroll
+      for (int t = 0; t < kMaxT; ++t) {
+        if (t >= T) break;
+#pragma unroll
+        for (int r = 0; r < Rows; ++r) dot_add<W>(acc[r][t], raw[u][r], x + t * K + k);
+      }
+    }
+  }
+  pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
+#pragma unroll
+  for (int r = 0; r < Rows; ++r)
+#pragma unroll
+    for (int t = 0; t < kMaxT; ++t) {
+      if (t >= T) break;
+      const float sum = warp_sum(acc[r][t]);
+      if (lane == 0 && n0 + r < N) part.y[t * N + n0 + r] = sum;
+    }
+}
+
 // x · wa and x · wb for one token, by one warp: kSwigluUnroll 16-byte loads of each row in flight a
 // lane (the first round before pdl_wait(), as in gemv_vec_kernel), each x float4 serving both rows.
 // Per lane the k order and the sums are gemv_vec_kernel's. Returns the warp's sums (every lane).
@@ -206,6 +257,29 @@ bool gemv_pair_enabled() {
   }();
   return on;
 }
+// Output rows a warp of gemv_rows_kernel computes for T tokens: KAPITSA_GEMV_ROWS=1|2|4 (measuring), else
+// one row for 2 tokens and two from 3. H100, 0.8B shape bf16, aggregate decode tok/s of 4 / 8 sequences
+// (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four 1611 / 1917-1931; cuBLAS
+// (KAPITSA_GEMV_ROWS=0) 1459 / 2341-2364; 2 sequences: one row 1324, cuBLAS 933.
+int gemv_rows_per_warp(int64_t T) {
+  static const int forced = [] {
+    const char* v = std::getenv("KAPITSA_GEMV_ROWS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  if (forced == 1 || forced == 2 || forced == 4) return forced;
+  return T <= 2 ? 1 : 2;
+}
+}  // namespace
+
+bool dense_gemv_rows_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_GEMV_ROWS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+namespace {
 // How many gemv_vec_kernel blocks the GPU holds at once (one wave): device 0's SMs × blocks an SM.
 template <typename W>
 int64_t vec_blocks_per_wave() {
@@ -233,8 +307,9 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   for (int p = 0; p < n_parts; ++p) vec_blocks += (parts[p].N + kVecWarps - 1) / kVecWarps;
   const bool pair = aligned && T == 1 && gemv_pair_enabled() &&
                     (K <= one_round || (K <= 2 * one_round && vec_blocks > vec_blocks_per_wave<W>()));
-  const bool generic = !aligned || T > 1;  // (matmul.cpp sends dense weights here for one token only)
-  const int64_t per_block = generic ? kWarps : pair ? 2 * kVecWarps : kVecWarps;
+  const bool generic = !aligned;
+  const int rows = T > 1 ? gemv_rows_per_warp(T) : 1;  // T > 1: gemv_rows_kernel
+  const int64_t per_block = generic ? kWarps : pair ? 2 * kVecWarps : kVecWarps * rows;
   Job<W> job{};
   unsigned blocks = 0;
   for (int p = 0; p < n_parts; ++p) {
@@ -245,6 +320,9 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   job.parts = n_parts;
   if (blocks == 0) return;
   if (generic) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
+  else if (T > 1 && rows == 4) launch(gemv_rows_kernel<W, 4>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else if (T > 1 && rows == 2) launch(gemv_rows_kernel<W, 2>, blocks, kVecWarps * 32, s, x, job, T, K);
+  else if (T > 1) launch(gemv_rows_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);
   else if (pair) launch(gemv_pair_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
   else launch(gemv_vec_kernel<W>, blocks, kVecWarps * 32, s, x, job, K);
 }

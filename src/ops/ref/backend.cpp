@@ -2,6 +2,8 @@
 #include "ops/backend.h"
 #include "ops/ref/ref.h"
 
+#include <limits>
+
 namespace kapitsa::ops::ref {
 
 const BackendTable* backend() {
@@ -10,6 +12,7 @@ const BackendTable* backend() {
 #define KAPITSA_OP(op) t.op = &ref::op;
 #include "ops/op_names.inc"
 #undef KAPITSA_OP
+    t.matmul_invariant_rows = [](const Linear&) { return std::numeric_limits<int64_t>::max(); };  // row by row
     return t;
   }();
   return &table;
