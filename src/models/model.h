@@ -121,7 +121,8 @@ class Model {
   // The most rows a step may have and still run as one captured CUDA graph (0: never, as on the cpu).
   virtual int64_t max_graph_rows() const { return 0; }
   // The most rows a step may have and still give every row exactly the logits it gets alone (its
-  // matmuls' ops::matmul_invariant_rows; routed experts are not counted). 0: no claim past one row.
+  // matmuls' ops::matmul_invariant_rows, routed experts' included; on a device an MoE model's at most
+  // kDeviceRoutedMaxTokens, where its experts switch kernels). 0: no claim past one row.
   // The engine keeps a speculative step within it where plain decoding would be (EngineOptions).
   virtual int64_t invariant_rows() const { return 0; }
 

@@ -252,10 +252,7 @@ Buffer WeightLoader::zeros_f32(const Shape& shape) const { return ops::zeros(dev
 
 void WeightLoader::count(const Linear& linear) {
   if (linear.empty()) return;
-  if (share_ >= 1.0) {
-    const int64_t rows = ops::matmul_invariant_rows(device_, linear);
-    invariant_rows_ = invariant_rows_ == kNoLinear ? rows : std::min(invariant_rows_, rows);
-  }
+  if (share_ > 0.0) limit_invariant_rows(ops::matmul_invariant_rows(device_, linear));
   const void* data = linear.weight().data();
   const size_t bytes = linear.nbytes();
   for (Entry& e : entries_)

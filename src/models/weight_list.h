@@ -23,6 +23,7 @@
 #include "tensor/tensor.h"
 #include "weights/safetensors.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -83,9 +84,13 @@ class WeightLoader {
   size_t bytes_per_token() const;
   // Σ nbytes over distinct Linears.
   size_t resident_bytes() const;
-  // The least ops::matmul_invariant_rows over the Linears counted with a share of 1 (read by every
-  // token: not routed experts, not the embedding table); 0 before any.
+  // The least ops::matmul_invariant_rows over the Linears a token multiplies with (every one counted
+  // with a share above 0: not the embedding table, which is gathered from), and any limit below; 0 before
+  // any Linear.
   int64_t invariant_rows() const { return invariant_rows_ == kNoLinear ? 0 : invariant_rows_; }
+  // A layer whose kernels switch at `rows` (routed experts on a device: per token up to
+  // kDeviceRoutedMaxTokens, grouped by expert above, summed in another order).
+  void limit_invariant_rows(int64_t rows) { invariant_rows_ = invariant_rows_ == kNoLinear ? rows : std::min(invariant_rows_, rows); }
 
  private:
   struct Entry {

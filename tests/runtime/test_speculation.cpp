@@ -6,6 +6,7 @@
 // proposals were accepted (all / none where the proposer is built to be right / wrong). The draft-model
 // and MTP-head proposers: greedy identical batched, sampling distribution unchanged (chi-square).
 #include "models/model.h"
+#include "ops/backend.h"
 #include "models/mtp_fixture.h"
 #include "models/state_slots.h"
 #include "runtime/draft_proposer.h"
@@ -25,6 +26,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -397,6 +399,20 @@ TEST(Speculation, GreedyStepsStayWithinTheInvariantRows) {
   auto sampled = std::make_shared<CountingRecorder>();
   run_all(load_fixture("qwen35-dense-tiny"), nullptr, sampled, requests, 20);
   EXPECT_GT(sampled->most_rows, invariant);
+}
+
+// A model's batch-invariant rows are the least of its matmuls' (experts included): every fixture's weights
+// are bf16, which the cpu backend sums alike below 64 rows (ref: any count); an MoE model on a device
+// switches its experts' kernels at 16 rows (models/layers/moe.h), which the cpu path does not.
+TEST(Speculation, InvariantRowsAreThoseOfTheModelsMatmuls) {
+  const bool ref = ops::current_backend().name == "ref";
+  for (const char* fixture : {"qwen35-dense-tiny", "qwen35-moe-tiny", "nemotron-h-tiny"}) {
+    SCOPED_TRACE(fixture);
+    auto model = load_fixture(fixture);
+    ASSERT_NE(model, nullptr);
+    if (ref) EXPECT_EQ(model->invariant_rows(), std::numeric_limits<int64_t>::max());
+    else EXPECT_EQ(model->invariant_rows(), 63);
+  }
 }
 
 // Asks the proposer it wraps for at most two guesses: drafts shorter than the engine's most.

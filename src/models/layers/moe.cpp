@@ -39,6 +39,7 @@ Expected<SoftmaxMoeWeights> SoftmaxMoeWeights::load(WeightLoader& loader, const 
     }
   }
   for (const SwiGluWeights& e : w.experts) w.gates.push_back(e.gate), w.ups.push_back(e.up), w.downs.push_back(e.down);
+  if (loader.device() != Device::cpu) loader.limit_invariant_rows(kDeviceRoutedMaxTokens);  // route_on_device
   WeightLoader::Share every_token(loader, 1.0);
   if (c.shared_expert_dim > 0) {
     KAPITSA_TRY(SwiGluWeights shared, SwiGluWeights::load(loader, prefix + "shared_expert.", H, c.shared_expert_dim));

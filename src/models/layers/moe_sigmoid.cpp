@@ -35,6 +35,7 @@ Expected<SigmoidMoeWeights> SigmoidMoeWeights::load(WeightLoader& loader, const 
     }
   }
   for (const Relu2MlpWeights& e : w.experts) w.ups.push_back(e.up), w.downs.push_back(e.down);
+  if (loader.device() != Device::cpu) loader.limit_invariant_rows(kDeviceRoutedMaxTokens);  // route_on_device
   WeightLoader::Share every_token(loader, 1.0);
   if (c.shared_expert_dim > 0) {
     KAPITSA_TRY(Relu2MlpWeights shared, Relu2MlpWeights::load(loader, prefix + "shared_experts.", H, c.shared_expert_dim));
