@@ -257,27 +257,26 @@ bool gemv_pair_enabled() {
   }();
   return on;
 }
+// KAPITSA_GEMV_ROWS as a number (-1 when unset), read once.
+int gemv_rows_setting() {
+  static const int v = [] {
+    const char* s = std::getenv("KAPITSA_GEMV_ROWS");
+    return s == nullptr ? -1 : std::atoi(s);
+  }();
+  return v;
+}
 // Output rows a warp of gemv_rows_kernel computes for T tokens: KAPITSA_GEMV_ROWS=1|2|4 (measuring), else
 // one row for 2 tokens and two from 3. H100, 0.8B shape bf16, aggregate decode tok/s of 4 / 8 sequences
 // (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four 1611 / 1917-1931; cuBLAS
 // (KAPITSA_GEMV_ROWS=0) 1459 / 2341-2364; 2 sequences: one row 1324, cuBLAS 933.
 int gemv_rows_per_warp(int64_t T) {
-  static const int forced = [] {
-    const char* v = std::getenv("KAPITSA_GEMV_ROWS");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
+  const int forced = gemv_rows_setting();
   if (forced == 1 || forced == 2 || forced == 4) return forced;
   return T <= 2 ? 1 : 2;
 }
 }  // namespace
 
-bool dense_gemv_rows_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_GEMV_ROWS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
+bool dense_gemv_rows_enabled() { return gemv_rows_setting() != 0; }
 
 namespace {
 // How many gemv_vec_kernel blocks the GPU holds at once (one wave): device 0's SMs × blocks an SM.
