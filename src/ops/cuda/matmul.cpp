@@ -77,12 +77,8 @@ const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
 int64_t matmul_invariant_rows(const Linear& w) {
   switch (w.format()) {
     case WeightFormat::dense: return kernels::dense_gemv_rows_enabled() ? kernels::kGemvMaxTokens : 0;
-    case WeightFormat::affine: {
-      // The fields affine_int16_supported reads (w may be a host weight: no device check here).
-      kernels::AffineArgs a{static_cast<const uint32_t*>(w.weight().data()), nullptr, nullptr, kernels::ElemType::f32, w.bits(),
-                            w.group_size(), w.cols(), w.weight().dim(-1)};
-      return kernels::affine_int16_supported(a, kernels::kGemvMaxTokens) ? kChunkedGemvMaxTokens : 0;
-    }
+    case WeightFormat::affine:
+      return kernels::affine_int16_supported(detail::affine_fields(w), kernels::kGemvMaxTokens) ? kChunkedGemvMaxTokens : 0;
     case WeightFormat::ggml: {
       const int64_t B = kernels::ggml_int8_block(static_cast<uint32_t>(w.ggml_type()));
       const bool int8 = B > 0 && w.cols() % B == 0 && kernels::ggml_int8_enabled();

@@ -235,8 +235,12 @@ kernels::AffineArgs affine_args(const Linear& w, const char* op) {
   KAPITSA_CHECK(is_weight_dtype(w.scales().dtype()) && w.biases().dtype() == w.scales().dtype(),
                 "{}: affine scales {} and biases {} (f32, f16 or bf16)", op, dtype_name(w.scales().dtype()),
                 dtype_name(w.biases().dtype()));
+  return affine_fields(w);
+}
+
+kernels::AffineArgs affine_fields(const Linear& w) {
   return kernels::AffineArgs{static_cast<const uint32_t*>(w.weight().data()), w.scales().data(), w.biases().data(),
-                             elem_type(w.scales().dtype()), w.bits(), w.group_size(), w.cols(), w.weight().dim(1)};
+                             elem_type(w.scales().dtype()), w.bits(), w.group_size(), w.cols(), w.weight().dim(-1)};
 }
 
 const void* rounded_x_int8(const Tensor& x, int64_t B) {

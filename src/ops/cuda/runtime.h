@@ -115,6 +115,8 @@ kernels::ChunkList device_chunks(const HostPack& pack, const ChunksInPack& at);
 // An MLX affine Linear's kernel arguments (dequantize.cu), after checking that its codes, scales and
 // biases live on the GPU. `op` names the caller in errors.
 kernels::AffineArgs affine_args(const Linear& w, const char* op);
+// The same fields unchecked (w may be a host weight): for questions about its shape, not for kernels.
+kernels::AffineArgs affine_fields(const Linear& w);
 // The kernels' view of a 2-D llama.cpp block weight (WeightFormat::ggml) on the device, or an error naming
 // the op and the block type when the device has no decoder for it.
 kernels::GgmlArgs ggml_args(const Linear& w, const char* op);
