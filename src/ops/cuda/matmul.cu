@@ -146,10 +146,12 @@ __global__ void __launch_bounds__(kVecWarps * 32, 5) gemv_vec_kernel(const float
 // that token's row alone, bit for bit: a speculative verification step or a decode batch gives a
 // sequence exactly the logits it gets alone (docs/speculative-decoding.md, "Batch composition").
 // The Rows rows share each x load: x is read again by every warp (from L1/L2), and with one row a warp
-// 8 tokens read 16 times the weight's bytes of x.
+// 8 tokens read 16 times the weight's bytes of x (2·T / Rows times: at 8 tokens the L1's bandwidth, not
+// the memory's, bounds the kernel). kU rounds of loads in flight a lane: 4 up to two rows, then 8 / Rows
+// (the same 8 loads of 16 bytes), so that four and eight rows' accumulators fit the registers.
 template <typename W, int Rows>
 __global__ void __launch_bounds__(kVecWarps * 32) gemv_rows_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
-  constexpr int kVec = 16 / sizeof(W), kU = 4, kStep = 32 * kVec, kMaxT = kGemvMaxTokens;
+  constexpr int kVec = 16 / sizeof(W), kU = Rows <= 2 ? 4 : 8 / Rows, kStep = 32 * kVec, kMaxT = kGemvMaxTokens;
   pdl_trigger();
   const Part<W> part = part_of(job);
   const int64_t n0 = (part.block * int64_t{kVecWarps} + (threadIdx.x >> 5)) * Rows, N = part.N;
@@ -265,13 +267,13 @@ int gemv_rows_setting() {
   }();
   return v;
 }
-// Output rows a warp of gemv_rows_kernel computes for T tokens: KAPITSA_GEMV_ROWS=1|2|4 (measuring), else
+// Output rows a warp of gemv_rows_kernel computes for T tokens: KAPITSA_GEMV_ROWS=1|2|4|8 (measuring), else
 // one row for 2 tokens and two from 3. H100, 0.8B shape bf16, aggregate decode tok/s of 4 / 8 sequences
 // (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four 1611 / 1917-1931; cuBLAS
 // (KAPITSA_GEMV_ROWS=0) 1459 / 2341-2364; 2 sequences: one row 1324, cuBLAS 933.
 int gemv_rows_per_warp(int64_t T) {
   const int forced = gemv_rows_setting();
-  if (forced == 1 || forced == 2 || forced == 4) return forced;
+  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
   return T <= 2 ? 1 : 2;
 }
 }  // namespace
@@ -319,6 +321,7 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   job.parts = n_parts;
   if (blocks == 0) return;
   if (generic) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
+  else if (T > 1 && rows == 8) launch(gemv_rows_kernel<W, 8>, blocks, kVecWarps * 32, s, x, job, T, K);
   else if (T > 1 && rows == 4) launch(gemv_rows_kernel<W, 4>, blocks, kVecWarps * 32, s, x, job, T, K);
   else if (T > 1 && rows == 2) launch(gemv_rows_kernel<W, 2>, blocks, kVecWarps * 32, s, x, job, T, K);
   else if (T > 1) launch(gemv_rows_kernel<W, 1>, blocks, kVecWarps * 32, s, x, job, T, K);

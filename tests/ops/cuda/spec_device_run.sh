@@ -18,6 +18,10 @@ cd "$BUILT_IN"
 echo "== op tests: invariant rows, GEMVs"
 step ops.log 120 "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda:*Matmul*/cuda:*Gemv*/cuda:*Swiglu*/cuda:*Affine*/cuda:*Ggml*/cuda'
 summ $OUT/ops.log 8; grep -B3 -A8 "Failure" $OUT/ops.log | head -30
+for r in 1 4 8; do  # the rows a warp that only KAPITSA_GEMV_ROWS picks (measuring) must be invariant too
+  step ops_rows$r.log 60 env KAPITSA_GEMV_ROWS=$r "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda'
+  echo "  KAPITSA_GEMV_ROWS=$r:"; summ $OUT/ops_rows$r.log 4
+done
 step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*RowsOf*/cuda:*Matmul*/cuda'
 grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
 echo "== models and engine on cuda"
@@ -47,7 +51,8 @@ done
 echo "== bf16 decode batches: few-row GEMV against cuBLAS"
 C="$DEV/configs/${CONFIG:-qwen35-0.8b}.json"
 for b in 2 4 8; do
-  for v in X=1 KAPITSA_GEMV_ROWS=0; do
+  variants="X=1 KAPITSA_GEMV_ROWS=0"; [ $b = 8 ] && variants="$variants KAPITSA_GEMV_ROWS=4 KAPITSA_GEMV_ROWS=8"
+  for v in $variants; do
     step batch.log 120 env $v "$DEV/bench_model" --config "$C" --device cuda --prompt 16 --decode 32 --batch $b
     echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
   done
