@@ -10,6 +10,7 @@ solves 6%. torch.compile of the step recompiled on every call (train.py's GDN ca
 global) and was dropped: compiling it is the next speed-up to try, with the counter out of the graph."""
 import argparse
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -20,6 +21,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", default="64,96", help="sequences of 1024 tokens per step, comma-separated")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--compile", default="0", help="0, 1 or 0,1: eager and/or torch.compile'd forward (train.py --compile)")
     ap.add_argument("--profile", action="store_true", help="print the top kernels of 3 eager steps at batch 64")
     args = ap.parse_args()
     import torch
@@ -35,9 +37,9 @@ def main():
         m = tr.new_causal_lm(cfg, 0, dev)
         return m, tr.MtpHead(m, cfg, dev)
 
-    def hp(batch):
+    def hp(batch, compiled=False):
         return dict(batch=batch, seq=1024, lr=1.5e-3, warmup=150, wd=0.1, calib=30, max_steps=10**6,
-                    log_every=10**9, mtp_weight=0.3)
+                    log_every=10**9, mtp_weight=0.3, compile=compiled)
 
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
@@ -51,19 +53,22 @@ def main():
         except Exception:  # newer names
             print(table.table(sort_by="self_device_time_total", row_limit=30), flush=True)
         del m, head
-    for batch in args.batches.split(","):
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        try:
-            m, head = build()
-            info = tr.train_model(f"batch {batch}", m, data, hp(int(batch)), args.steps, None, 0, mtp=head)
-            ms = info["steady_ms_per_step"]
-            tr.log(f"PROBE batch {batch}: {ms:.1f} ms/step over steps 3..{args.steps} = "
-                   f"{int(batch) * 1024 / ms:.0f}k tokens/s; "
-                   f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-        except torch.cuda.OutOfMemoryError as e:
-            tr.log(f"PROBE batch {batch}: out of memory ({str(e)[:160]})")
-        m = head = None
+    for compiled in [c == "1" for c in args.compile.split(",")]:
+        for batch in args.batches.split(","):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            what = f"batch {batch}{' compiled' if compiled else ''}"
+            try:
+                m, head = build()
+                t = time.time()
+                info = tr.train_model(what, m, data, hp(int(batch), compiled), args.steps, None, 0, mtp=head)
+                ms = info["steady_ms_per_step"]
+                tr.log(f"PROBE {what}: {ms:.1f} ms/step over steps 3..{args.steps} = "
+                       f"{int(batch) * 1024 / ms:.0f}k tokens/s; first 3 steps and the rest {time.time() - t:.0f} s; "
+                       f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            except torch.cuda.OutOfMemoryError as e:
+                tr.log(f"PROBE {what}: out of memory ({str(e)[:160]})")
+            m = head = None
 
 
 if __name__ == "__main__":

@@ -470,7 +470,9 @@ def use_chunked_gdn():
         GDN["original"] = q35.torch_chunk_gated_delta_rule
 
     def counted(*a, **k):
-        GDN["calls"] += 1
+        import torch
+        if not torch.compiler.is_compiling():  # a traced counter would be a guard that recompiles every call
+            GDN["calls"] += 1
         return chunk_gated_delta_rule(*a, **k)
     q35.torch_chunk_gated_delta_rule = counted
     return counted
@@ -581,26 +583,33 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
     last = {}
     qat_steps = 0
     shipped_weights = ShippedWeights(named, qat[0], qat[1], all=False) if qat is not None else None
+
+    def losses(seq):  # seq [B, T+2] -> (loss, the model's, the head's or None)
+        x, y = seq[:, :T], seq[:, 1:T + 1]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = model.model(input_ids=x, use_cache=False).last_hidden_state   # [B, T, H], final-normed
+            logits = model.lm_head(h)
+        main_loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
+        if mtp is None:
+            return main_loss, main_loss, None
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            lg2 = mtp.logits(seq[:, 1:T + 1], h)                      # row i: guess for token i+2
+        mtp_loss = F.cross_entropy(lg2.float().reshape(-1, V), seq[:, 2:T + 2].reshape(-1))
+        return main_loss + hp["mtp_weight"] * mtp_loss, main_loss, mtp_loss
+    # hp["compile"]: torch.compile the forward and loss (the profile of an eager step is ~60% elementwise
+    # kernels that Inductor fuses); the optimizer and the quantization-aware swap stay eager.
+    forward = torch.compile(losses) if hp.get("compile") else losses
     while total is None or step < total:
         lr = lr_at(step, total if total is not None else 10**9, hp["lr"], warmup)
         for g in opt.param_groups:
             g["lr"] = lr
         off = torch.randint(0, n - T - 2, (B,), generator=gen).to(data.device)
         seq = data[off[:, None] + ar[None, :]].long()                 # [B, T+2]
-        x, y = seq[:, :T], seq[:, 1:T + 1]
         shipped = None
         if qat is not None and total is not None and step >= int(total * (1 - qat[2])):
             shipped = shipped_weights.__enter__()
             qat_steps += 1
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            h = model.model(input_ids=x, use_cache=False).last_hidden_state   # [B, T, H], final-normed
-            logits = model.lm_head(h)
-        loss = main_loss = F.cross_entropy(logits.float().reshape(-1, V), y.reshape(-1))
-        if mtp is not None:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                lg2 = mtp.logits(seq[:, 1:T + 1], h)                  # row i: guess for token i+2
-            mtp_loss = F.cross_entropy(lg2.float().reshape(-1, V), seq[:, 2:T + 2].reshape(-1))
-            loss = main_loss + hp["mtp_weight"] * mtp_loss
+        loss, main_loss, mtp_loss = forward(seq)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if shipped is not None:
@@ -639,7 +648,7 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
             "seconds": round(el, 1), "steady_ms_per_step": round((time.time() - t_cal) / (step - 3) * 1000, 1)
             if t_cal is not None and step > 3 else None, "final_loss": last.get("loss"), "final_mtp_loss": last.get("mtp_loss"),
             "batch": B, "seq": T, "lr": hp["lr"], "warmup": warmup, "weight_decay": hp["wd"],
-            "mtp_weight": hp.get("mtp_weight") if mtp is not None else None}
+            "mtp_weight": hp.get("mtp_weight") if mtp is not None else None, "compiled": bool(hp.get("compile"))}
 
 
 def windows(ids, T, max_windows):
@@ -1176,6 +1185,7 @@ def main():
     ap.add_argument("--baseline", default=None, help="an earlier target folder to measure beside (same held-out set)")
     ap.add_argument("--stubs", type=int, default=20, help="held-out function stubs for the parse rate")
     ap.add_argument("--probe-batches", default=None, help="e.g. 32,64: time 12 target steps at each batch first")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the training forward (probe_speed.py --compile measures it)")
     ap.add_argument("--target-lr", type=float, default=1.5e-3, help="the target's peak learning rate")
     ap.add_argument("--draft-lr", type=float, default=3e-3, help="the draft's peak learning rate")
     ap.add_argument("--init-from", default=None,
@@ -1223,6 +1233,7 @@ def main():
                     max_steps=50000, log_every=100)
         eval_windows, n_greedy = 128, 16
     hp_t["mtp_weight"] = args.mtp_weight
+    hp_t["compile"] = args.compile
     hp_d = dict(hp_t, lr=args.draft_lr, warmup=150)
     if not args.smoke:
         hp_d["batch"] = 64
