@@ -3,6 +3,10 @@
 #   bash tools/demo_model/device_run.sh smoke [ARGS]  every stage on tiny data (seconds), then the full
 #                                                     pipeline with short budgets (to time each phase)
 #   bash tools/demo_model/device_run.sh full [ARGS]   the smoke run, then the real run (about 9 minutes)
+#   bash tools/demo_model/device_run.sh chain ARGS    one call of a run longer than a call (ARGS: at least
+#       --target-steps N --stop-after S): the target trains S seconds and saves its state in /tmp; the
+#       same command again (on the same machine, while it is still warm) goes on; the call that reaches
+#       N steps evaluates and exports. Prints STOPPED_AT=step while unfinished.
 # Both reuse the first edition's tokenizer and measure the first edition's target beside the new one.
 # Output: logs, and the result packed as $OUT/demo.tar.part-* (15 MB pieces; reassemble with cat).
 set -o pipefail
@@ -18,6 +22,12 @@ if [ "$mode" = smoke ]; then
   timeout 400 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" --target-budget 25 --draft-budget 8 \
     --probe-batches 32,64 "$@" 2>&1 | tee "$OUT/full.log"
   rc=$?
+elif [ "$mode" = chain ]; then
+  [ -f /tmp/demo_state.pt ] || rm -rf /tmp/demo  # a fresh machine: a fresh run
+  ( time timeout 590 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" --state /tmp/demo_state.pt "$@" ) 2>&1 |
+    tee -a "$OUT/chain.log" /tmp/demo_chain.log
+  rc=$?
+  cp /tmp/demo_chain.log "$OUT/chain_all.log"
 else
   timeout 100 python3 tools/demo_model/train.py --smoke --out /tmp/smoke "${common[@]}" 2>&1 | tee "$OUT/smoke.log" || exit 1
   ( time timeout 520 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" "$@" ) 2>&1 | tee "$OUT/full.log"
@@ -25,7 +35,7 @@ else
 fi
 cd /tmp
 [ -f demo/metrics.json ] && cp demo/metrics.json "$OUT/"
-if [ -f demo/DONE ] && [ "$mode" = full ]; then
+if [ -f demo/DONE ] && [ "$mode" != smoke ]; then
   tar --exclude=demo/tmp --exclude=demo/tokenizer -cf - demo | split -b 15M - "$OUT/demo.tar.part-"
 fi
 ls -la "$OUT"

@@ -556,11 +556,15 @@ def unique_named_params(*modules_and_lists):
     return out
 
 
-def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None):
+def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None, state_path=None, stop_after_s=None):
     """Trains for `steps` steps, or, when steps is None, for as many as fit in budget_s (the count is
     fixed after `calib` steps, before the warmup ends, so passing it back reproduces the run).
     mtp: an MtpHead trained jointly (loss + hp["mtp_weight"] · its loss on token t+2).
-    qat: (bits, group_size, fraction): the last fraction of the steps run on the shipped weights."""
+    qat: (bits, group_size, fraction): the last fraction of the steps run on the shipped weights.
+    state_path, stop_after_s: one run split over several device calls (each at most 10 minutes): a call
+    that reaches stop_after_s seconds of training saves the weights, the optimizer, the step and the
+    sampler to state_path and returns {"stopped": True, ...}; the next call, finding the file, goes on
+    from there (same schedule, same total; `steps` must be given)."""
     import torch
     import torch.nn.functional as F
 
@@ -599,7 +603,27 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
     # hp["compile"]: torch.compile the forward and loss (the profile of an eager step is ~60% elementwise
     # kernels that Inductor fuses); the optimizer and the quantization-aware swap stay eager.
     forward = torch.compile(losses) if hp.get("compile") else losses
+    resumed_from = 0
+    if state_path is not None and os.path.exists(state_path):
+        st = torch.load(state_path, map_location=data.device, weights_only=False)
+        if st["name"] != name or st["total"] != total or [n for n, _ in named] != st["names"]:
+            raise RuntimeError(f"{state_path}: a state of {st['name']} ({st['total']} steps), not of this run")
+        with torch.no_grad():
+            for (_, p), v in zip(named, st["params"]):
+                p.copy_(v)
+        opt.load_state_dict(st["optimizer"])
+        gen.set_state(st["generator"])
+        step = resumed_from = st["step"]
+        tokens, qat_steps = st["tokens"], st["qat_steps"]
+        log(f"{name}: resumed at step {step}/{total} from {state_path}")
     while total is None or step < total:
+        if stop_after_s is not None and step > resumed_from and time.time() - t0 > stop_after_s:
+            torch.save({"name": name, "total": total, "names": [n for n, _ in named],
+                        "params": [p.detach() for _, p in named], "optimizer": opt.state_dict(),
+                        "generator": gen.get_state(), "step": step, "tokens": tokens, "qat_steps": qat_steps},
+                       state_path)
+            log(f"{name}: stopped at step {step}/{total} after {time.time() - t0:.0f}s; state in {state_path}")
+            return {"stopped": True, "step": step, "total": total}
         lr = lr_at(step, total if total is not None else 10**9, hp["lr"], warmup)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -618,7 +642,7 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
         opt.step()
         step += 1
         tokens += B * T
-        if step == 3:
+        if step == resumed_from + 3:
             torch.cuda.synchronize()
             t_cal = time.time()
         if total is None and step == hp["calib"]:
@@ -639,14 +663,15 @@ def train_model(name, model, data, hp, steps, budget_s, seed, mtp=None, qat=None
             el = time.time() - t0
             log(f"{name} step {step}/{total} {' '.join(f'{k} {v:.4f}' for k, v in last.items())} "
                 f"gnorm {gnorm.item():.3f} lr {lr:.2e}{' qat' if shipped is not None else ''} "
-                f"{tokens / el / 1e3:.0f}k tok/s epoch {tokens / n:.2f}")
+                f"{(step - resumed_from) * B * T / el / 1e3:.0f}k tok/s epoch {tokens / n:.2f}")
     torch.cuda.synchronize()
     el = time.time() - t0
     log(f"{name}: trained {step} steps ({qat_steps} on the shipped weights), {tokens / 1e6:.1f}M tokens in {el:.1f}s")
     model.eval()
     return {"steps": step, "qat_steps": qat_steps, "tokens": tokens, "epochs": round(tokens / n, 2),
-            "seconds": round(el, 1), "steady_ms_per_step": round((time.time() - t_cal) / (step - 3) * 1000, 1)
-            if t_cal is not None and step > 3 else None, "final_loss": last.get("loss"), "final_mtp_loss": last.get("mtp_loss"),
+            "seconds": round(el, 1), "resumed_from_step": resumed_from,
+            "steady_ms_per_step": round((time.time() - t_cal) / (step - resumed_from - 3) * 1000, 1)
+            if t_cal is not None and step > resumed_from + 3 else None, "final_loss": last.get("loss"), "final_mtp_loss": last.get("mtp_loss"),
             "batch": B, "seq": T, "lr": hp["lr"], "warmup": warmup, "weight_decay": hp["wd"],
             "mtp_weight": hp.get("mtp_weight") if mtp is not None else None, "compiled": bool(hp.get("compile"))}
 
@@ -1185,6 +1210,12 @@ def main():
     ap.add_argument("--baseline", default=None, help="an earlier target folder to measure beside (same held-out set)")
     ap.add_argument("--stubs", type=int, default=20, help="held-out function stubs for the parse rate")
     ap.add_argument("--probe-batches", default=None, help="e.g. 32,64: time 12 target steps at each batch first")
+    ap.add_argument("--target-shape", default=None,
+                    help='JSON over the target\'s default shape, e.g. \'{"hidden_size": 512, "num_hidden_layers": 16}\'')
+    ap.add_argument("--state", default=None,
+                    help="a file for one run over several device calls: with --stop-after, the target's training "
+                         "stops there and saves its state; a later call with the same arguments goes on from it")
+    ap.add_argument("--stop-after", type=float, default=None, help="seconds of target training in this call")
     ap.add_argument("--compile", action="store_true", help="torch.compile the training forward (probe_speed.py --compile measures it)")
     ap.add_argument("--target-lr", type=float, default=1.5e-3, help="the target's peak learning rate")
     ap.add_argument("--draft-lr", type=float, default=3e-3, help="the draft's peak learning rate")
@@ -1217,6 +1248,10 @@ def main():
     phases = {}
 
     target_shape, draft_shape = TARGET_SHAPE, DRAFT_SHAPE
+    if args.target_shape:
+        target_shape = dict(TARGET_SHAPE, **json.loads(args.target_shape))
+    if args.state and args.target_steps is None:
+        ap.error("--state needs --target-steps (every call must agree on the schedule)")
     if args.smoke:
         args.train_mb, args.heldout_mb, args.tokenizer_mb = 3.0, 0.3, 3.0
         if args.tokenizer is None:
@@ -1339,9 +1374,13 @@ def main():
         t = time.time()
         steps = args.target_steps if name == "target" else args.draft_steps
         budget = args.target_budget if name == "target" else args.draft_budget
+        resumable = dict(state_path=args.state, stop_after_s=args.stop_after) if name == "target" else {}
         train_info[name] = train_model(name, m, data, hp_t if name == "target" else hp_d, steps, budget,
                                        args.seed + 10 + i, mtp=head if name == "target" else None,
-                                       qat=qat if name == "target" else None)
+                                       qat=qat if name == "target" else None, **resumable)
+        if train_info[name].get("stopped"):
+            print(f"STOPPED_AT={train_info[name]['step']}", flush=True)
+            return
         train_info[name]["parameters"] = total
         train_info[name]["embedding_parameters"] = emb
         if name == "target":
