@@ -9,7 +9,7 @@
 # Device run (carry [".device"]): tar -xJf .device/gpu/bin.tar.xz -C .device/gpu &&
 #   REPO=$PWD bash .device/gpu/spec_device_run.sh /work/main
 # CONFIG=qwen35-0.8b (default; qwen35-4b takes a minute more to write its checkpoint); BENCH=0 skips the benches, TESTS=0 the tests
-# (the two halves fit one 10-minute call each).
+# (the two halves fit one 10-minute call each). Most important first: a call cut off at its limit loses the rest.
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="${REPO:-$PWD}"
@@ -20,24 +20,28 @@ if [ "${TESTS:-1}" = 1 ]; then
 echo "== op tests: invariant rows, GEMVs"
 step ops.log 120 "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda:*Matmul*/cuda:*Gemv*/cuda:*Swiglu*/cuda:*Affine*/cuda:*Ggml*/cuda'
 summ $OUT/ops.log 8; grep -B3 -A8 "Failure" $OUT/ops.log | head -30
+echo "== models and engine on cuda"
+step models.log 240 "$DEV/test_models" --gtest_filter='*Cuda*:Device*:*GreedyChain*:*ArgmaxOutputs*:*Mtp*:*Gguf*'
+summ $OUT/models.log 12; grep -B3 -A8 "Failure" $OUT/models.log | head -30
+step runtime.log 300 "$DEV/test_runtime" --gtest_filter='*Cuda*:*Draft*:*Mtp*:RunCli*:ProposeDrafts*:Speculation*'
+summ $OUT/runtime.log 12; grep -B3 -A8 "Failure" $OUT/runtime.log | head -30
+echo "== forced rows a warp, memcheck"
 for r in 1 4 8; do  # the rows a warp that only KAPITSA_GEMV_ROWS picks (measuring) must be invariant too
   step ops_rows$r.log 60 env KAPITSA_GEMV_ROWS=$r "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda'
   echo "  KAPITSA_GEMV_ROWS=$r:"; summ $OUT/ops_rows$r.log 4
 done
 step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*RowsOf*/cuda:*Matmul*/cuda'
 grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
-echo "== models and engine on cuda"
-step models.log 240 "$DEV/test_models" --gtest_filter='*Cuda*:Device*:*GreedyChain*:*ArgmaxOutputs*:*Mtp*:*Gguf*'
-summ $OUT/models.log 12; grep -B3 -A8 "Failure" $OUT/models.log | head -30
-step runtime.log 300 "$DEV/test_runtime" --gtest_filter='*Cuda*:*Draft*:*Mtp*:RunCli*:ProposeDrafts*:Speculation*'
-summ $OUT/runtime.log 12; grep -B3 -A8 "Failure" $OUT/runtime.log | head -30
 fi
 [ "${BENCH:-1}" = 1 ] || exit 0
-echo "== bench_spec (demo pair)"
-for flags in "--cost-aware" "--cost-aware --warm"; do
-  step spec.log 240 "$DEV/bench_spec" --model models/demo/target --draft models/demo/draft --device cuda --repeat 5 \
-    --proposers mtp draft ngram --spec-k 4 --mtp-k 2 --draft-k 3 $flags
-  echo "  bench_spec $flags:"; grep -E "^\|" $OUT/spec.log | tail -8
+echo "== bf16 decode batches: few-row GEMV against cuBLAS"
+C="$DEV/configs/${CONFIG:-qwen35-0.8b}.json"
+for b in 2 4 8; do
+  variants="X=1 KAPITSA_GEMV_ROWS=0"; [ $b = 8 ] && variants="$variants KAPITSA_GEMV_ROWS=4 KAPITSA_GEMV_ROWS=8"
+  for v in $variants; do
+    step batch.log 120 env $v "$DEV/bench_model" --config "$C" --device cuda --prompt 16 --decode 32 --batch $b
+    echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
+  done
 done
 echo "== kapitsa run: each proposer prints plain decoding's text"
 prompt="def parse_config(path):"
@@ -51,12 +55,9 @@ for spec in none draft mtp ngram; do
     if cmp -s "$OUT/run_none.txt" "$OUT/run_$spec.txt"; then echo "    same text as plain"; else echo "    TEXT DIFFERS from plain"; fi
   fi
 done
-echo "== bf16 decode batches: few-row GEMV against cuBLAS"
-C="$DEV/configs/${CONFIG:-qwen35-0.8b}.json"
-for b in 2 4 8; do
-  variants="X=1 KAPITSA_GEMV_ROWS=0"; [ $b = 8 ] && variants="$variants KAPITSA_GEMV_ROWS=4 KAPITSA_GEMV_ROWS=8"
-  for v in $variants; do
-    step batch.log 120 env $v "$DEV/bench_model" --config "$C" --device cuda --prompt 16 --decode 32 --batch $b
-    echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
-  done
+echo "== bench_spec (demo pair)"
+for flags in "--cost-aware" "--cost-aware --warm"; do
+  step spec.log 240 "$DEV/bench_spec" --model models/demo/target --draft models/demo/draft --device cuda --repeat 5 \
+    --proposers mtp draft ngram --spec-k 4 --mtp-k 2 --draft-k 3 $flags
+  echo "  bench_spec $flags:"; grep -E "^\|" $OUT/spec.log | tail -8
 done
