@@ -1269,7 +1269,7 @@ def main():
         eval_windows, n_greedy = 128, 16
     hp_t["mtp_weight"] = args.mtp_weight
     hp_t["compile"] = args.compile
-    hp_d = dict(hp_t, lr=args.draft_lr, warmup=150)
+    hp_d = dict(hp_t, lr=args.draft_lr, warmup=150, compile=False)  # its 50 s would go to compiling
     if not args.smoke:
         hp_d["batch"] = 64
     qat = (args.bits, args.group_size, args.qat_fraction) if args.qat_fraction > 0 else None
