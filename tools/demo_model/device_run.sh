@@ -25,9 +25,9 @@ if [ "$mode" = smoke ]; then
 elif [ "$mode" = chain ]; then
   [ -f /tmp/demo_state.pt ] || rm -rf /tmp/demo  # a fresh machine: a fresh run
   ( time timeout 590 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" --state /tmp/demo_state.pt "$@" ) 2>&1 |
-    tee -a "$OUT/chain.log" /tmp/demo_chain.log
+    tee -a /tmp/demo_chain.log  # every call's log, in order
   rc=$?
-  cp /tmp/demo_chain.log "$OUT/chain_all.log"
+  cp /tmp/demo_chain.log "$OUT/chain.log"
 else
   timeout 100 python3 tools/demo_model/train.py --smoke --out /tmp/smoke "${common[@]}" 2>&1 | tee "$OUT/smoke.log" || exit 1
   ( time timeout 520 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" "$@" ) 2>&1 | tee "$OUT/full.log"

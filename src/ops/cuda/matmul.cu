@@ -269,7 +269,8 @@ int gemv_rows_setting() {
 }
 // Output rows a warp of gemv_rows_kernel computes for T tokens: KAPITSA_GEMV_ROWS=1|2|4|8 (measuring), else
 // one row for 2 tokens and two from 3. H100, 0.8B shape bf16, aggregate decode tok/s of 4 / 8 sequences
-// (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four 1611 / 1917-1931; cuBLAS
+// (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four (then with four rounds of
+// loads in flight, not today's two) 1611 / 1917-1931; cuBLAS
 // (KAPITSA_GEMV_ROWS=0) 1459 / 2341-2364; 2 sequences: one row 1324, cuBLAS 933.
 int gemv_rows_per_warp(int64_t T) {
   const int forced = gemv_rows_setting();

@@ -15,6 +15,7 @@ DEV="$(cd "$(dirname "$0")" && pwd)"
 REPO="${REPO:-$PWD}"
 : "${BUILD_SUBDIR:=build/release}"
 source "$DEV/device_setup.sh"  # links, fixtures, step/summ
+SCRATCH=$(mktemp -d)  # logs kept out of $OUT, which brings back at most 8 files
 cd "$BUILT_IN"
 if [ "${TESTS:-1}" = 1 ]; then
 echo "== op tests: invariant rows, GEMVs"
@@ -27,8 +28,8 @@ step runtime.log 300 "$DEV/test_runtime" --gtest_filter='*Cuda*:*Draft*:*Mtp*:Ru
 summ $OUT/runtime.log 12; grep -B3 -A8 "Failure" $OUT/runtime.log | head -30
 echo "== forced rows a warp, memcheck"
 for r in 1 4 8; do  # the rows a warp that only KAPITSA_GEMV_ROWS picks (measuring) must be invariant too
-  step ops_rows$r.log 60 env KAPITSA_GEMV_ROWS=$r "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda'
-  echo "  KAPITSA_GEMV_ROWS=$r:"; summ $OUT/ops_rows$r.log 4
+  timeout 60 env KAPITSA_GEMV_ROWS=$r "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda' > $SCRATCH/ops_rows$r.log 2>&1
+  echo "  KAPITSA_GEMV_ROWS=$r (rc $?):"; summ $SCRATCH/ops_rows$r.log 4
 done
 step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*RowsOf*/cuda:*Matmul*/cuda'
 grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
@@ -49,10 +50,10 @@ for spec in none draft mtp ngram; do
   extra=(); [ "$spec" = draft ] && extra=(--draft models/demo/draft --spec-k 3)
   [ "$spec" = mtp ] && extra=(--spec-k 2)
   "$DEV/kapitsa" run --model models/demo/target --device cuda --temperature 0 --max-tokens 400 --spec "$spec" \
-    "${extra[@]}" "$prompt" > "$OUT/run_$spec.txt" 2> "$OUT/run_$spec.err"
-  echo "  $spec: $(tail -1 "$OUT/run_$spec.err" | cut -c1-160)"
+    "${extra[@]}" "$prompt" > "$SCRATCH/run_$spec.txt" 2> "$SCRATCH/run_$spec.err"
+  echo "  $spec: $(tail -1 "$SCRATCH/run_$spec.err" | cut -c1-160)"
   if [ "$spec" != none ]; then
-    if cmp -s "$OUT/run_none.txt" "$OUT/run_$spec.txt"; then echo "    same text as plain"; else echo "    TEXT DIFFERS from plain"; fi
+    if cmp -s "$SCRATCH/run_none.txt" "$SCRATCH/run_$spec.txt"; then echo "    same text as plain"; else echo "    TEXT DIFFERS from plain"; fi
   fi
 done
 echo "== bench_spec (demo pair)"
