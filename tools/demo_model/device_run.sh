@@ -4,9 +4,11 @@
 #                                                     pipeline with short budgets (to time each phase)
 #   bash tools/demo_model/device_run.sh full [ARGS]   the smoke run, then the real run (about 9 minutes)
 #   bash tools/demo_model/device_run.sh chain ARGS    one call of a run longer than a call (ARGS: at least
-#       --target-steps N --stop-after S): the target trains S seconds and saves its state in /tmp; the
-#       same command again (on the same machine, while it is still warm) goes on; the call that reaches
-#       N steps evaluates and exports. Prints STOPPED_AT=step while unfinished.
+#       --target-steps N --stop-after S): the target trains S seconds and saves its state in out/ (git-
+#       ignored: a warm machine keeps the checkout's ignored files between calls, seen in session 36;
+#       /tmp not yet seen to survive); the same command again (on the same machine, while it is still
+#       warm) goes on; the call that reaches N steps evaluates and exports. Prints STOPPED_AT=step while
+#       unfinished.
 # Both reuse the first edition's tokenizer and measure the first edition's target beside the new one.
 # Output: logs, and the result packed as $OUT/demo.tar.part-* (15 MB pieces; reassemble with cat).
 set -o pipefail
@@ -23,11 +25,13 @@ if [ "$mode" = smoke ]; then
     --probe-batches 32,64 "$@" 2>&1 | tee "$OUT/full.log"
   rc=$?
 elif [ "$mode" = chain ]; then
-  [ -f /tmp/demo_state.pt ] || rm -rf /tmp/demo  # a fresh machine: a fresh run
-  ( time timeout 590 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" --state /tmp/demo_state.pt "$@" ) 2>&1 |
-    tee -a /tmp/demo_chain.log  # every call's log, in order
+  mkdir -p out
+  [ -f out/demo_state.pt ] || rm -rf /tmp/demo out/demo_chain.log  # no state: a fresh run
+  ( time timeout 590 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" --state out/demo_state.pt "$@" ) 2>&1 |
+    tee -a out/demo_chain.log  # every call's log, in order
   rc=$?
-  cp /tmp/demo_chain.log "$OUT/chain.log"
+  [ $rc = 0 ] && [ -f /tmp/demo/DONE ] && rm -f out/demo_state.pt  # finished: the next chain starts afresh
+  cp out/demo_chain.log "$OUT/chain.log"
 else
   timeout 100 python3 tools/demo_model/train.py --smoke --out /tmp/smoke "${common[@]}" 2>&1 | tee "$OUT/smoke.log" || exit 1
   ( time timeout 520 python3 tools/demo_model/train.py --out /tmp/demo "${common[@]}" "$@" ) 2>&1 | tee "$OUT/full.log"

@@ -1105,16 +1105,25 @@ def dequantized(sd, q):
     return out
 
 
+def read_packed(path):
+    """The bytes of path, or of path.xz unpacked when the plain file is missing or older (a warm device
+    machine keeps the checkout's git-ignored unpacked copy from an earlier call: session 36 trained from
+    stale weights that way)."""
+    import lzma
+    xz = path.with_name(path.name + ".xz")
+    if path.exists() and (not xz.exists() or path.stat().st_mtime >= xz.stat().st_mtime):
+        return path.read_bytes()
+    return lzma.decompress(xz.read_bytes())
+
+
 def load_text_state(folder):
     """The text model's float weights of a folder this script wrote (model.safetensors or its tracked
     .xz), names as Qwen3_5ForCausalLM's; MLX affine modules dequantized (bits and group from config.json).
     Returns (state dict, text config)."""
-    import lzma
     folder = Path(folder)
     top = json.load(open(folder / "config.json"))
     q = top.get("quantization") or {}
-    st = folder / "model.safetensors"
-    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model.safetensors.xz").read_bytes())
+    raw = read_packed(folder / "model.safetensors")
     sd = dequantized(read_safetensors(raw), q)
     out = {"model." + k[len("model.language_model."):]: v for k, v in sd.items() if k.startswith("model.language_model.")}
     return out, dict(top["text_config"])
@@ -1123,11 +1132,9 @@ def load_text_state(folder):
 def load_mtp_state(folder):
     """mtp.* of a target folder this script wrote (model-mtp.safetensors or its .xz), float, MLX affine
     modules dequantized: names as MtpHead.named_parameters()."""
-    import lzma
     folder = Path(folder)
     q = json.load(open(folder / "config.json")).get("quantization") or {}
-    st = folder / "model-mtp.safetensors"
-    raw = st.read_bytes() if st.exists() else lzma.decompress((folder / "model-mtp.safetensors.xz").read_bytes())
+    raw = read_packed(folder / "model-mtp.safetensors")
     return dequantized(read_safetensors(raw), q)
 
 
