@@ -271,7 +271,9 @@ int gemv_rows_setting() {
 // one row for 2 tokens and two from 3. H100, 0.8B shape bf16, aggregate decode tok/s of 4 / 8 sequences
 // (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four (then with four rounds of
 // loads in flight, not today's two) 1611 / 1917-1931; cuBLAS
-// (KAPITSA_GEMV_ROWS=0) 1459 / 2341-2364; 2 sequences: one row 1324, cuBLAS 933.
+// (KAPITSA_GEMV_ROWS=0) 1459 / 2341-2364; 2 sequences: one row 1324, cuBLAS 933. Session 36, 8 sequences,
+// today's kernel: two rows 2110, four 2003, eight 1903, cuBLAS 2364 (fewer warps lose more than the
+// shared x loads save: docs/cuda.md, session 36).
 int gemv_rows_per_warp(int64_t T) {
   const int forced = gemv_rows_setting();
   if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
