@@ -33,6 +33,10 @@ void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, i
 // Each token's row is summed in the one-token order whatever T (batch-invariant), unless
 // KAPITSA_GEMV_ROWS=0 (then dense_gemv_rows_enabled() is false and matmul sends 2+ tokens to cuBLAS).
 bool dense_gemv_rows_enabled();
+// KAPITSA_GEMV_SPLIT=2|4|8 (measuring): every aligned dense GEMV of 1–8 tokens sums a row's K over that
+// many warps of a block (one order for every T, another than the default kernels'), and matmul_swiglu of
+// one token is composed from it; 0 when off.
+int dense_gemv_split_warps();
 void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s);
 constexpr int64_t kGemvMaxTokens = 8;
 // Several weights of one type applied to the same x in one launch (matmul_many): part i computes

@@ -231,7 +231,9 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
   }
   const bool dense = w_gate.format() == WeightFormat::dense && w_up.format() == WeightFormat::dense &&
                      w_gate.weight().dtype() == w_up.weight().dtype() && detail::is_weight_dtype(w_gate.weight().dtype());
-  if (T != 1 || !dense || K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned16(x.data()) ||
+  // With KAPITSA_GEMV_SPLIT the fused kernel's order would differ from the split GEMV's: composed.
+  if (T != 1 || !dense || kernels::dense_gemv_split_warps() > 0 ||
+      K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned16(x.data()) ||
       !aligned16(w_gate.weight().data()) || !aligned16(w_up.weight().data())) {
     return composed::matmul_swiglu(*backend(), x, w_gate, w_up, up, y);
   }
