@@ -8,7 +8,7 @@ Measured on the H200 (session 25): batch 64 370 ms a step (177k tokens/s, 64 GiB
 elementwise work (copies, multiplies, adds: ~60% of the GPU time), the matmuls 7%, the triangular
 solves 6%. torch.compile of the step recompiled on every call (train.py's GDN call counter is a guarded
 global) and was dropped; since session 35 the counter stays out of traced code and --compile 0,1 times
-eager and compiled steps side by side (not yet run on a GPU)."""
+eager and compiled steps side by side (session 36, H100, batch 64: eager 434 ms a step, compiled 168.5 ms)."""
 import argparse
 import sys
 import time
