@@ -9,7 +9,8 @@
 #   bash tests/ops/cuda/pack_device_bundle.sh build/release
 # Device run (carry [".device"]): tar -xJf .device/gpu/bin.tar.xz -C .device/gpu &&
 #   REPO=$PWD bash .device/gpu/spec_device_run.sh /work/main
-# CONFIG=qwen35-0.8b (default; qwen35-4b takes a minute more to write its checkpoint); BENCH=0 skips the benches, TESTS=0 the tests
+# CONFIG=qwen35-0.8b (default; qwen35-4b takes a minute more to write its checkpoint); BENCH=0 skips the benches, TESTS=0 the tests,
+# SPEC=0 the speculation half of the benches (kapitsa run and bench_spec)
 # (the two halves fit one 10-minute call each). Most important first: a call cut off at its limit loses the rest.
 BUILT_IN=${1:?the worktree the binaries were built in}
 DEV="$(cd "$(dirname "$0")" && pwd)"
@@ -47,8 +48,9 @@ fi
 [ "${BENCH:-1}" = 1 ] || exit 0
 echo "== bf16 decode batches: few-row GEMV against cuBLAS"
 C="$DEV/configs/${CONFIG:-qwen35-0.8b}.json"
-for b in 2 4 8; do
-  variants="X=1 KAPITSA_GEMV_ROWS=0 KAPITSA_GEMV_SPLIT=4"; [ $b = 8 ] && variants="$variants KAPITSA_GEMV_SPLIT=2 KAPITSA_GEMV_SPLIT=8"
+for b in 1 2 4 8; do
+  variants="X=1 KAPITSA_GEMV_ROWS=0 KAPITSA_GEMV_SPLIT=4"; [ $b = 1 ] && variants="X=1 KAPITSA_GEMV_SPLIT=2 KAPITSA_GEMV_SPLIT=4 X=1"
+  [ $b = 8 ] && variants="$variants KAPITSA_GEMV_SPLIT=2 KAPITSA_GEMV_SPLIT=8"
   for v in $variants; do
     step batch.log 120 env $v "$DEV/bench_model" --config "$C" --device cuda --prompt 16 --decode 32 --batch $b
     echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
@@ -59,6 +61,7 @@ for v in X=1 KAPITSA_GEMV_SPLIT=4 KAPITSA_GEMV_SPLIT=8 X=1; do
   step batch4b.log 150 env $v "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 16 --decode 64
   echo "  4B $v: $(grep -E '\| decode' $OUT/batch4b.log | tr -s ' ' | tr '\n' ' ')"
 done
+[ "${SPEC:-1}" = 1 ] || exit 0
 echo "== kapitsa run: each proposer prints plain decoding's text"
 prompt="def parse_config(path):"
 for spec in none draft mtp ngram; do
