@@ -1,8 +1,8 @@
 // CUDA matmul y = x·wᵀ (and matmul_many, several weights on one x): a GEMV kernel for up to
 // kGemvMaxTokens rows of dense and affine weights (decode; f32 accumulation, reads the weight once),
 // cuBLAS above that. f32 weights: SGEMM in plain f32 (no TF32). bf16 weights: cuBLAS has no f32 × bf16
-// product, so x is split into bf16 parts and one bf16 GEMM of (parts × T) rows on the tensor cores (f32
-// accumulation) gives the partial products, summed smallest first: up to 64 rows three parts (x exact,
+// product, so x is split into bf16 parts and a bf16 GEMM a part on the tensor cores (f32 accumulation)
+// adds its products into y, smallest part first: up to 64 rows three parts (x exact,
 // f32's precision), above that two (x to 16 bits; kDenseExactMaxTokens says why). f16 weights (rare in
 // checkpoints): f16 cannot split x exactly (its range), so the weight is widened to f32 in scratch and
 // SGEMM runs: exact, slow. Quantized weights (MLX affine, llama.cpp blocks) past the GEMVs' token counts
@@ -15,7 +15,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,6 +62,15 @@ constexpr int64_t kChunkedGemvMaxTokens = 32;
 // less time (4B shape, 512 tokens: docs/cuda.md, session 22), while decode batches and speculative
 // verification, bound by reading the weight, keep f32's precision at no cost.
 constexpr int64_t kDenseExactMaxTokens = 64;
+// KAPITSA_DENSE_PREFILL=sum_parts (measuring, session 37): the bf16 prefill's one GEMM over all parts'
+// columns and the sum_parts kernel after it, instead of a GEMM a part accumulating into y. Read once.
+bool dense_prefill_sums_parts() {
+  static const bool on = [] {
+    const char* v = std::getenv("KAPITSA_DENSE_PREFILL");
+    return v != nullptr && std::string_view(v) == "sum_parts";
+  }();
+  return on;
+}
 
 // x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
 // (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
@@ -344,17 +355,27 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
           "matmul (cublasSgemm, f16 w)");
     return;
   }
-  // bf16: parts [P, T, K] bf16 → partial products [P, T, N] f32 → y.
+  // bf16: parts [P, T, K] bf16 (hi first), then one GEMM a part into y, smallest first, each adding to the
+  // sum so far (beta = 1) — the order sum_parts had, without its [P, T, N] partial products.
   const int n_parts = T > kDenseExactMaxTokens ? 2 : 3;
-  void* parts = detail::scratch(detail::Slot::temp0, static_cast<size_t>(n_parts * T * K) * 2);
-  float* partial = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(n_parts * T * N) * sizeof(float)));
+  auto* parts = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(n_parts * T * K) * 2));
   kernels::split_bf16(x.f32(), parts, T * K, n_parts, stream());
   check_launch("matmul (split x)");
-  check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, n_parts * t, k, &one, w.data(), CUDA_R_16BF, k, parts,
-                     CUDA_R_16BF, k, &zero, partial, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "matmul (cublasGemmEx)");
-  kernels::sum_parts(partial, y.f32(), T * N, n_parts, stream());
-  check_launch("matmul (sum parts)");
+  if (dense_prefill_sums_parts()) {  // measuring: session 22's one GEMM over P·T columns, then sum_parts
+    float* partial = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(n_parts * T * N) * sizeof(float)));
+    check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, n_parts * t, k, &one, w.data(), CUDA_R_16BF, k, parts,
+                       CUDA_R_16BF, k, &zero, partial, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "matmul (cublasGemmEx)");
+    kernels::sum_parts(partial, y.f32(), T * N, n_parts, stream());
+    check_launch("matmul (sum parts)");
+    return;
+  }
+  for (int p = n_parts - 1; p >= 0; --p) {
+    const float beta = p == n_parts - 1 ? zero : one;
+    check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &one, w.data(), CUDA_R_16BF, k, parts + p * T * K,
+                       CUDA_R_16BF, k, &beta, y.f32(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "matmul (cublasGemmEx)");
+  }
 }
 }  // namespace
 

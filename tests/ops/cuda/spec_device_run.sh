@@ -4,7 +4,8 @@
 # with each backend's claimed invariant rows, memcheck of the GEMV kernels, the engine and model tests of
 # speculation on cuda, bench_spec (cost-aware, warm), kapitsa run with each proposer (the same text as
 # plain), and bf16 decode batches with the few-row GEMV against cuBLAS (KAPITSA_GEMV_ROWS=0) and the
-# split-K GEMV (KAPITSA_GEMV_SPLIT=2|4|8: its tests, then 0.8B batches and the 4B shape at batch 1).
+# split-K GEMV (KAPITSA_GEMV_SPLIT=2|4|8: its tests, then 0.8B batches and the 4B shape at batch 1), and the
+# 4B shape's 512-token prefill against KAPITSA_DENSE_PREFILL=sum_parts (session 22's bf16 GEMM).
 # Bundle: XZ_OPT="-9e -T1" BINARIES="test_ops test_models test_runtime kapitsa bench_spec bench_model" \
 #   bash tests/ops/cuda/pack_device_bundle.sh build/release
 # Device run (carry [".device"]): tar -xJf .device/gpu/bin.tar.xz -C .device/gpu &&
@@ -56,10 +57,10 @@ for b in 1 2 4 8; do
     echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
   done
 done
-echo "== 4B shape, batch 1: the default GEMVs against KAPITSA_GEMV_SPLIT"
-for v in X=1 KAPITSA_GEMV_SPLIT=4 KAPITSA_GEMV_SPLIT=8 X=1; do
-  step batch4b.log 150 env $v "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 16 --decode 64
-  echo "  4B $v: $(grep -E '\| decode' $OUT/batch4b.log | tr -s ' ' | tr '\n' ' ')"
+echo "== 4B shape, batch 1: the default GEMVs against KAPITSA_GEMV_SPLIT; 512-token prefill against KAPITSA_DENSE_PREFILL=sum_parts"
+for v in X=1 KAPITSA_GEMV_SPLIT=4 KAPITSA_GEMV_SPLIT=8 KAPITSA_DENSE_PREFILL=sum_parts X=1; do
+  step batch4b.log 150 env $v "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 512 --decode 64
+  echo "  4B $v: $(grep -E '\| (prefill|decode)' $OUT/batch4b.log | tr -s ' ' | tr '\n' ' ')"
 done
 [ "${SPEC:-1}" = 1 ] || exit 0
 echo "== kapitsa run: each proposer prints plain decoding's text"
