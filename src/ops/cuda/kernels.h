@@ -33,10 +33,6 @@ void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, i
 // Each token's row is summed in the one-token order whatever T (batch-invariant), unless
 // KAPITSA_GEMV_ROWS=0 (then dense_gemv_rows_enabled() is false and matmul sends 2+ tokens to cuBLAS).
 bool dense_gemv_rows_enabled();
-// KAPITSA_GEMV_SPLIT=2|4|8 (measuring): every aligned dense GEMV of 1–8 tokens sums a row's K over that
-// many warps of a block (one order for every T, another than the default kernels'), and matmul_swiglu of
-// one token is composed from it; 0 when off.
-int dense_gemv_split_warps();
 void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s);
 constexpr int64_t kGemvMaxTokens = 8;
 // Several weights of one type applied to the same x in one launch (matmul_many): part i computes
@@ -56,8 +52,6 @@ void gemv_swiglu(const float* x, const void* w_gate, const void* w_up, ElemType 
 // x: [n] f32 → parts: [n_parts, n] bf16, each the bf16 rounding of what the earlier ones leave of x: three
 // carry x exactly (so three bf16 products on the tensor cores keep f32's precision), two to 16 bits.
 void split_bf16(const float* x, void* parts, int64_t n, int n_parts, cudaStream_t s);
-// y[i] = Σ_p parts[p·n + i], smallest (last) part first: the partial products of split_bf16's parts.
-void sum_parts(const float* parts, float* y, int64_t n, int n_parts, cudaStream_t s);
 
 // How the dequantize kernels write a value v of their [R, K] output: f32 (ref's value, bit for bit), or
 // bf16_pair: out [2, R, K] bf16, hi = bf16(v) then lo = bf16(v − hi), so hi + lo carries v to 16

@@ -15,9 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <iterator>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -62,16 +60,6 @@ constexpr int64_t kChunkedGemvMaxTokens = 32;
 // less time (4B shape, 512 tokens: docs/cuda.md, session 22), while decode batches and speculative
 // verification, bound by reading the weight, keep f32's precision at no cost.
 constexpr int64_t kDenseExactMaxTokens = 64;
-// KAPITSA_DENSE_PREFILL=sum_parts (measuring, session 37): the bf16 prefill's one GEMM over all parts'
-// columns and the sum_parts kernel after it, instead of a GEMM a part accumulating into y. Read once.
-bool dense_prefill_sums_parts() {
-  static const bool on = [] {
-    const char* v = std::getenv("KAPITSA_DENSE_PREFILL");
-    return v != nullptr && std::string_view(v) == "sum_parts";
-  }();
-  return on;
-}
-
 // x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
 // (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
 const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
@@ -242,8 +230,7 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
   }
   const bool dense = w_gate.format() == WeightFormat::dense && w_up.format() == WeightFormat::dense &&
                      w_gate.weight().dtype() == w_up.weight().dtype() && detail::is_weight_dtype(w_gate.weight().dtype());
-  // With KAPITSA_GEMV_SPLIT the fused kernel's order would differ from the split GEMV's: composed.
-  if (T != 1 || !dense || kernels::dense_gemv_split_warps() > 0 ||
+  if (T != 1 || !dense ||
       K % static_cast<int64_t>(16 / dtype_size(w_gate.weight().dtype())) != 0 || !aligned16(x.data()) ||
       !aligned16(w_gate.weight().data()) || !aligned16(w_up.weight().data())) {
     return composed::matmul_swiglu(*backend(), x, w_gate, w_up, up, y);
@@ -356,20 +343,12 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
     return;
   }
   // bf16: parts [P, T, K] bf16 (hi first), then one GEMM a part into y, smallest first, each adding to the
-  // sum so far (beta = 1) — the order sum_parts had, without its [P, T, N] partial products.
+  // sum so far (beta = 1). Until session 37 one GEMM over all parts' P·T columns wrote [P, T, N] partial
+  // products that a kernel then summed: 4B shape, 512-token prefill on an H200, 15670 → 16180–16340 tok/s.
   const int n_parts = T > kDenseExactMaxTokens ? 2 : 3;
   auto* parts = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(n_parts * T * K) * 2));
   kernels::split_bf16(x.f32(), parts, T * K, n_parts, stream());
   check_launch("matmul (split x)");
-  if (dense_prefill_sums_parts()) {  // measuring: session 22's one GEMM over P·T columns, then sum_parts
-    float* partial = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(n_parts * T * N) * sizeof(float)));
-    check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, n_parts * t, k, &one, w.data(), CUDA_R_16BF, k, parts,
-                       CUDA_R_16BF, k, &zero, partial, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "matmul (cublasGemmEx)");
-    kernels::sum_parts(partial, y.f32(), T * N, n_parts, stream());
-    check_launch("matmul (sum parts)");
-    return;
-  }
   for (int p = n_parts - 1; p >= 0; --p) {
     const float beta = p == n_parts - 1 ? zero : one;
     check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &one, w.data(), CUDA_R_16BF, k, parts + p * T * K,

@@ -192,57 +192,6 @@ __global__ void __launch_bounds__(kVecWarps * 32) gemv_rows_kernel(const float* 
     }
 }
 
-// KAPITSA_GEMV_SPLIT=Warps (measuring; session 36, not yet run on a GPU): one output row a block, its
-// K split over the block's Warps warps — lane l of warp w adds k = (w·32 + l)·kVec + j·Warps·32·kVec in
-// ascending j through dot_add, then warp_sum, then the warps' sums in ascending w — for 1 to kMaxT
-// tokens alike, so it is batch-invariant within itself (not with the kernels above: a different
-// order). Why: the one-row-a-warp kernels give a 1024–3584-row matrix 4–14 warps an SM (0.8B shape:
-// batch-1 decode at 41% of its roofline; 8 tokens slower with more rows a warp, session 36); here a row
-// is Warps warps.
-template <typename W, int Warps>
-__global__ void __launch_bounds__(Warps * 32) gemv_split_kernel(const float* x, const Job<W> job, int64_t T, int64_t K) {
-  constexpr int kVec = 16 / sizeof(W), kU = 4, kStep = Warps * 32 * kVec, kMaxT = kGemvMaxTokens;
-  pdl_trigger();
-  const Part<W> part = part_of(job);
-  const int64_t n = part.block, N = part.N;  // one row a block: the launch has exactly N blocks a part
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const W* __restrict__ wn = part.w + n * K;
-  float acc[kMaxT] = {};
-  uint4 raw[kU];
-  for (int64_t k0 = (int64_t{warp} * 32 + lane) * kVec; k0 < K; k0 += kU * kStep) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-      if (k0 + u * kStep < K) raw[u] = load_weights(wn + k0 + u * kStep);
-    if (k0 < kU * kStep) pdl_wait();
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t k = k0 + u * kStep;
-      if (k >= K) break;
-#pragma unroll
-      for (int t = 0; t < kMaxT; ++t) {
-        if (t >= T) break;
-        dot_add<W>(acc[t], raw[u], x + t * K + k);
-      }
-    }
-  }
-  pdl_wait();  // (again: a no-op unless this lane had no k)
-  __shared__ float warp_sums[Warps][kMaxT];
-#pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
-    if (t >= T) break;
-    const float sum = warp_sum(acc[t]);
-    if (lane == 0) warp_sums[warp][t] = sum;
-  }
-  __syncthreads();
-  if (threadIdx.x < T) {
-    const int t = threadIdx.x;
-    float sum = warp_sums[0][t];
-#pragma unroll
-    for (int w = 1; w < Warps; ++w) sum += warp_sums[w][t];
-    part.y[t * N + n] = sum;
-  }
-}
-
 // x · wa and x · wb for one token, by one warp: kSwigluUnroll 16-byte loads of each row in flight a
 // lane (the first round before pdl_wait(), as in gemv_vec_kernel), each x float4 serving both rows.
 // Per lane the k order and the sums are gemv_vec_kernel's. Returns the warp's sums (every lane).
@@ -318,15 +267,6 @@ int gemv_rows_setting() {
   }();
   return v;
 }
-// KAPITSA_GEMV_SPLIT: warps a row of gemv_split_kernel (2, 4 or 8), 0 when unset or other, read once.
-int gemv_split_setting() {
-  static const int v = [] {
-    const char* s = std::getenv("KAPITSA_GEMV_SPLIT");
-    const int w = s == nullptr ? 0 : std::atoi(s);
-    return w == 2 || w == 4 || w == 8 ? w : 0;
-  }();
-  return v;
-}
 // Output rows a warp of gemv_rows_kernel computes for T tokens: KAPITSA_GEMV_ROWS=1|2|4|8 (measuring), else
 // one row for 2 tokens and two from 3. H100, 0.8B shape bf16, aggregate decode tok/s of 4 / 8 sequences
 // (bench_model --batch): one row 1606 / 1903-1937, two 1746 / 2082-2100, four (then with four rounds of
@@ -342,7 +282,6 @@ int gemv_rows_per_warp(int64_t T) {
 }  // namespace
 
 bool dense_gemv_rows_enabled() { return gemv_rows_setting() != 0; }
-int dense_gemv_split_warps() { return gemv_split_setting(); }
 
 namespace {
 // How many gemv_vec_kernel blocks the GPU holds at once (one wave): device 0's SMs × blocks an SM.
@@ -373,9 +312,8 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   const bool pair = aligned && T == 1 && gemv_pair_enabled() &&
                     (K <= one_round || (K <= 2 * one_round && vec_blocks > vec_blocks_per_wave<W>()));
   const bool generic = !aligned;
-  const int split = generic ? 0 : gemv_split_setting();  // warps a row of gemv_split_kernel, or 0
   const int rows = T > 1 ? gemv_rows_per_warp(T) : 1;  // T > 1: gemv_rows_kernel
-  const int64_t per_block = generic ? kWarps : split > 0 ? 1 : pair ? 2 * kVecWarps : kVecWarps * rows;
+  const int64_t per_block = generic ? kWarps : pair ? 2 * kVecWarps : kVecWarps * rows;
   Job<W> job{};
   unsigned blocks = 0;
   for (int p = 0; p < n_parts; ++p) {
@@ -386,9 +324,6 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
   job.parts = n_parts;
   if (blocks == 0) return;
   if (generic) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
-  else if (split == 8) launch(gemv_split_kernel<W, 8>, blocks, 8 * 32, s, x, job, T, K);
-  else if (split == 4) launch(gemv_split_kernel<W, 4>, blocks, 4 * 32, s, x, job, T, K);
-  else if (split == 2) launch(gemv_split_kernel<W, 2>, blocks, 2 * 32, s, x, job, T, K);
   else if (T > 1 && rows == 8) launch(gemv_rows_kernel<W, 8>, blocks, kVecWarps * 32, s, x, job, T, K);
   else if (T > 1 && rows == 4) launch(gemv_rows_kernel<W, 4>, blocks, kVecWarps * 32, s, x, job, T, K);
   else if (T > 1 && rows == 2) launch(gemv_rows_kernel<W, 2>, blocks, kVecWarps * 32, s, x, job, T, K);
@@ -408,22 +343,10 @@ __global__ void split_bf16_kernel(const float* x, __nv_bfloat16* parts, int64_t 
   }
 }
 
-__global__ void sum_parts_kernel(const float* parts, float* y, int64_t n, int n_parts) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    float s = parts[(n_parts - 1) * n + i];
-    for (int p = n_parts - 2; p >= 0; --p) s = __fadd_rn(s, parts[p * n + i]);
-    y[i] = s;
-  }
-}
-
 }  // namespace
 
 void split_bf16(const float* x, void* parts, int64_t n, int n_parts, cudaStream_t s) {
   if (n > 0) split_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, static_cast<__nv_bfloat16*>(parts), n, n_parts);
-}
-
-void sum_parts(const float* parts, float* y, int64_t n, int n_parts, cudaStream_t s) {
-  if (n > 0) sum_parts_kernel<<<grid_for(n, 256), 256, 0, s>>>(parts, y, n, n_parts);
 }
 
 void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s) {

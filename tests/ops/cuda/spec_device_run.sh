@@ -3,9 +3,8 @@
 # (docs/speculative-decoding.md, "Why the output is identical"; docs/cuda.md, session 34): the op tests
 # with each backend's claimed invariant rows, memcheck of the GEMV kernels, the engine and model tests of
 # speculation on cuda, bench_spec (cost-aware, warm), kapitsa run with each proposer (the same text as
-# plain), and bf16 decode batches with the few-row GEMV against cuBLAS (KAPITSA_GEMV_ROWS=0) and the
-# split-K GEMV (KAPITSA_GEMV_SPLIT=2|4|8: its tests, then 0.8B batches and the 4B shape at batch 1), and the
-# 4B shape's 512-token prefill against KAPITSA_DENSE_PREFILL=sum_parts (session 22's bf16 GEMM).
+# plain), bf16 decode batches with the few-row GEMV against cuBLAS (KAPITSA_GEMV_ROWS=0), and the 4B
+# shape's batch-1 decode and 512-token prefill.
 # Bundle: XZ_OPT="-9e -T1" BINARIES="test_ops test_models test_runtime kapitsa bench_spec bench_model" \
 #   bash tests/ops/cuda/pack_device_bundle.sh build/release
 # Device run (carry [".device"]): tar -xJf .device/gpu/bin.tar.xz -C .device/gpu &&
@@ -36,29 +35,19 @@ for r in 1 4 8; do  # the rows a warp that only KAPITSA_GEMV_ROWS picks (measuri
 done
 step memcheck.log 180 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*RowsOf*/cuda:*Matmul*/cuda'
 grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
-echo "== KAPITSA_GEMV_SPLIT (a row's K over 2/4/8 warps; session 36, first run)"
-for w in 2 4 8; do
-  timeout 90 env KAPITSA_GEMV_SPLIT=$w "$DEV/test_ops" --gtest_filter='*RowsOfSeveralTokens*/cuda:*Matmul*/cuda:*Swiglu*/cuda:*Gemv*/cuda' > $SCRATCH/ops_split$w.log 2>&1
-  echo "  KAPITSA_GEMV_SPLIT=$w ops (rc $?):"; summ $SCRATCH/ops_split$w.log 4; grep -B2 -A6 "Failure" $SCRATCH/ops_split$w.log | head -12
-done
-timeout 120 env KAPITSA_GEMV_SPLIT=4 "$DEV/test_models" --gtest_filter='*Cuda*:Device*:*GreedyChain*' > $SCRATCH/models_split4.log 2>&1
-echo "  KAPITSA_GEMV_SPLIT=4 models (rc $?):"; summ $SCRATCH/models_split4.log 4
-timeout 60 env KAPITSA_GEMV_SPLIT=4 compute-sanitizer --tool memcheck --leak-check no "$DEV/test_ops" --gtest_filter='*RowsOf*/cuda:*Matmul*/cuda' > $SCRATCH/memcheck_split.log 2>&1
-echo "  KAPITSA_GEMV_SPLIT=4 memcheck:"; grep -E "ERROR SUMMARY" $SCRATCH/memcheck_split.log | tail -1
 fi
 [ "${BENCH:-1}" = 1 ] || exit 0
 echo "== bf16 decode batches: few-row GEMV against cuBLAS"
 C="$DEV/configs/${CONFIG:-qwen35-0.8b}.json"
-for b in 1 2 4 8; do
-  variants="X=1 KAPITSA_GEMV_ROWS=0 KAPITSA_GEMV_SPLIT=4"; [ $b = 1 ] && variants="X=1 KAPITSA_GEMV_SPLIT=2 KAPITSA_GEMV_SPLIT=4 X=1"
-  [ $b = 8 ] && variants="$variants KAPITSA_GEMV_SPLIT=2 KAPITSA_GEMV_SPLIT=8"
+for b in 2 4 8; do
+  variants="X=1 KAPITSA_GEMV_ROWS=0"
   for v in $variants; do
     step batch.log 120 env $v "$DEV/bench_model" --config "$C" --device cuda --prompt 16 --decode 32 --batch $b
     echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
   done
 done
-echo "== 4B shape, batch 1: the default GEMVs against KAPITSA_GEMV_SPLIT; 512-token prefill against KAPITSA_DENSE_PREFILL=sum_parts"
-for v in X=1 KAPITSA_GEMV_SPLIT=4 KAPITSA_GEMV_SPLIT=8 KAPITSA_DENSE_PREFILL=sum_parts X=1; do
+echo "== 4B shape, batch 1 decode and 512-token prefill"
+for v in X=1; do
   step batch4b.log 150 env $v "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 512 --decode 64
   echo "  4B $v: $(grep -E '\| (prefill|decode)' $OUT/batch4b.log | tr -s ' ' | tr '\n' ' ')"
 done
