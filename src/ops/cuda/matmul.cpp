@@ -60,6 +60,7 @@ constexpr int64_t kChunkedGemvMaxTokens = 32;
 // less time (4B shape, 512 tokens: docs/cuda.md, session 22), while decode batches and speculative
 // verification, bound by reading the weight, keep f32's precision at no cost.
 constexpr int64_t kDenseExactMaxTokens = 64;
+
 // x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
 // (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
 const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
