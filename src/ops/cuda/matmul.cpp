@@ -274,6 +274,19 @@ void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
   });
 }
 
+// y: [T, ldy] f32, its columns [0, rows) (y points at the first): y = w·x (beta 0) or y += w·x (beta 1), w:
+// [rows, K] bf16, x: [T, K] bf16, on the tensor cores with f32 accumulation. Column-major view for cuBLAS:
+// yᵀ[rows, T] (+)= (w as col-major [K, rows])ᵀ · (x as col-major [K, T]).
+void bf16_gemm(const void* w, const uint16_t* x, float* y, int64_t rows, int64_t T, int64_t K, int64_t ldy, float beta,
+               const char* what) {
+  const float one = 1.0f;
+  check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(T),
+                     static_cast<int>(K), &one, w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
+                     static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT),
+        what);
+}
+
 // Prefill over quantized weights on the tensor cores, keeping f32's accuracy: x split into three bf16
 // parts (x = x_hi + x_mid + x_lo exactly, as the bf16 path), the weight dequantized into two (w_hi =
 // bf16(w), w_lo = bf16(w − w_hi): w to 16 significant bits) a chunk of rows at a time (dequantize(r0,
@@ -299,15 +312,9 @@ void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, c
     check_launch(what);
     const uint16_t *w_hi = wb, *w_lo = wb + rows * K;
     const std::pair<const uint16_t*, const uint16_t*> products[] = {{w_hi, x_lo}, {w_lo, x_hi}, {w_hi, x_mid}, {w_hi, x_hi}};
-    for (size_t i = 0; i < std::size(products); ++i) {
-      const float one = 1.0f, beta = i == 0 ? 0.0f : 1.0f;
-      // Column-major view: yᵀ[r0 : r0 + rows, :] (+)= (w part as col-major [K, rows])ᵀ · (x part as col-major [K, T]).
-      check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(T),
-                         static_cast<int>(K), &one, products[i].first, CUDA_R_16BF, static_cast<int>(K),
-                         products[i].second, CUDA_R_16BF, static_cast<int>(K), &beta, y.f32() + r0, CUDA_R_32F,
-                         static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-            "matmul (cublasGemmEx, dequantized w)");
-    }
+    for (size_t i = 0; i < std::size(products); ++i)
+      bf16_gemm(products[i].first, products[i].second, y.f32() + r0, rows, T, K, N, i == 0 ? 0.0f : 1.0f,
+                "matmul (cublasGemmEx, dequantized w)");
   }
 }
 
@@ -350,12 +357,8 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   auto* parts = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(n_parts * T * K) * 2));
   kernels::split_bf16(x.f32(), parts, T * K, n_parts, stream());
   check_launch("matmul (split x)");
-  for (int p = n_parts - 1; p >= 0; --p) {
-    const float beta = p == n_parts - 1 ? zero : one;
-    check(cublasGemmEx(detail::cublas(), CUBLAS_OP_T, CUBLAS_OP_N, n, t, k, &one, w.data(), CUDA_R_16BF, k, parts + p * T * K,
-                       CUDA_R_16BF, k, &beta, y.f32(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "matmul (cublasGemmEx)");
-  }
+  for (int p = n_parts - 1; p >= 0; --p)
+    bf16_gemm(w.data(), parts + p * T * K, y.f32(), N, T, K, N, p == n_parts - 1 ? 0.0f : 1.0f, "matmul (cublasGemmEx)");
 }
 }  // namespace
 

@@ -40,17 +40,14 @@ fi
 echo "== bf16 decode batches: few-row GEMV against cuBLAS"
 C="$DEV/configs/${CONFIG:-qwen35-0.8b}.json"
 for b in 2 4 8; do
-  variants="X=1 KAPITSA_GEMV_ROWS=0"
-  for v in $variants; do
+  for v in X=1 KAPITSA_GEMV_ROWS=0; do
     step batch.log 120 env $v "$DEV/bench_model" --config "$C" --device cuda --prompt 16 --decode 32 --batch $b
     echo "  batch $b $v: $(grep -E '\| decode' $OUT/batch.log | tr -s ' ' | tr '\n' ' ')"
   done
 done
 echo "== 4B shape, batch 1 decode and 512-token prefill"
-for v in X=1; do
-  step batch4b.log 150 env $v "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 512 --decode 64
-  echo "  4B $v: $(grep -E '\| (prefill|decode)' $OUT/batch4b.log | tr -s ' ' | tr '\n' ' ')"
-done
+step batch4b.log 150 "$DEV/bench_model" --config "$DEV/configs/qwen35-4b.json" --device cuda --prompt 512 --decode 64
+echo "  4B: $(grep -E '\| (prefill|decode)' $OUT/batch4b.log | tr -s ' ' | tr '\n' ' ')"
 [ "${SPEC:-1}" = 1 ] || exit 0
 echo "== kapitsa run: each proposer prints plain decoding's text"
 prompt="def parse_config(path):"
