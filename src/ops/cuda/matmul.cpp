@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <utility>
 #include <vector>
@@ -60,6 +61,16 @@ constexpr int64_t kChunkedGemvMaxTokens = 32;
 // less time (4B shape, 512 tokens: docs/cuda.md, session 22), while decode batches and speculative
 // verification, bound by reading the weight, keep f32's precision at no cost.
 constexpr int64_t kDenseExactMaxTokens = 64;
+// KAPITSA_PREFILL_X_PARTS=1|2|3 forces the parts above kDenseExactMaxTokens rows (measuring only: 1 is
+// x rounded to bf16, as llama.cpp and PyTorch's bf16 linear take it), read once; 0 when unset.
+int prefill_x_parts_setting() {
+  static const int v = [] {
+    const char* s = std::getenv("KAPITSA_PREFILL_X_PARTS");
+    const int n = s == nullptr ? 0 : std::atoi(s);
+    return n >= 1 && n <= 3 ? n : 0;
+  }();
+  return v;
+}
 
 // x: [T, K] rounded to int16 for the int16 affine GEMVs, in Slot::temp0 (valid until its next use).
 // (Rounding inside each GEMV block instead, for one token, was measured slower: docs/cuda.md.)
@@ -353,7 +364,8 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   // bf16: parts [P, T, K] bf16 (hi first), then one GEMM a part into y, smallest first, each adding to the
   // sum so far (beta = 1). Until session 37 one GEMM over all parts' P·T columns wrote [P, T, N] partial
   // products that a kernel then summed: 4B shape, 512-token prefill on an H200, 15670 → 16180–16340 tok/s.
-  const int n_parts = T > kDenseExactMaxTokens ? 2 : 3;
+  const int forced = prefill_x_parts_setting();
+  const int n_parts = T <= kDenseExactMaxTokens ? 3 : forced > 0 ? forced : 2;
   auto* parts = static_cast<uint16_t*>(detail::scratch(detail::Slot::temp0, static_cast<size_t>(n_parts * T * K) * 2));
   kernels::split_bf16(x.f32(), parts, T * K, n_parts, stream());
   check_launch("matmul (split x)");
