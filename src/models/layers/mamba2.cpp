@@ -1,4 +1,4 @@
-// Mamba-2 mixer forward: in_proj → split z | xBC | dt → conv + bias + SiLU → split x | B | C → scan
+// Mamba-2 mixer forward: in_proj (z | xBC | dt) → conv + bias + SiLU → split x | B | C → scan
 // (chunked for prompts, recurrent for one token) → y·silu(z) group RMSNorm → out_proj.
 #include "models/layers/mamba2.h"
 
@@ -8,9 +8,9 @@ namespace kapitsa::models {
 namespace {
 
 // y[r, :] += bias.   y: [R, C];  bias: [C] f32.
-void add_bias(const Tensor& y, const Buffer& bias) {
+void add_bias(const Tensor& y, const Tensor& bias) {
   const int64_t R = y.dim(0), C = y.dim(1);
-  for (int64_t r = 0; r < R; ++r) ops::add(y.rows(r, r + 1), bias.tensor().reshape({1, C}), y.rows(r, r + 1));
+  for (int64_t r = 0; r < R; ++r) ops::add(y.rows(r, r + 1), bias.reshape({1, C}), y.rows(r, r + 1));
 }
 
 }  // namespace
@@ -43,14 +43,19 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
   const int64_t T = x.dim(0), Hm = c.n_heads, P = c.head_dim, G = c.n_groups, N = c.d_state;
   const int64_t d_inner = c.d_inner(), conv_dim = c.conv_dim();
 
-  Tensor proj = ws.take(DType::f32, {T, c.in_proj_dim()});
-  ops::matmul(x, w.in_proj, proj);
-  if (c.proj_bias) add_bias(proj, w.in_proj_bias);
+  // z | xBC | dt: three row ranges of in_proj in one matmul_many (one launch on a GPU, no split's copy).
   Tensor z = ws.take(DType::f32, {T, d_inner});
   Tensor xbc = ws.take(DType::f32, {T, conv_dim});
   Tensor dt = ws.take(DType::f32, {T, Hm});
+  const int64_t ends[] = {d_inner, d_inner + conv_dim, c.in_proj_dim()};
+  const Linear projections[] = {w.in_proj.row_range(0, ends[0]), w.in_proj.row_range(ends[0], ends[1]),
+                                w.in_proj.row_range(ends[1], ends[2])};
   const Tensor parts[] = {z, xbc, dt};
-  ops::split_columns(proj, parts);
+  ops::matmul_many(x, projections, parts);
+  if (c.proj_bias) {
+    const Tensor bias = w.in_proj_bias.tensor();
+    for (int i = 0; i < 3; ++i) add_bias(parts[i], bias.rows(i == 0 ? 0 : ends[i - 1], ends[i]));
+  }
 
   Tensor xbc_act = ws.take(DType::f32, {T, conv_dim});
   const Tensor windows = step.slots->conv(layer), states = step.slots->ssm(layer);  // [n_slots, …]
@@ -70,7 +75,7 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
   const Tensor y_flat = y.reshape({T, d_inner});
   ops::rms_norm_group_gated(y_flat, z, w.norm, d_inner / G, c.norm_eps, y_flat);
   ops::matmul(y_flat, w.out_proj, out);
-  if (c.proj_bias) add_bias(out, w.out_proj_bias);
+  if (c.proj_bias) add_bias(out, w.out_proj_bias.tensor());
 }
 
 }  // namespace kapitsa::models
