@@ -313,8 +313,8 @@ TEST_P(OnBackend, Conv1dVarlenMatchesEachSequenceAlone) {
 
 // Attention metadata for g's sequences: a random past (0 … 300 cached tokens) each, and block tables
 // over shuffled ids of pages of P tokens (those needed plus `spare`). Returns the page count.
-int64_t add_pages(Rng& r, Ragged& g, int64_t P, int64_t spare) {
-  std::uniform_int_distribution<int64_t> past(0, 300);
+int64_t add_pages(Rng& r, Ragged& g, int64_t P, int64_t spare, int64_t max_past = 300) {
+  std::uniform_int_distribution<int64_t> past(0, max_past);
   int64_t pages_needed = 0;
   for (int64_t len : g.lens) {
     g.positions0.push_back(past(r.gen));
@@ -334,47 +334,61 @@ int64_t add_pages(Rng& r, Ragged& g, int64_t P, int64_t spare) {
 }
 
 // Attention over every sequence's pages in one call against attention_paged per sequence (ref), and
-// write_paged_rows_varlen against write_paged_rows per sequence (bit for bit), for each KV dtype.
+// write_paged_rows_varlen against write_paged_rows per sequence (bit for bit), for each KV dtype. Head
+// dims 32 (every length mix) and the models' 64, 128, 256 with grouped queries on the first mix and on
+// one 130-row prompt without history (batches of 64 rows or more take the cuda backend's tiled prompt
+// kernel, whose 32-row tiles then hold several sequences, or one starting at position 0).
 TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
   Rng r;
   SCOPED_TRACE(r.trace());
-  const int64_t Hq = 4, Hkv = 2, D = 32, P = 16;
-  const float scale = 1.0f / std::sqrt(float(D));
-  for (DType dt : {DType::f32, DType::bf16})
-    for (const auto& lens : kLengths) {
-      SCOPED_TRACE(label(lens, 0) + " " + std::string(dtype_name(dt)));
-      Ragged g = make_ragged(r, lens, 0);
-      const int64_t n_pages = add_pages(r, g, P, 5);
-      const int64_t T = g.rows();
-      Buffer q = test::random_f32(r, {T, Hq, D}, -2, 2);
-      Buffer k_new = test::random_f32(r, {T, Hkv, D}, -2, 2), v_new = test::random_f32(r, {T, Hkv, D});
-      // Pages: random history (in the pages' dtype) everywhere, then the new rows written per sequence by ref.
-      Buffer k_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D}, -2, 2);
-      Buffer v_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D});
-      Buffer k_want = test::clone(k_pages), v_want = test::clone(v_pages);
-      const SeqBatch batch = g.batch();
-      for (size_t i = 0; i < lens.size(); ++i) {
-        const Tensor kr = k_new.tensor().rows(g.offsets[i], g.offsets[i + 1]);
-        const Tensor vr = v_new.tensor().rows(g.offsets[i], g.offsets[i + 1]);
-        test::run(test::ref(), write_paged_rows, kr, k_want, batch.block_table(int64_t(i)), g.positions0[i]);
-        test::run(test::ref(), write_paged_rows, vr, v_want, batch.block_table(int64_t(i)), g.positions0[i]);
+  struct Heads {
+    int64_t Hq, Hkv, D;
+    std::vector<std::vector<int64_t>> mixes;
+    int64_t max_past;
+  };
+  const std::vector<Heads> heads = {{4, 2, 32, kLengths, 300},        {4, 1, 256, {kLengths[0]}, 300},
+                                    {4, 2, 128, {kLengths[0]}, 300},   {2, 1, 64, {kLengths[0]}, 300},
+                                    {8, 2, 256, {{130}}, 0}};
+  const int64_t P = 16;
+  for (const Heads& hd : heads) {
+    for (DType dt : {DType::f32, DType::bf16})
+      for (const auto& lens : hd.mixes) {
+        const int64_t Hq = hd.Hq, Hkv = hd.Hkv, D = hd.D;
+        const float scale = 1.0f / std::sqrt(float(D));
+        SCOPED_TRACE(label(lens, 0) + " " + std::string(dtype_name(dt)) + fmt::format(" Hq={} Hkv={} D={}", Hq, Hkv, D));
+        Ragged g = make_ragged(r, lens, 0);
+        const int64_t n_pages = add_pages(r, g, P, 5, hd.max_past);
+        const int64_t T = g.rows();
+        Buffer q = test::random_f32(r, {T, Hq, D}, -2, 2);
+        Buffer k_new = test::random_f32(r, {T, Hkv, D}, -2, 2), v_new = test::random_f32(r, {T, Hkv, D});
+        // Pages: random history (in the pages' dtype) everywhere, then the new rows written per sequence by ref.
+        Buffer k_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D}, -2, 2);
+        Buffer v_pages = kapitsa::testing::random_buffer(r.gen, dt, {n_pages, P, Hkv, D});
+        Buffer k_want = test::clone(k_pages), v_want = test::clone(v_pages);
+        const SeqBatch batch = g.batch();
+        for (size_t i = 0; i < lens.size(); ++i) {
+          const Tensor kr = k_new.tensor().rows(g.offsets[i], g.offsets[i + 1]);
+          const Tensor vr = v_new.tensor().rows(g.offsets[i], g.offsets[i + 1]);
+          test::run(test::ref(), write_paged_rows, kr, k_want, batch.block_table(int64_t(i)), g.positions0[i]);
+          test::run(test::ref(), write_paged_rows, vr, v_want, batch.block_table(int64_t(i)), g.positions0[i]);
+        }
+        Buffer o_want = Buffer::zeros(DType::f32, {T, Hq, D});
+        for (size_t i = 0; i < lens.size(); ++i) {
+          const int64_t r0 = g.offsets[i], r1 = g.offsets[i + 1];
+          test::run(test::ref(), attention_paged, q.tensor().rows(r0, r1), k_want, v_want, batch.block_table(int64_t(i)),
+                    g.positions0[i] + r1 - r0, g.positions0[i], scale, o_want.tensor().rows(r0, r1));
+        }
+        for (const BackendTable* b : with_ref(backend())) {
+          SCOPED_TRACE(std::string(b->name));
+          Buffer kp = test::clone(k_pages), vp = test::clone(v_pages), o = Buffer::zeros(DType::f32, {T, Hq, D});
+          test::run(*b, write_paged_rows_varlen, k_new, kp, batch);
+          test::run(*b, write_paged_rows_varlen, v_new, vp, batch);
+          EXPECT_TRUE(test::bit_equal(kp, k_want) && test::bit_equal(vp, v_want)) << "pages written";
+          test::run(*b, attention_paged_varlen, q, kp, vp, batch, scale, o);
+          EXPECT_LE(relative_error(o, o_want), 1e-5);
+        }
       }
-      Buffer o_want = Buffer::zeros(DType::f32, {T, Hq, D});
-      for (size_t i = 0; i < lens.size(); ++i) {
-        const int64_t r0 = g.offsets[i], r1 = g.offsets[i + 1];
-        test::run(test::ref(), attention_paged, q.tensor().rows(r0, r1), k_want, v_want, batch.block_table(int64_t(i)),
-                  g.positions0[i] + r1 - r0, g.positions0[i], scale, o_want.tensor().rows(r0, r1));
-      }
-      for (const BackendTable* b : with_ref(backend())) {
-        SCOPED_TRACE(std::string(b->name));
-        Buffer kp = test::clone(k_pages), vp = test::clone(v_pages), o = Buffer::zeros(DType::f32, {T, Hq, D});
-        test::run(*b, write_paged_rows_varlen, k_new, kp, batch);
-        test::run(*b, write_paged_rows_varlen, v_new, vp, batch);
-        EXPECT_TRUE(test::bit_equal(kp, k_want) && test::bit_equal(vp, v_want)) << "pages written";
-        test::run(*b, attention_paged_varlen, q, kp, vp, batch, scale, o);
-        EXPECT_LE(relative_error(o, o_want), 1e-5);
-      }
-    }
+  }
 }
 
 // attention_prep_varlen against ref's composition (split, rms_norm, rope_neox, write_paged_rows_varlen),

@@ -14,7 +14,7 @@
 // load and warp sum per key — cost ~16 µs for one decode row's 32–64 keys a warp.)
 // With one range the block writes o; with several (split-K, for decode with few queries × heads) each
 // writes its unnormalised partial (m, l, acc) and a second kernel combines them. Keys are re-read for
-// every query (no tiling across queries: prefill is slow).
+// every query (no tiling across queries): prompts of at least 64 rows take attention_prefill.cu instead.
 #include "ops/cuda/attention_varlen.h"
 #include "ops/cuda/kernel_util.cuh"
 
@@ -39,18 +39,6 @@ __global__ void rope_neox_kernel(float* x, const int32_t* positions, const float
   const float x1 = head[i], x2 = head[i + half];
   head[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
   head[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
-}
-
-// The sequence holding step row r: the last i with row_offsets[i] ≤ r (empty sequences before it are
-// skipped since their end equals the next one's start).
-__device__ __forceinline__ int64_t seq_of_row(const VarlenRows& v, int64_t r) {
-  int64_t lo = 0, hi = v.n_seqs - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (v.row_offsets[mid] <= r) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
 }
 
 constexpr int kAttnWarps = 4;
@@ -389,6 +377,7 @@ void launch_attention(const AttentionArgs& a, const VarlenRows& vr, cudaStream_t
 void attention(const AttentionArgs& a, cudaStream_t s) { launch_attention(a, VarlenRows{}, s); }
 
 void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s) {
+  if (attention_prefill_takes(a)) return attention_prefill(a, rows, s);
   launch_attention(a, rows, s);
 }
 

@@ -20,9 +20,28 @@ struct VarlenRows {
   int64_t n_seqs = 0;
 };
 
+#ifdef __CUDACC__
+// The sequence holding step row r: the last i with row_offsets[i] ≤ r (empty sequences before it are
+// skipped since their end equals the next one's start).
+__device__ __forceinline__ int64_t seq_of_row(const VarlenRows& v, int64_t r) {
+  int64_t lo = 0, hi = v.n_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (v.row_offsets[mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+#endif
+
 // As attention() with a.row_keys / a.row_table / a.block_table unused: every row's keys and table
-// from `rows`. a.T is the step's rows.
+// from `rows`. a.T is the step's rows. Prompts (attention_prefill_takes) go to attention_prefill.
 void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s);
+// The tiled prompt kernel (attention_prefill.cu): at least 64 rows, one key range (splits 1), head dim
+// 64, 128 or 256, q 16-byte aligned, and KAPITSA_ATTENTION_TILED=1 (off by default until a GPU has run it).
+bool attention_prefill_takes(const AttentionArgs& a);
+bool attention_prefill_enabled();
+void attention_prefill(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s);
 // rows: [T, row] f32 into pages ([n_pages · page_tokens, row] of `type`) at each row's position.
 void write_paged_rows_varlen(const float* rows, void* pages, ElemType type, const VarlenRows& seqs,
                              int64_t page_tokens, int64_t T, int64_t row, cudaStream_t s);
