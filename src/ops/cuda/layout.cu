@@ -10,6 +10,8 @@ constexpr int kThreads = 256;
 
 // One block row per token: out[t, h] = table[ids[t], h].
 __global__ void embedding_kernel(const void* table, ElemType type, const int32_t* ids, float* out, int64_t H) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t t = blockIdx.y;
   const int64_t row = ids[t];
   for (int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; h < H; h += int64_t{gridDim.x} * blockDim.x)
@@ -17,6 +19,8 @@ __global__ void embedding_kernel(const void* table, ElemType type, const int32_t
 }
 
 __global__ void convert_kernel(const void* src, ElemType src_type, void* dst, ElemType dst_type, int64_t n) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float v = load_as_float(src, src_type, i);
     switch (dst_type) {
@@ -34,12 +38,12 @@ void embedding(const void* table, ElemType type, const int32_t* ids, float* out,
   const unsigned x_blocks = static_cast<unsigned>((H + kThreads - 1) / kThreads);
   for (int64_t t0 = 0; t0 < T; t0 += 65535) {  // gridDim.y is at most 65535
     const int64_t n = T - t0 < 65535 ? T - t0 : 65535;
-    embedding_kernel<<<dim3(x_blocks, static_cast<unsigned>(n)), kThreads, 0, s>>>(table, type, ids + t0, out + t0 * H, H);
+    launch(embedding_kernel, dim3(x_blocks, static_cast<unsigned>(n)), kThreads, s, table, type, ids + t0, out + t0 * H, H);
   }
 }
 
 void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, int64_t n, cudaStream_t s) {
-  if (n > 0) convert_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(src, src_type, dst, dst_type, n);
+  if (n > 0) launch(convert_kernel, grid_for(n, kThreads), kThreads, s, src, src_type, dst, dst_type, n);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

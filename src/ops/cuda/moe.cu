@@ -17,6 +17,8 @@ namespace {
 __global__ void moe_route_softmax_kernel(const float* logits, int64_t E, int k, bool renormalize, int32_t* ids,
                                          float* weights) {
   extern __shared__ double prob[];  // [E]
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x;
   const int64_t t = blockIdx.x;
   const float* row = logits + t * E;
@@ -50,6 +52,8 @@ __global__ void moe_route_softmax_kernel(const float* logits, int64_t E, int k, 
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* out, int64_t H) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t r = blockIdx.y, src = rows[r];
   for (int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; h < H; h += int64_t{gridDim.x} * blockDim.x)
     out[r * H + h] = x[src * H + h];
@@ -59,6 +63,8 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, float* o
 // (rows_per_block = R, in order); distinct rows (an expert's tokens: the MoE's case) spread over blocks.
 __global__ void scale_add_rows_kernel(const float* src, const int32_t* rows, const float* weights, float* dst,
                                       int64_t R, int64_t H, int64_t rows_per_block) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (h >= H) return;
   const int64_t r0 = blockIdx.y * rows_per_block, r1 = r0 + rows_per_block < R ? r0 + rows_per_block : R;
@@ -93,6 +99,8 @@ __device__ __forceinline__ float dot_row(const float* x, const W* w, int64_t K, 
 template <typename W>
 __global__ void matmul_experts_kernel(const float* x, const void* const* experts, int64_t E, const int32_t* ids,
                                       float* y, int64_t k, int64_t K, int64_t N, bool aligned) {
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int64_t n = blockIdx.x * int64_t{kExpertWarps} + (threadIdx.x >> 5), p = blockIdx.y;
   if (n >= N) return;
@@ -107,6 +115,8 @@ __global__ void matmul_experts_kernel(const float* x, const void* const* experts
 }
 
 __global__ void moe_combine_kernel(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H) {
+  pdl_trigger();
+  pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * H; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / H, h = i % H;
     float acc = 0.0f;
@@ -129,28 +139,28 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
     const dim3 grid(bx, static_cast<unsigned>(n));
     switch (type) {
       case ElemType::f32:
-        matmul_experts_kernel<float><<<grid, kExpertWarps * 32, 0, s>>>(xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        launch(matmul_experts_kernel<float>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
         break;
       case ElemType::f16:
-        matmul_experts_kernel<__half><<<grid, kExpertWarps * 32, 0, s>>>(xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        launch(matmul_experts_kernel<__half>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
         break;
       case ElemType::bf16:
-        matmul_experts_kernel<__nv_bfloat16>
-            <<<grid, kExpertWarps * 32, 0, s>>>(xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        launch(matmul_experts_kernel<__nv_bfloat16>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k,
+               K, N, aligned);
         break;
     }
   }
 }
 
 void moe_combine(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H, cudaStream_t s) {
-  if (T * H > 0) moe_combine_kernel<<<grid_for(T * H, 256), 256, 0, s>>>(y, weights, out, T, k, H);
+  if (T * H > 0) launch(moe_combine_kernel, grid_for(T * H, 256), 256, s, y, weights, out, T, k, H);
 }
 
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,
                        float* weights, cudaStream_t s) {
   if (T > 0)
-    moe_route_softmax_kernel<<<static_cast<unsigned>(T), 32, static_cast<size_t>(E) * sizeof(double), s>>>(
-        logits, E, k, renormalize, ids, weights);
+    launch_smem(moe_route_softmax_kernel, static_cast<unsigned>(T), 32, static_cast<size_t>(E) * sizeof(double), s,
+                logits, E, k, renormalize, ids, weights);
 }
 
 void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H, cudaStream_t s) {
@@ -159,7 +169,7 @@ void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int
   const unsigned x_blocks = static_cast<unsigned>((H + kThreads - 1) / kThreads);
   for (int64_t r0 = 0; r0 < R; r0 += 65535) {  // gridDim.y is at most 65535
     const int64_t n = R - r0 < 65535 ? R - r0 : 65535;
-    gather_rows_kernel<<<dim3(x_blocks, static_cast<unsigned>(n)), kThreads, 0, s>>>(x, rows + r0, out + r0 * H, H);
+    launch(gather_rows_kernel, dim3(x_blocks, static_cast<unsigned>(n)), kThreads, s, x, rows + r0, out + r0 * H, H);
   }
 }
 
@@ -170,7 +180,7 @@ void scale_add_rows(const float* src, const int32_t* rows, const float* weights,
   // 2688 columns and 384 rows (Nemotron's expert, 512-token prefill) took 157 µs as one row walk a column.
   const int64_t per_block = distinct_rows ? std::max<int64_t>(16, (R + 65534) / 65535) : R;  // gridDim.y ≤ 65535
   const dim3 grid(static_cast<unsigned>((H + kThreads - 1) / kThreads), static_cast<unsigned>((R + per_block - 1) / per_block));
-  scale_add_rows_kernel<<<grid, kThreads, 0, s>>>(src, rows, weights, dst, R, H, per_block);
+  launch(scale_add_rows_kernel, grid, kThreads, s, src, rows, weights, dst, R, H, per_block);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -13,6 +13,8 @@ __device__ __forceinline__ float gated(float x, float z) { return x * (z / (1.0f
 __global__ void rms_norm_group_gated_kernel(const float* x, const float* z, const float* w, int64_t group_size,
                                             float eps, float* y, int64_t D) {
   __shared__ float shared[32];
+  pdl_trigger();
+  pdl_wait();
   const int64_t row = blockIdx.y, g0 = blockIdx.x * group_size;
   const float* xr = x + row * D + g0;
   const float* zr = z + row * D + g0;
@@ -34,8 +36,8 @@ void rms_norm_group_gated(const float* x, const float* z, const float* w, int64_
   const unsigned groups = static_cast<unsigned>(D / group_size);
   for (int64_t r0 = 0; r0 < R; r0 += 65535) {  // gridDim.y is at most 65535
     const int64_t n = R - r0 < 65535 ? R - r0 : 65535;
-    rms_norm_group_gated_kernel<<<dim3(groups, static_cast<unsigned>(n)), kThreads, 0, s>>>(
-        x + r0 * D, z + r0 * D, w, group_size, eps, y + r0 * D, D);
+    launch(rms_norm_group_gated_kernel, dim3(groups, static_cast<unsigned>(n)), kThreads, s, x + r0 * D, z + r0 * D, w,
+           group_size, eps, y + r0 * D, D);
   }
 }
 
