@@ -28,6 +28,17 @@ void relu_squared(const float* x, float* y, int64_t n, cudaStream_t s);
 void embedding(const void* table, ElemType type, const int32_t* ids, float* out, int64_t T, int64_t H, cudaStream_t s);
 // dst[i] = src[i] converted (round to nearest even when narrowing), i < n; src and dst do not overlap.
 void convert(const void* src, ElemType src_type, void* dst, ElemType dst_type, int64_t n, cudaStream_t s);
+// Column blocks of rows-major 2-D arrays, up to kMaxColumnCopies in one launch: for each i and row r < R,
+// the width[i] bytes at src[i] + r·src_pitch[i] go to dst[i] + r·dst_pitch[i] (split_columns,
+// concat_columns; one kernel instead of a 2-D memcpy node per block in a decode step's graph).
+constexpr int kMaxColumnCopies = 8;
+struct ColumnCopies {
+  const uint8_t* src[kMaxColumnCopies];
+  uint8_t* dst[kMaxColumnCopies];
+  int64_t src_pitch[kMaxColumnCopies], dst_pitch[kMaxColumnCopies], width[kMaxColumnCopies];
+  int n = 0;
+};
+void copy_columns(const ColumnCopies& c, int64_t R, cudaStream_t s);
 
 // matmul.cu — y: [T, N] = x: [T, K] · wᵀ, w: [N, K] of `type`, f32 accumulation; for small T (decode).
 // Each token's row is summed in the one-token order whatever T (batch-invariant), unless

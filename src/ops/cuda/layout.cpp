@@ -1,5 +1,5 @@
 // CUDA data-movement ops: embedding (a kernel), copy (cudaMemcpy, or a conversion kernel between
-// f32/f16/bf16), and split/concat of column blocks as strided 2-D copies (cudaMemcpy2DAsync).
+// f32/f16/bf16), and split/concat of column blocks (one copy_columns kernel for up to eight blocks).
 // Embedding ids are checked against the vocabulary on the host, where they arrive.
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
@@ -72,13 +72,27 @@ void copy(const Tensor& src, const Tensor& dst) {
 }
 
 namespace {
-// Copies R rows of `cols` elements between row-major 2-D layouts of widths src_width and dst_width.
-void copy_block(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t R, int64_t cols, size_t es) {
-  if (R == 0 || cols == 0) return;
-  check(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_width) * es, src, static_cast<size_t>(src_width) * es,
-                          static_cast<size_t>(cols) * es, static_cast<size_t>(R), cudaMemcpyDeviceToDevice, stream()),
-        "column copy");
-}
+// Column blocks between row-major 2-D layouts, kernels::kMaxColumnCopies a launch: add() each block
+// (src_width / dst_width: the layouts' widths, cols: the block's; elements of es bytes), then flush().
+struct ColumnBlocks {
+  int64_t R;
+  size_t es;
+  const char* op;
+  kernels::ColumnCopies c;
+  void add(const void* src, int64_t src_width, void* dst, int64_t dst_width, int64_t cols) {
+    if (cols == 0) return;
+    const int i = c.n++;
+    c.src[i] = static_cast<const uint8_t*>(src), c.dst[i] = static_cast<uint8_t*>(dst);
+    c.src_pitch[i] = src_width * static_cast<int64_t>(es), c.dst_pitch[i] = dst_width * static_cast<int64_t>(es);
+    c.width[i] = cols * static_cast<int64_t>(es);
+    if (c.n == kernels::kMaxColumnCopies) flush();
+  }
+  void flush() {
+    kernels::copy_columns(c, R, stream());
+    check_launch(op);
+    c.n = 0;
+  }
+};
 }  // namespace
 
 // x: [R, Σ C_i];  outs[i]: [R, C_i].
@@ -95,11 +109,12 @@ void split_columns(const Tensor& x, std::span<const Tensor> outs) {
   }
   KAPITSA_CHECK(offset == W, "split_columns: outs have {} columns in all, x has {}", offset, W);
   offset = 0;
+  ColumnBlocks blocks{R, es, "split_columns", {}};
   for (const Tensor& o : outs) {
-    copy_block(static_cast<const uint8_t*>(x.data()) + static_cast<size_t>(offset) * es, W, o.data(), o.dim(-1), R,
-               o.dim(-1), es);
+    blocks.add(static_cast<const uint8_t*>(x.data()) + static_cast<size_t>(offset) * es, W, o.data(), o.dim(-1), o.dim(-1));
     offset += o.dim(-1);
   }
+  blocks.flush();
 }
 
 // ins[i]: [R, C_i];  y: [R, Σ C_i].
@@ -116,11 +131,12 @@ void concat_columns(std::span<const Tensor> ins, const Tensor& y) {
   }
   KAPITSA_CHECK(offset == W, "concat_columns: ins have {} columns in all, y has {}", offset, W);
   offset = 0;
+  ColumnBlocks blocks{R, es, "concat_columns", {}};
   for (const Tensor& in : ins) {
-    copy_block(in.data(), in.dim(-1), static_cast<uint8_t*>(y.data()) + static_cast<size_t>(offset) * es, W, R,
-               in.dim(-1), es);
+    blocks.add(in.data(), in.dim(-1), static_cast<uint8_t*>(y.data()) + static_cast<size_t>(offset) * es, W, in.dim(-1));
     offset += in.dim(-1);
   }
+  blocks.flush();
 }
 
 }  // namespace kapitsa::ops::cuda
