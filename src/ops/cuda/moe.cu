@@ -3,8 +3,9 @@
 // weighted scatter-add back. The scatter walks the rows in order per column (one thread per column), so
 // repeated destination rows accumulate deterministically, in the reference's order, without atomics;
 // distinct rows (an expert's tokens) are spread over blocks of 16.
-// matmul_experts is the decode GEMV (one warp per output feature, lanes over K) with a grid row per
-// (token, choice) that reads its expert's weight pointer from a device table indexed by the router's id.
+// matmul_experts is the decode GEMV (one warp per output feature, lanes over K, up to 16 loads of 16 bytes
+// in flight a lane) with a grid row per (token, choice) that reads its expert's weight pointer from a
+// device table indexed by the router's id.
 #include "ops/cuda/kernel_util.cuh"
 
 #include <algorithm>
@@ -79,15 +80,25 @@ constexpr int kExpertWarps = 8;
 template <typename W>
 __device__ __forceinline__ float dot_row(const float* x, const W* w, int64_t K, int lane, bool aligned) {
   float acc = 0.0f;
-  if (aligned) {  // 16 bytes of weight per lane and step
-    constexpr int kVec = 16 / sizeof(W);
-    for (int64_t i = int64_t{lane} * kVec; i < K; i += 32 * kVec) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(w + i);
-      const W* v = reinterpret_cast<const W*>(&raw);
+  if (aligned) {
+    // 16 bytes of weight per lane and step, kUnroll steps in flight before any is used (a 2688-wide
+    // bf16 row is 11 a lane: one round), then summed in the order of one step at a time.
+    constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
+    uint4 raw[kUnroll];
+    for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
 #pragma unroll
-      for (int j = 0; j < kVec; j += 4) {
-        const float4 xv = *reinterpret_cast<const float4*>(x + i + j);
-        acc += xv.x * to_float(v[j]) + xv.y * to_float(v[j + 1]) + xv.z * to_float(v[j + 2]) + xv.w * to_float(v[j + 3]);
+      for (int u = 0; u < kUnroll; ++u)
+        if (k0 + u * kStep < K) raw[u] = load_weights(w + k0 + u * kStep);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (k0 + u * kStep >= K) break;
+        const W* v = reinterpret_cast<const W*>(&raw[u]);
+        const float* xk = x + k0 + u * kStep;
+#pragma unroll
+        for (int j = 0; j < kVec; j += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(xk + j);
+          acc += xv.x * to_float(v[j]) + xv.y * to_float(v[j + 1]) + xv.z * to_float(v[j + 2]) + xv.w * to_float(v[j + 3]);
+        }
       }
     }
   } else {
