@@ -29,8 +29,10 @@ else
   step memcheck.log 240 env KAPITSA_SSD_SCAN_VEC=1 KAPITSA_ATTENTION_TILED=1 compute-sanitizer --tool memcheck \
     --leak-check no "$DEV/test_ops" --gtest_filter='*Ssd*/cuda:*AttentionPagedVarlen*/cuda:*Moe*/cuda:*RmsNormGroup*/cuda:*SplitConcat*/cuda'
   grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) \]" $OUT/memcheck.log | tail -3
-  step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*:*CudaAffine*'
-  summ $OUT/models.log 12; grep -B3 -A8 "Failure" $OUT/models.log | head -30
+  if [ "${MODELS_DEFAULT:-1}" = 1 ]; then  # MODELS_DEFAULT=0: only with the switches (a short call)
+    step models.log 300 "$DEV/test_models" --gtest_filter='*CudaFixture*:Device.*:*CudaAffine*'
+    summ $OUT/models.log 12; grep -B3 -A8 "Failure" $OUT/models.log | head -30
+  fi
   step models_switches.log 300 env KAPITSA_SSD_SCAN_VEC=1 KAPITSA_ATTENTION_TILED=1 "$DEV/test_models" \
     --gtest_filter='*CudaFixture*:Device.*:*CudaAffine*'
   summ $OUT/models_switches.log 12; grep -B3 -A8 "Failure" $OUT/models_switches.log | head -30
