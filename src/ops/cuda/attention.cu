@@ -14,7 +14,8 @@
 // load and warp sum per key — cost ~16 µs for one decode row's 32–64 keys a warp.)
 // With one range the block writes o; with several (split-K, for decode with few queries × heads) each
 // writes its unnormalised partial (m, l, acc) and a second kernel combines them. Keys are re-read for
-// every query (no tiling across queries): prompts of at least 64 rows take attention_prefill.cu instead.
+// every query (no tiling across queries); with KAPITSA_ATTENTION_TILED=1 prompts of 64 rows or more take
+// attention_prefill.cu's tiled kernel instead.
 #include "ops/cuda/attention_varlen.h"
 #include "ops/cuda/kernel_util.cuh"
 

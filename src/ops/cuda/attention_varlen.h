@@ -40,7 +40,6 @@ void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream
 // The tiled prompt kernel (attention_prefill.cu): at least 64 rows, one key range (splits 1), head dim
 // 64, 128 or 256, q 16-byte aligned, and KAPITSA_ATTENTION_TILED=1 (off by default until a GPU has run it).
 bool attention_prefill_takes(const AttentionArgs& a);
-bool attention_prefill_enabled();
 void attention_prefill(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s);
 // rows: [T, row] f32 into pages ([n_pages · page_tokens, row] of `type`) at each row's position.
 void write_paged_rows_varlen(const float* rows, void* pages, ElemType type, const VarlenRows& seqs,
