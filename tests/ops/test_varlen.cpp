@@ -346,9 +346,12 @@ TEST_P(OnBackend, AttentionPagedVarlenMatchesEachSequenceAlone) {
     std::vector<std::vector<int64_t>> mixes;
     int64_t max_past;
   };
-  const std::vector<Heads> heads = {{4, 2, 32, kLengths, 300},        {4, 1, 256, {kLengths[0]}, 300},
-                                    {4, 2, 128, {kLengths[0]}, 300},   {2, 1, 64, {kLengths[0]}, 300},
-                                    {8, 2, 256, {{130}}, 0}};
+  std::vector<Heads> heads = {{4, 2, 32, kLengths, 300},        {4, 1, 256, {kLengths[0]}, 300},
+                              {4, 2, 128, {kLengths[0]}, 300},   {2, 1, 64, {kLengths[0]}, 300},
+                              {8, 2, 256, {{130}}, 0}};
+  // Under AddressSanitizer (no cuda there) the head dim 32 mixes only: the wide heads were ~75 s of cpu
+  // time in the sanitizer pass, for the cpu kernel the release pass checks at them anyway.
+  if (testing::kUnderAddressSanitizer) heads.resize(1);
   const int64_t P = 16;
   for (const Heads& hd : heads) {
     for (DType dt : {DType::f32, DType::bf16})
