@@ -585,7 +585,7 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   KAPITSA_CALL(b, matmul_experts, x, experts, expert_ids, y);
 }
 
-void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& addend, const Tensor& out) {
   const BackendTable& b = current_backend();
   const char* op = "moe_combine";
   f32(b, y, op, "y"), f32(b, expert_weights, op, "expert_weights"), f32(b, out, op, "out");
@@ -595,7 +595,12 @@ void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& ou
   KAPITSA_CHECK(y.rank() == 2 && y.dim(0) == T * k && y.dim(1) == H, "{}: y {} must be [{}, {}]", op, y.shape().str(),
                 T * k, H);
   KAPITSA_CHECK(y.data() != out.data() || y.numel() == 0, "{}: out must not alias y", op);
-  KAPITSA_CALL(b, moe_combine, y, expert_weights, out);
+  if (!addend.empty()) {
+    f32(b, addend, op, "addend");
+    KAPITSA_CHECK(addend.shape() == out.shape(), "{}: addend {} must be out's shape {}", op, addend.shape().str(),
+                  out.shape().str());
+  }
+  KAPITSA_CALL(b, moe_combine, y, expert_weights, addend, out);
 }
 
 // ---- batched, variable-length ----------------------------------------------------------------

@@ -128,15 +128,29 @@ TEST_P(OnBackend, MoeCombineMatchesRef) {
     Buffer y = test::random_f32(r, {T * k, H});
     Buffer w = test::random_f32(r, {T, k}, 0.0f, 1.0f);
     Buffer outr = Buffer::zeros(DType::f32, {T, H}), outc = test::random_f32(r, {T, H});  // overwritten
-    test::run(test::ref(), moe_combine, y, w, outr);
-    test::run(backend(), moe_combine, y, w, outc);
+    test::run(test::ref(), moe_combine, y, w, Tensor(), outr);
+    test::run(backend(), moe_combine, y, w, Tensor(), outc);
     EXPECT_LE(kapitsa::testing::max_abs_diff(outc, outr), 1e-6 * static_cast<double>(k));
+
+    // With an addend (the shared expert's rows): the sum, then the addend — the backend's own sum plus
+    // the addend bit for bit, into a separate out and in place (out = addend).
+    Buffer addend = test::random_f32(r, {T, H});
+    Buffer with = test::random_f32(r, {T, H}), in_place = Buffer::copy_of(addend.tensor());
+    test::run(backend(), moe_combine, y, w, addend, with);
+    test::run(backend(), moe_combine, y, w, in_place, in_place);
+    for (int64_t i = 0; i < T * H; ++i) {
+      ASSERT_EQ(with.f32()[i], outc.f32()[i] + addend.f32()[i]) << "element " << i;
+      ASSERT_EQ(in_place.f32()[i], with.f32()[i]) << "element " << i;
+    }
   }
-  // Known values: out[0] = 0.5·[1, 2] + 2·[3, -1];  out[1] = 1·[4, 4] − 1·[1, 0].
-  float yv[8] = {1, 2, 3, -1, 4, 4, 1, 0}, wv[4] = {0.5f, 2.0f, 1.0f, -1.0f}, ov[4] = {};
-  test::run(backend(), moe_combine, Tensor(DType::f32, {4, 2}, yv), Tensor(DType::f32, {2, 2}, wv),
+  // Known values: out[0] = 0.5·[1, 2] + 2·[3, -1];  out[1] = 1·[4, 4] − 1·[1, 0]; then + [1, 0, 0, -4].
+  float yv[8] = {1, 2, 3, -1, 4, 4, 1, 0}, wv[4] = {0.5f, 2.0f, 1.0f, -1.0f}, ov[4] = {}, av[4] = {1, 0, 0, -4};
+  test::run(backend(), moe_combine, Tensor(DType::f32, {4, 2}, yv), Tensor(DType::f32, {2, 2}, wv), Tensor(),
             Tensor(DType::f32, {2, 2}, ov));
   EXPECT_EQ(ov[0], 6.5f); EXPECT_EQ(ov[1], -1.0f); EXPECT_EQ(ov[2], 3.0f); EXPECT_EQ(ov[3], 4.0f);
+  test::run(backend(), moe_combine, Tensor(DType::f32, {4, 2}, yv), Tensor(DType::f32, {2, 2}, wv),
+            Tensor(DType::f32, {2, 2}, av), Tensor(DType::f32, {2, 2}, ov));
+  EXPECT_EQ(ov[0], 7.5f); EXPECT_EQ(ov[1], -1.0f); EXPECT_EQ(ov[2], 3.0f); EXPECT_EQ(ov[3], 0.0f);
 }
 
 TEST(MoeMatmulExperts, HostIdsOutOfRangeAreRefused) {

@@ -59,6 +59,15 @@ void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, 
   Tensor ids = ws.take(DType::i32, {T, k});
   Tensor weights = ws.take(DType::f32, {T, k});
   ops::moe_route_softmax(logits, static_cast<int>(k), c.renormalize, ids, weights);
+  // The shared expert first, so that the routed experts' weighted sum adds it in the same pass.
+  Tensor shared;
+  if (w.shared) {
+    shared = ws.take(DType::f32, {T, H});
+    swiglu_forward(*w.shared, x, shared, ctx);
+    Tensor gate = ws.take(DType::f32, {T, 1});
+    ops::matmul(x, w.shared_gate, gate);
+    ops::mul_sigmoid(shared, gate, shared);
+  }
   if (route_on_device(ids, {w.gates, w.ups, w.downs})) {
     const int64_t I = c.expert_dim;
     Tensor gate = ws.take(DType::f32, {T * k, I});  // row t·k + j: token t through its j-th expert
@@ -68,19 +77,12 @@ void softmax_moe_forward(const SoftmaxMoeConfig& c, const SoftmaxMoeWeights& w, 
     ops::matmul_experts(x, w.ups, ids, up);
     ops::silu_mul(gate, up, gate);
     ops::matmul_experts(gate, w.downs, ids.reshape({T * k, 1}), routed);
-    ops::moe_combine(routed, weights, out);
+    ops::moe_combine(routed, weights, shared, out);
   } else {
     run_routed_experts(E, ids, weights, x, out, ws, [&](int64_t e, const Tensor& xe, const Tensor& ye) {
       swiglu_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
     });
-  }
-  if (w.shared) {
-    Tensor shared = ws.take(DType::f32, {T, H});
-    swiglu_forward(*w.shared, x, shared, ctx);
-    Tensor gate = ws.take(DType::f32, {T, 1});
-    ops::matmul(x, w.shared_gate, gate);
-    ops::mul_sigmoid(shared, gate, shared);
-    ops::add(out, shared, out);
+    if (!shared.empty()) ops::add(out, shared, out);
   }
 }
 

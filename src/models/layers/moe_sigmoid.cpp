@@ -62,31 +62,39 @@ void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, 
   auto expert = [&](int64_t e, const Tensor& xe, const Tensor& ye) {
     relu2_mlp_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
   };
-  // The routed experts on xr: [T, W] into yr: [T, W], grouped on the host or routed on the device.
+  // The shared expert first: without a latent projection the routed experts' weighted sum adds it in
+  // the same pass (moe_combine's addend).
+  Tensor shared;
+  if (w.shared) {
+    shared = ws.take(DType::f32, {T, H});
+    relu2_mlp_forward(*w.shared, x, shared, ctx);
+  }
+  // The routed experts on xr: [T, W] into yr: [T, W] (plus addend: [T, W] or empty), grouped on the host
+  // or routed on the device.
   const bool on_device = route_on_device(ids, {w.ups, w.downs});
-  auto routed_experts = [&](const Tensor& xr, const Tensor& yr) {
-    if (!on_device) return run_routed_experts(E, ids, weights, xr, yr, ws, expert);
+  auto routed_experts = [&](const Tensor& xr, const Tensor& addend, const Tensor& yr) {
+    if (!on_device) {
+      run_routed_experts(E, ids, weights, xr, yr, ws, expert);
+      if (!addend.empty()) ops::add(yr, addend, yr);
+      return;
+    }
     Workspace::Scope pairs(ws);
     Tensor up = ws.take(DType::f32, {T * k, c.expert_dim});  // row t·k + j: token t through its j-th expert
     Tensor down = ws.take(DType::f32, {T * k, xr.dim(1)});
     ops::matmul_experts(xr, w.ups, ids, up);
     ops::relu_squared(up, up);
     ops::matmul_experts(up, w.downs, ids.reshape({T * k, 1}), down);
-    ops::moe_combine(down, weights, yr);
+    ops::moe_combine(down, weights, addend, yr);
   };
   if (c.latent_dim > 0) {
     Tensor latent = ws.take(DType::f32, {T, c.latent_dim});
     Tensor routed = ws.take(DType::f32, {T, c.latent_dim});
     ops::matmul(x, w.fc1_latent, latent);
-    routed_experts(latent, routed);
+    routed_experts(latent, Tensor(), routed);
     ops::matmul(routed, w.fc2_latent, out);
+    if (!shared.empty()) ops::add(out, shared, out);
   } else {
-    routed_experts(x, out);
-  }
-  if (w.shared) {
-    Tensor shared = ws.take(DType::f32, {T, H});
-    relu2_mlp_forward(*w.shared, x, shared, ctx);
-    ops::add(out, shared, out);
+    routed_experts(x, shared, out);
   }
 }
 

@@ -93,22 +93,32 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
       matmul(x.rows(t, t + 1), experts[static_cast<size_t>(ids[t * k + j])], y.rows(t * k + j, t * k + j + 1));
 }
 
-// y: [T·k, H];  expert_weights: [T, k];  out: [T, H]. Tokens in parallel, choices summed in j order.
-void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+// y: [T·k, H];  expert_weights: [T, k];  addend: [T, H] or empty;  out: [T, H] (may be the addend).
+// Tokens in parallel, choices summed in j order into a block of columns on the stack (out may be the
+// addend, so the sum cannot start in out), then the addend.
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& addend, const Tensor& out) {
   const int64_t T = expert_weights.dim(0), k = expert_weights.dim(1), H = out.dim(-1);
   const float* w = expert_weights.f32();
   const float* py = y.f32();
+  const float* pa = addend.empty() ? nullptr : addend.f32();
   float* po = out.f32();
+  constexpr int64_t kBlock = 256;
   parallel_for(static_cast<size_t>(T), 1, [&](size_t begin, size_t end) {
-    for (int64_t t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t) {
-      float* o = po + t * H;
-      std::fill(o, o + H, 0.0f);
-      for (int64_t j = 0; j < k; ++j) {
-        const float wj = w[t * k + j];
-        const float* s = py + (t * k + j) * H;
-        for (int64_t h = 0; h < H; ++h) o[h] += wj * s[h];
+    float acc[kBlock];
+    for (int64_t t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t)
+      for (int64_t h0 = 0; h0 < H; h0 += kBlock) {
+        const int64_t n = std::min(kBlock, H - h0);
+        std::fill(acc, acc + n, 0.0f);
+        for (int64_t j = 0; j < k; ++j) {
+          const float wj = w[t * k + j];
+          const float* s = py + (t * k + j) * H + h0;
+          for (int64_t i = 0; i < n; ++i) acc[i] += wj * s[i];
+        }
+        float* o = po + t * H + h0;
+        if (pa == nullptr) std::copy(acc, acc + n, o);
+        else
+          for (int64_t i = 0; i < n; ++i) o[i] = acc[i] + pa[t * H + h0 + i];
       }
-    }
   });
 }
 

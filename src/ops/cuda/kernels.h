@@ -340,7 +340,8 @@ void scale_add_rows(const float* src, const int32_t* rows, const float* weights,
 void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemType type, const int32_t* ids,
                     float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s);
 // out[t, :] = Σ_j weights[t·k + j] · y[t·k + j, :], j in order:  y [T·k, H];  out [T, H].
-void moe_combine(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H, cudaStream_t s);
+void moe_combine(const float* y, const float* weights, const float* addend, float* out, int64_t T, int64_t k, int64_t H,
+                 cudaStream_t s);
 // moe_sigmoid.cu — bias: [E] or nullptr.
 constexpr int kMoeMaxGroups = 64;
 constexpr int64_t kMoeMaxExperts = 2048;  // 64 experts a lane of the router's warp

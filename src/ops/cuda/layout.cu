@@ -37,7 +37,6 @@ __global__ void copy_columns_kernel(ColumnCopies c, int64_t row0, bool words) {
   pdl_trigger();
   pdl_wait();
   const int i = blockIdx.z;
-  const ColumnCopies& cc = c;
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
   int64_t width = 0;
@@ -45,7 +44,7 @@ __global__ void copy_columns_kernel(ColumnCopies c, int64_t row0, bool words) {
   for (int j = 0; j < kMaxColumnCopies; ++j)  // constant indices: a dynamic one would copy c to local memory
     if (j == i) {
       const int64_t r = row0 + blockIdx.y;
-      src = cc.src[j] + r * cc.src_pitch[j], dst = cc.dst[j] + r * cc.dst_pitch[j], width = cc.width[j];
+      src = c.src[j] + r * c.src_pitch[j], dst = c.dst[j] + r * c.dst_pitch[j], width = c.width[j];
     }
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, stride = int64_t{gridDim.x} * blockDim.x;
   if (words) {

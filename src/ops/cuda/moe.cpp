@@ -159,12 +159,13 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   detail::check_launch(op);
 }
 
-// y: [T·k, H];  expert_weights: [T, k];  out: [T, H].
-void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+// y: [T·k, H];  expert_weights: [T, k];  addend: [T, H] or empty;  out: [T, H].
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& addend, const Tensor& out) {
   check_f32(y, "moe_combine", "y"), check_f32(expert_weights, "moe_combine", "expert_weights");
   check_f32(out, "moe_combine", "out");
-  kernels::moe_combine(y.f32(), expert_weights.f32(), out.f32(), expert_weights.dim(0), expert_weights.dim(1),
-                       out.dim(-1), detail::stream());
+  if (!addend.empty()) check_f32(addend, "moe_combine", "addend");
+  kernels::moe_combine(y.f32(), expert_weights.f32(), addend.empty() ? nullptr : addend.f32(), out.f32(),
+                       expert_weights.dim(0), expert_weights.dim(1), out.dim(-1), detail::stream());
   detail::check_launch("moe_combine");
 }
 

@@ -125,14 +125,16 @@ __global__ void matmul_experts_kernel(const float* x, const void* const* experts
   if (lane == 0) y[p * N + n] = sum;
 }
 
-__global__ void moe_combine_kernel(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H) {
+// addend: [T, H] or null; out may be the addend (each element read before it is written, by one thread).
+__global__ void moe_combine_kernel(const float* y, const float* weights, const float* addend, float* out, int64_t T,
+                                   int64_t k, int64_t H) {
   pdl_trigger();
   pdl_wait();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * H; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / H, h = i % H;
     float acc = 0.0f;
     for (int64_t j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], y[(t * k + j) * H + h]));
-    out[i] = acc;
+    out[i] = addend == nullptr ? acc : __fadd_rn(acc, addend[i]);
   }
 }
 
@@ -163,8 +165,9 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
   }
 }
 
-void moe_combine(const float* y, const float* weights, float* out, int64_t T, int64_t k, int64_t H, cudaStream_t s) {
-  if (T * H > 0) launch(moe_combine_kernel, grid_for(T * H, 256), 256, s, y, weights, out, T, k, H);
+void moe_combine(const float* y, const float* weights, const float* addend, float* out, int64_t T, int64_t k, int64_t H,
+                 cudaStream_t s) {
+  if (T * H > 0) launch(moe_combine_kernel, grid_for(T * H, 256), 256, s, y, weights, addend, out, T, k, H);
 }
 
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,

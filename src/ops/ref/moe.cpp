@@ -71,14 +71,15 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
       matmul(x.rows(t, t + 1), experts[static_cast<size_t>(ids[t * k + j])], y.rows(t * k + j, t * k + j + 1));
 }
 
-// y: [T·k, H];  expert_weights: [T, k];  out: [T, H].
-void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& out) {
+// y: [T·k, H];  expert_weights: [T, k];  addend: [T, H] or empty;  out: [T, H] (may be the addend).
+void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& addend, const Tensor& out) {
   const int64_t T = expert_weights.dim(0), k = expert_weights.dim(1), H = out.dim(-1);
   const float* w = expert_weights.f32();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
       float acc = 0.0f;
       for (int64_t j = 0; j < k; ++j) acc += w[t * k + j] * y.f32()[(t * k + j) * H + h];
+      if (!addend.empty()) acc += addend.f32()[t * H + h];
       out.f32()[t * H + h] = acc;
     }
 }
