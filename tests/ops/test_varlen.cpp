@@ -251,7 +251,7 @@ TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
   Rng r;
   SCOPED_TRACE(r.trace());
   const int64_t H = 4, P = 8, G = 2, chunk = 32;
-  // N = 128 (the released models'): with KAPITSA_SSD_SCAN_VEC=1 the cuda kernel's float4 rows; 16 its floats.
+  // N = 128 (the released models') and 16: the cuda kernel's float4 rows at 16 and 2 registers a lane.
   for (int64_t N : {16, 128})
     for (const auto& lens : kLengths)
       for (int64_t k : kCheckpoints) {

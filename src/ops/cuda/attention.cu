@@ -14,8 +14,8 @@
 // load and warp sum per key — cost ~16 µs for one decode row's 32–64 keys a warp.)
 // With one range the block writes o; with several (split-K, for decode with few queries × heads) each
 // writes its unnormalised partial (m, l, acc) and a second kernel combines them. Keys are re-read for
-// every query (no tiling across queries); with KAPITSA_ATTENTION_TILED=1 prompts of 64 rows or more take
-// attention_prefill.cu's tiled kernel instead.
+// every query (no tiling across queries); prompts of 64 rows or more take attention_prefill.cu's tiled
+// kernel instead (4B shape, 512-token prefill on an H100: 14886 → 15649 tok/s with the float4 scan, session 40).
 #include "ops/cuda/attention_varlen.h"
 #include "ops/cuda/kernel_util.cuh"
 

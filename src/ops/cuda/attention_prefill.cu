@@ -11,7 +11,6 @@
 #include "ops/cuda/kernel_util.cuh"
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 namespace kapitsa::ops::cuda::kernels {
@@ -158,20 +157,11 @@ void opt_in() {  // above 48 KB of dynamic shared memory a kernel must opt in (D
   cudaFuncSetAttribute(attention_prefill_kernel<KV, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, most);
 }
 
-// Off until a GPU has run it (written in session 39 where none was lent): KAPITSA_ATTENTION_TILED=1.
-bool attention_prefill_enabled() {
-  static const bool on = [] {
-    const char* s = std::getenv("KAPITSA_ATTENTION_TILED");
-    return s != nullptr && s[0] == '1';
-  }();
-  return on;
-}
-
 }  // namespace
 
 bool attention_prefill_takes(const AttentionArgs& a) {
   return a.T >= kTiledMinRows && a.splits == 1 && (a.D == 64 || a.D == 128 || a.D == 256) &&
-         reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && attention_prefill_enabled();
+         reinterpret_cast<uintptr_t>(a.q) % 16 == 0;
 }
 
 void attention_prefill(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s) {

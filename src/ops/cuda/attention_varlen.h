@@ -38,7 +38,7 @@ __device__ __forceinline__ int64_t seq_of_row(const VarlenRows& v, int64_t r) {
 // from `rows`. a.T is the step's rows. Prompts (attention_prefill_takes) go to attention_prefill.
 void attention_varlen(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s);
 // The tiled prompt kernel (attention_prefill.cu): at least 64 rows, one key range (splits 1), head dim
-// 64, 128 or 256, q 16-byte aligned, and KAPITSA_ATTENTION_TILED=1 (off by default until a GPU has run it).
+// 64, 128 or 256, q 16-byte aligned.
 bool attention_prefill_takes(const AttentionArgs& a);
 void attention_prefill(const AttentionArgs& a, const VarlenRows& rows, cudaStream_t s);
 // rows: [T, row] f32 into pages ([n_pages · page_tokens, row] of `type`) at each row's position.

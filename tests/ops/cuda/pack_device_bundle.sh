@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what a GPU-machine call needs into .device/gpu/ (git-excluded; carry [".device"]): the stripped
 # test and bench binaries of a CUDA build, the shared libraries the GPU machine lacks, the bench configs,
-# and the driver scripts (decode_speed_run.sh, spec_device_run.sh, device_setup.sh, profile_step.py, amx_device_run.sh, switches_run.sh,
+# and the driver scripts (decode_speed_run.sh, spec_device_run.sh, device_setup.sh, profile_step.py, amx_device_run.sh,
 # prefill_run.sh with prefill_kernels.py, cuda_device_run.sh). docs/cuda.md shows the
 # call. Usage: [BINARIES="bench_model test_ops"] bash tests/ops/cuda/pack_device_bundle.sh [BUILD_DIR]
 # (default build/release; BINARIES: a subset of the list below, when the tracked tree and the bundle
@@ -34,6 +34,6 @@ rm -f .device/gpu/bin.tar.xz
 # the bundle of five is ~9 MB instead of ~20 with tar -J's default (the tracked tree leaves ~14 MB).
 (cd "$stage" && XZ_OPT="${XZ_OPT:--9e -T1}" tar -cJf "$OLDPWD/.device/gpu/bin.tar.xz" .)
 cp tests/ops/cuda/decode_speed_run.sh tests/ops/cuda/spec_device_run.sh tests/models/device_setup.sh tests/ops/cuda/profile_step.py tests/ops/amx_device_run.sh \
-   tests/ops/cuda/prefill_run.sh tests/ops/cuda/prefill_kernels.py tests/models/cuda_device_run.sh tests/ops/cuda/switches_run.sh .device/gpu/
+   tests/ops/cuda/prefill_run.sh tests/ops/cuda/prefill_kernels.py tests/models/cuda_device_run.sh .device/gpu/
 rm -rf "$stage"
 du -sh .device/gpu
