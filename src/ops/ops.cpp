@@ -235,17 +235,30 @@ void embedding(const Linear& table, std::span<const int32_t> ids, const Tensor& 
   KAPITSA_CALL(b, embedding, table, ids, out);
 }
 
+namespace {
+// matmul's (and matmul_relu_squared's) argument checks, naming op.
+void check_matmul(const BackendTable& b, const Tensor& x, const Linear& w, const Tensor& y, const char* op) {
+  weight(b, w, op, "w");
+  f32(b, x, op, "x"), f32(b, y, op, "y");
+  const int64_t N = w.rows(), K = w.cols();
+  KAPITSA_CHECK(x.dim(-1) == K, "{}: x {} does not match w [{}, {}]", op, x.shape().str(), N, K);
+  KAPITSA_CHECK(y.dim(-1) == N, "{}: y {} does not match w [{}, {}]", op, y.shape().str(), N, K);
+  KAPITSA_CHECK(rows_of(y) == rows_of(x), "{}: y {} has not the {} rows of x {}", op, y.shape().str(), rows_of(x),
+                x.shape().str());
+  KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "{}: y must not alias x", op);
+}
+}  // namespace
+
 void matmul(const Tensor& x, const Linear& w, const Tensor& y) {
   const BackendTable& b = current_backend();
-  weight(b, w, "matmul", "w");
-  f32(b, x, "matmul", "x"), f32(b, y, "matmul", "y");
-  const int64_t N = w.rows(), K = w.cols();
-  KAPITSA_CHECK(x.dim(-1) == K, "matmul: x {} does not match w [{}, {}]", x.shape().str(), N, K);
-  KAPITSA_CHECK(y.dim(-1) == N, "matmul: y {} does not match w [{}, {}]", y.shape().str(), N, K);
-  KAPITSA_CHECK(rows_of(y) == rows_of(x), "matmul: y {} has not the {} rows of x {}", y.shape().str(), rows_of(x),
-                x.shape().str());
-  KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
+  check_matmul(b, x, w, y, "matmul");
   KAPITSA_CALL(b, matmul, x, w, y);
+}
+
+void matmul_relu_squared(const Tensor& x, const Linear& w, const Tensor& y) {
+  const BackendTable& b = current_backend();
+  check_matmul(b, x, w, y, "matmul_relu_squared");
+  KAPITSA_CALL(b, matmul_relu_squared, x, w, y);
 }
 
 void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Tensor> y) {
@@ -555,9 +568,10 @@ void scale_add_rows(const Tensor& src, std::span<const int32_t> rows, std::span<
   KAPITSA_CALL(b, scale_add_rows, src, rows, weights, dst);
 }
 
-void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
-  const BackendTable& b = current_backend();
-  const char* op = "matmul_experts";
+namespace {
+// matmul_experts' (and matmul_experts_relu_squared's) argument checks, naming op.
+void check_experts(const BackendTable& b, const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids,
+                   const Tensor& y, const char* op) {
   f32(b, x, op, "x"), f32(b, y, op, "y"), present(b, expert_ids, op, "expert_ids");
   KAPITSA_CHECK(!experts.empty(), "{}: no experts", op);
   for (const Linear& w : experts) weight(b, w, op, "experts[e]");
@@ -582,7 +596,20 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
     for (int64_t i = 0; i < T * k; ++i)
       in_range(ids[i], static_cast<int64_t>(experts.size()), op, "expert id", static_cast<size_t>(i));
   }
+}
+}  // namespace
+
+void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  const BackendTable& b = current_backend();
+  check_experts(b, x, experts, expert_ids, y, "matmul_experts");
   KAPITSA_CALL(b, matmul_experts, x, experts, expert_ids, y);
+}
+
+void matmul_experts_relu_squared(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids,
+                                 const Tensor& y) {
+  const BackendTable& b = current_backend();
+  check_experts(b, x, experts, expert_ids, y, "matmul_experts_relu_squared");
+  KAPITSA_CALL(b, matmul_experts_relu_squared, x, experts, expert_ids, y);
 }
 
 void moe_combine(const Tensor& y, const Tensor& expert_weights, const Tensor& addend, const Tensor& out) {

@@ -153,6 +153,35 @@ TEST_P(OnBackend, MatmulSwigluMatchesRef) {
       }
 }
 
+// matmul_relu_squared is the backend's own matmul then relu_squared, bit for bit (on cuda relu² in the
+// GEMV's stores for 1 and 3 tokens, cuBLAS and the relu² pass for 12), each weight dtype; and relu² is
+// applied: some products are negative (0 out), some positive.
+TEST_P(OnBackend, MatmulReluSquaredIsMatmulThenReluSquared) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t T : {1, 3, 12})
+      for (int64_t K : {264, 3328, 100}) {
+        SCOPED_TRACE(fmt::format("{} T={} K={}", dtype_name(dt), T, K));
+        const int64_t N = 75;
+        const Buffer x = test::random_f32(r, {T, K});
+        const Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
+        Buffer plain = Buffer::zeros(DType::f32, {T, N}), expected = Buffer::zeros(DType::f32, {T, N});
+        test::run(backend(), matmul, x, Linear(w), plain);
+        test::run(backend(), relu_squared, plain, expected);
+        Buffer y = Buffer::allocate(DType::f32, {T, N});
+        for (int64_t j = 0; j < T * N; ++j) y.f32()[j] = std::nanf("");
+        test::run(backend(), matmul_relu_squared, x, Linear(w), y);
+        int64_t positive = 0;
+        for (int64_t j = 0; j < T * N; ++j) {
+          ASSERT_EQ(y.f32()[j], expected.f32()[j]) << "at " << j;
+          positive += plain.f32()[j] > 0;
+        }
+        EXPECT_GT(positive, 0);
+        EXPECT_LT(positive, T * N);
+      }
+}
+
 // The AMX bf16 GEMM (the cpu's avx512 level on Intel CPUs with AMX, matmul_amx.cpp) called directly,
 // against ref: token counts around its 16-token tiles and 64-token work items, rows around its 16-row
 // tiles (a zero-padded last block, a single block), K of one and of many 32-wide steps; matmul's

@@ -120,6 +120,40 @@ TEST_P(OnBackend, MoeMatmulExpertsMatchesRef) {
     }
 }
 
+// matmul_experts_relu_squared is the backend's matmul_experts then relu_squared, bit for bit (cuda: relu²
+// in the experts GEMV's stores), some outputs negative before (0 after).
+TEST_P(OnBackend, MoeMatmulExpertsReluSquaredIsMatmulExpertsThenReluSquared) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  struct Case {
+    int64_t T, k, E, K, N;
+  };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const Case& c : std::vector<Case>{{1, 6, 8, 64, 40}, {3, 2, 5, 33, 17}, {2, 4, 4, 1024, 130}}) {
+      SCOPED_TRACE(fmt::format("{} T={} k={} E={} K={} N={}", dtype_name(dt), c.T, c.k, c.E, c.K, c.N));
+      const Buffer x = test::random_f32(r, {c.T, c.K});
+      const Buffer stacked = kapitsa::testing::random_buffer(r.gen, dt, {c.E, c.N, c.K});
+      std::vector<Linear> experts;
+      for (int64_t e = 0; e < c.E; ++e) experts.push_back(Linear(stacked).expert(e));
+      Buffer ids = Buffer::zeros(DType::i32, {c.T, c.k});
+      for (int64_t i = 0; i < c.T * c.k; ++i) ids.tensor().data_as<int32_t>()[i] = static_cast<int32_t>(r.gen() % c.E);
+      const int64_t n = c.T * c.k * c.N;
+      Buffer plain = Buffer::zeros(DType::f32, {c.T * c.k, c.N}), expected = Buffer::zeros(DType::f32, {c.T * c.k, c.N});
+      test::run(backend(), matmul_experts, x, experts, ids, plain);
+      test::run(backend(), relu_squared, plain, expected);
+      Buffer y = Buffer::allocate(DType::f32, {c.T * c.k, c.N});
+      for (int64_t i = 0; i < n; ++i) y.f32()[i] = std::nanf("");
+      test::run(backend(), matmul_experts_relu_squared, x, experts, ids, y);
+      int64_t positive = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(y.f32()[i], expected.f32()[i]) << "at " << i;
+        positive += plain.f32()[i] > 0;
+      }
+      EXPECT_GT(positive, 0);
+      EXPECT_LT(positive, n);
+    }
+}
+
 TEST_P(OnBackend, MoeCombineMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());

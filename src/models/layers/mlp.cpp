@@ -36,8 +36,7 @@ void relu2_mlp_forward(const Relu2MlpWeights& w, const Tensor& x, const Tensor& 
   Workspace& ws = ctx.workspace;
   Workspace::Scope scope(ws);
   Tensor up = ws.take(DType::f32, {x.dim(0), w.intermediate()});
-  ops::matmul(x, w.up, up);
-  ops::relu_squared(up, up);
+  ops::matmul_relu_squared(x, w.up, up);
   ops::matmul(up, w.down, out);
 }
 

@@ -81,8 +81,7 @@ void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, 
     Workspace::Scope pairs(ws);
     Tensor up = ws.take(DType::f32, {T * k, c.expert_dim});  // row t·k + j: token t through its j-th expert
     Tensor down = ws.take(DType::f32, {T * k, xr.dim(1)});
-    ops::matmul_experts(xr, w.ups, ids, up);
-    ops::relu_squared(up, up);
+    ops::matmul_experts_relu_squared(xr, w.ups, ids, up);
     ops::matmul_experts(up, w.downs, ids.reshape({T * k, 1}), down);
     ops::moe_combine(down, weights, addend, yr);
   };

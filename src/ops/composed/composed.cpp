@@ -57,4 +57,15 @@ void matmul_swiglu(const BackendTable& b, const Tensor& x, const Linear& w_gate,
   b.silu_mul(y, up, y);
 }
 
+void matmul_relu_squared(const BackendTable& b, const Tensor& x, const Linear& w, const Tensor& y) {
+  b.matmul(x, w, y);
+  b.relu_squared(y, y);
+}
+
+void matmul_experts_relu_squared(const BackendTable& b, const Tensor& x, std::span<const Linear> experts,
+                                 const Tensor& expert_ids, const Tensor& y) {
+  b.matmul_experts(x, experts, expert_ids, y);
+  b.relu_squared(y, y);
+}
+
 }  // namespace kapitsa::ops::composed

@@ -1,5 +1,5 @@
 // The compositions the fused ops of op_list.inc are defined as (gdn_core_varlen, attention_prep_varlen,
-// matmul_swiglu), written once over any backend's table: ref runs them over its own ops (the
+// matmul_swiglu, the relu² matmuls), written once over any backend's table: ref runs them over its own ops (the
 // definition), cpu over its ops (no fused kernel pays on a CPU), a device backend for the cases its
 // fused kernel does not take. Host backends only where a composition needs host scratch (noted).
 #pragma once
@@ -20,5 +20,9 @@ void attention_prep_varlen(const BackendTable& b, const Tensor& qg, const Tensor
 // Any backend (no scratch: up holds x · w_upᵀ).
 void matmul_swiglu(const BackendTable& b, const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up,
                    const Tensor& y);
+// Any backend: the product, then relu² in place.
+void matmul_relu_squared(const BackendTable& b, const Tensor& x, const Linear& w, const Tensor& y);
+void matmul_experts_relu_squared(const BackendTable& b, const Tensor& x, std::span<const Linear> experts,
+                                 const Tensor& expert_ids, const Tensor& y);
 
 }  // namespace kapitsa::ops::composed

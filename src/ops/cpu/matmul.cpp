@@ -358,5 +358,8 @@ void matmul_many(const Tensor& x, std::span<const Linear> w, std::span<const Ten
 void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, const Tensor& up, const Tensor& y) {
   composed::matmul_swiglu(*backend_for(Level::KAPITSA_CPU_LEVEL), x, w_gate, w_up, up, y);
 }
+void matmul_relu_squared(const Tensor& x, const Linear& w, const Tensor& y) {
+  composed::matmul_relu_squared(*backend_for(Level::KAPITSA_CPU_LEVEL), x, w, y);
+}
 
 }  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -3,6 +3,7 @@
 // the weighted scatter-add (split by columns, so repeated destination rows never race), and the
 // device-routed pair (matmul_experts: this backend's matmul per token and choice; moe_combine).
 #include "base/thread_pool.h"
+#include "ops/composed/composed.h"
 #include "ops/cpu/level.h"
 #include "ops/cpu/simd.h"
 
@@ -91,6 +92,11 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j)
       matmul(x.rows(t, t + 1), experts[static_cast<size_t>(ids[t * k + j])], y.rows(t * k + j, t * k + j + 1));
+}
+
+void matmul_experts_relu_squared(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids,
+                                 const Tensor& y) {
+  composed::matmul_experts_relu_squared(*backend_for(Level::KAPITSA_CPU_LEVEL), x, experts, expert_ids, y);
 }
 
 // y: [T·k, H];  expert_weights: [T, k];  addend: [T, H] or empty;  out: [T, H] (may be the addend).

@@ -342,7 +342,8 @@ __global__ void __launch_bounds__(kWarps * 32) affine_gemv_int16_kernel(const in
       y_out[t * p.N[0] + n0 + r] = gate / (1.0f + expf(-gate)) * up;
     }
   } else {
-    if (threadIdx.x < kChunkRows * MaxT && n0 + r < p.N[part] && t < T) y_out[t * p.N[part] + n0 + r] = total(threadIdx.x);
+    if (threadIdx.x < kChunkRows * MaxT && n0 + r < p.N[part] && t < T)
+      y_out[t * p.N[part] + n0 + r] = epilogue(total(threadIdx.x), p.act);
   }
 }
 
@@ -462,10 +463,11 @@ void launch_int16(const void* scratch, const Int16Parts& p, int64_t T, dim3 bloc
 }  // namespace
 
 void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
-                       cudaStream_t s) {
+                       cudaStream_t s, Epilogue act) {
   for (int i0 = 0; i0 < n; i0 += kInt16MaxParts) {
     Int16Parts p{};
     p.n = n - i0 < kInt16MaxParts ? n - i0 : kInt16MaxParts;
+    p.act = act;
     int64_t blocks = 0;
     for (int i = 0; i < p.n; ++i) {
       p.a[i] = a[i0 + i], p.y[i] = y[i0 + i], p.N[i] = N[i0 + i];
@@ -493,7 +495,7 @@ bool affine_experts_supported(const AffineArgs& a) {
 bool affine_experts_int16(const AffineArgs& a, bool aligned) { return aligned && affine_int16_supported(a, 1); }
 
 void affine_experts(const float* x, const void* scratch, const AffineArgs& a, const ExpertRoute& route, float* y,
-                    int64_t T, int64_t N, bool aligned, cudaStream_t s) {
+                    int64_t T, int64_t N, bool aligned, cudaStream_t s, Epilogue act) {
   const int64_t P = T * route.k;
   if (P == 0 || N == 0) return;
   const unsigned bx = static_cast<unsigned>((N + kChunkRows - 1) / kChunkRows);
@@ -512,7 +514,7 @@ void affine_experts(const float* x, const void* scratch, const AffineArgs& a, co
       const float* sx = reinterpret_cast<const float*>(xq + T * K);
       const float* xsum = sx + T * K / kActBlock;
       Int16Parts p{};
-      p.n = 1, p.a[0] = a, p.y[0] = y + p0 * N, p.N[0] = N;
+      p.n = 1, p.a[0] = a, p.y[0] = y + p0 * N, p.N[0] = N, p.act = act;
       const int64_t warps_for_row = (K / 32 + 31) / 32;
       const unsigned threads = 32u * static_cast<unsigned>(warps_for_row < kWarps ? warps_for_row : kWarps);
       auto go = [&](auto sb) {
@@ -542,6 +544,7 @@ void affine_experts(const float* x, const void* scratch, const AffineArgs& a, co
       default: go(std::integral_constant<int, 8>{}); break;
     }
   }
+  if (!int16 && act == Epilogue::relu_squared) relu_squared(y, y, P * N, s);  // (the chunk kernel has no epilogue)
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -36,10 +36,8 @@ __global__ void mul_sigmoid_kernel(const float* x, const float* gate, float* y, 
 __global__ void relu_squared_kernel(const float* x, float* y, int64_t n) {
   pdl_trigger();
   pdl_wait();
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float r = x[i] > 0.0f ? x[i] : 0.0f;
-    y[i] = r * r;
-  }
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = relu_squared_of(x[i]);
 }
 
 }  // namespace

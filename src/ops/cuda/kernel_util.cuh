@@ -141,6 +141,15 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// relu(v)², as relu_squared_kernel and ref's relu_squared compute it (a NaN gives 0).
+__device__ __forceinline__ float relu_squared_of(float v) {
+  const float r = v > 0.0f ? v : 0.0f;
+  return r * r;
+}
+__device__ __forceinline__ float epilogue(float v, Epilogue act) {
+  return act == Epilogue::relu_squared ? relu_squared_of(v) : v;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -11,6 +11,9 @@
 namespace kapitsa::ops::cuda::kernels {
 
 enum class ElemType : int { f32, f16, bf16 };
+// What a GEMV does to each output before storing it: nothing, or relu(v)² (matmul_relu_squared,
+// matmul_experts_relu_squared: the activation without a pass of its own).
+enum class Epilogue : int { none, relu_squared };
 
 // Whether decode-path kernels are queued with programmatic dependent launch (kernel_util.cuh, launch()):
 // on unless KAPITSA_CUDA_PDL=0 (read once; runtime.cpp).
@@ -54,7 +57,8 @@ struct GemvPart {
   int64_t N;
 };
 constexpr int kGemvMaxParts = 4;
-void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s);
+void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s,
+               Epilogue act = Epilogue::none);
 // y: [N] = silu(x · w_gateᵀ) ⊙ (x · w_upᵀ) for one token (x: [K]; w_gate, w_up: [N, K] of `type`; K a
 // multiple of 16 bytes of weights, every pointer 16-byte aligned), each dot product accumulated in
 // gemv's order.
@@ -111,9 +115,10 @@ struct Int16Parts {
   int64_t N[kInt16MaxParts];
   int64_t first_block[kInt16MaxParts];
   int n;
+  Epilogue act;  // parts and experts launches (not SwiGLU's)
 };
 void affine_gemv_int16(const void* scratch, const AffineArgs* a, float* const* y, const int64_t* N, int n, int64_t T,
-                       cudaStream_t s);
+                       cudaStream_t s, Epilogue act = Epilogue::none);
 void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const AffineArgs& up, float* y, int64_t N,
                               int64_t T, cudaStream_t s);
 
@@ -122,7 +127,8 @@ void affine_gemv_int16_swiglu(const void* scratch, const AffineArgs& gate, const
 // type; its pointers are not used), `table` each expert's codes, scales and biases (on the device). An id
 // outside [0, E) writes NaN. 4 bits with groups of a multiple of 64 and 16-byte aligned x and codes
 // (affine_experts_int16): x rounded to int16 once in `scratch` (affine_int16_scratch_bytes(T, K)), the
-// int16 GEMV per (token, choice); other bits the chunk kernel. Supported: affine_experts_supported.
+// int16 GEMV per (token, choice); other bits the chunk kernel (then `act` as a pass of its own). Supported:
+// affine_experts_supported.
 struct AffineExpert {
   const uint32_t* words;
   const void *scales, *biases;
@@ -135,7 +141,7 @@ struct ExpertRoute {
 bool affine_experts_supported(const AffineArgs& a);
 bool affine_experts_int16(const AffineArgs& a, bool aligned);
 void affine_experts(const float* x, const void* scratch, const AffineArgs& a, const ExpertRoute& route, float* y,
-                    int64_t T, int64_t N, bool aligned, cudaStream_t s);
+                    int64_t T, int64_t N, bool aligned, cudaStream_t s, Epilogue act = Epilogue::none);
 
 // ggml.cu — llama.cpp block weights (WeightFormat::ggml): row n of the weight is K / block_size blocks
 // of `type` (ggml's type number, tensor/ggml_type.h) back to back at blocks + n·row_bytes; K a multiple
@@ -338,7 +344,8 @@ void scale_add_rows(const float* src, const int32_t* rows, const float* weights,
 // y[t·k + j, :] = x[t, :] · experts[ids[t·k + j]]ᵀ: x [T, K];  experts: E device pointers to [N, K] weights
 // of `type`;  y: [T·k, N]. A row whose id is outside [0, E) is written as NaN (ids live on the device).
 void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemType type, const int32_t* ids,
-                    float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s);
+                    float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s,
+                    Epilogue act = Epilogue::none);
 // out[t, :] = Σ_j weights[t·k + j] · y[t·k + j, :], j in order:  y [T·k, H];  out [T, H].
 void moe_combine(const float* y, const float* weights, const float* addend, float* out, int64_t T, int64_t k, int64_t H,
                  cudaStream_t s);

@@ -254,6 +254,35 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
   check_launch("matmul_swiglu (gemv)");
 }
 
+// Dense weights for up to kGemvMaxTokens rows and 4-bit affine weights on the int16 GEMV: relu² in the
+// GEMV's stores (a Nemotron decode step: one kernel less a relu² MLP); otherwise matmul then relu_squared.
+void matmul_relu_squared(const Tensor& x, const Linear& w, const Tensor& y) {
+  const char* op = "matmul_relu_squared";
+  check_f32(x, op, "x"), check_f32(y, op, "y");
+  const int64_t T = detail::rows_of(x), K = x.dim(-1), N = w.rows();
+  KAPITSA_CHECK(w.cols() == K && y.dim(-1) == N && detail::rows_of(y) == T && (x.data() != y.data() || x.numel() == 0),
+                "{}: x {}, w [{}, {}], y {} (y must not alias x)", op, x.shape().str(), N, w.cols(), y.shape().str());
+  if (T >= 1 && N > 0 && K > 0 && w.format() == WeightFormat::dense && dense_gemv_takes(T, N, K)) {
+    const Tensor& wd = w.dense(op);
+    detail::check_on_device(wd, op, "w");
+    KAPITSA_CHECK(detail::is_weight_dtype(wd.dtype()), "{}: w dtype {} (F32, F16 or BF16)", op, dtype_name(wd.dtype()));
+    const kernels::GemvPart part{wd.data(), y.f32(), N};
+    kernels::gemv_many(x.f32(), &part, 1, detail::elem_type(wd.dtype()), T, K, stream(), kernels::Epilogue::relu_squared);
+    check_launch("matmul_relu_squared (gemv)");
+    return;
+  }
+  if (T >= 1 && N > 0 && w.format() == WeightFormat::affine && aligned16(x.data())) {
+    const kernels::AffineArgs a = detail::affine_args(w, op);
+    if (kernels::affine_int16_supported(a, T)) {
+      float* out = y.f32();
+      kernels::affine_gemv_int16(rounded_x(x, T, K), &a, &out, &N, 1, T, stream(), kernels::Epilogue::relu_squared);
+      check_launch("matmul_relu_squared (affine int16 gemv)");
+      return;
+    }
+  }
+  composed::matmul_relu_squared(*backend(), x, w, y);
+}
+
 namespace {
 // x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: for Q8_0,
 // Q4_K and Q6_K the int8-activation GEMV (x rounded as the cpu backend rounds it), else the

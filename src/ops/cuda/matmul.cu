@@ -49,6 +49,7 @@ struct Job {
   int64_t N[kGemvMaxParts];
   unsigned first_block[kGemvMaxParts];
   int parts;
+  Epilogue act;  // applied to every output of every part
 };
 
 // This block's part: its weight, output, rows, and the block's index within the part. Constant indices
@@ -103,7 +104,7 @@ __global__ void gemv_kernel(const float* x, const Job<W> job, int64_t T, int64_t
   for (int t = 0; t < kGemvMaxTokens; ++t) {
     if (t < T) {
       const float sum = warp_sum(acc[t]);
-      if (lane == 0) part.y[t * N + n] = sum;
+      if (lane == 0) part.y[t * N + n] = epilogue(sum, job.act);
     }
   }
 }
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(kVecWarps * 32, 5) gemv_vec_kernel(const float
   }
   pdl_wait();  // (again: a no-op unless K = 0 skipped the loop)
   const float sum = warp_sum(acc);
-  if (lane == 0) row.y[row.n] = sum;
+  if (lane == 0) row.y[row.n] = epilogue(sum, job.act);
 }
 
 // Two to MaxT tokens over aligned rows: warp i of a block computes Rows consecutive output rows for
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kVecWarps * 32) gemv_rows_kernel(const float* 
     for (int t = 0; t < kMaxT; ++t) {
       if (t >= T) break;
       const float sum = warp_sum(acc[r][t]);
-      if (lane == 0 && n0 + r < N) part.y[t * N + n0 + r] = sum;
+      if (lane == 0 && n0 + r < N) part.y[t * N + n0 + r] = epilogue(sum, job.act);
     }
 }
 
@@ -246,8 +247,8 @@ __global__ void gemv_pair_kernel(const float* x, const Job<W> job, int64_t K) {
   const bool second = n + 1 < N;
   const float2 ab = dot_two_rows(x, part.w + n * K, part.w + (second ? n + 1 : n) * K, K);
   if ((threadIdx.x & 31) == 0) {
-    part.y[n] = ab.x;
-    if (second) part.y[n + 1] = ab.y;
+    part.y[n] = epilogue(ab.x, job.act);
+    if (second) part.y[n + 1] = epilogue(ab.y, job.act);
   }
 }
 
@@ -298,7 +299,7 @@ int64_t vec_blocks_per_wave() {
 
 // parts: 1 … kGemvMaxParts weights of type W, one launch.
 template <typename W>
-void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, int64_t K, cudaStream_t s) {
+void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, int64_t K, Epilogue act, cudaStream_t s) {
   bool aligned = K % static_cast<int64_t>(16 / sizeof(W)) == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int p = 0; p < n_parts; ++p) aligned = aligned && reinterpret_cast<uintptr_t>(parts[p].w) % 16 == 0;
   // One token and rows of at most one round of loads (K ≤ 12 · 16 bytes a lane: the hidden size of the
@@ -322,6 +323,7 @@ void launch_gemv(const float* x, const GemvPart* parts, int n_parts, int64_t T, 
     blocks += static_cast<unsigned>((parts[p].N + per_block - 1) / per_block);
   }
   job.parts = n_parts;
+  job.act = act;
   if (blocks == 0) return;
   if (generic) launch(gemv_kernel<W>, blocks, kWarps * 32, s, x, job, T, K);
   else if (T > 1 && rows == 8) launch(gemv_rows_kernel<W, 8>, blocks, kVecWarps * 32, s, x, job, T, K);
@@ -349,14 +351,15 @@ void split_bf16(const float* x, void* parts, int64_t n, int n_parts, cudaStream_
   if (n > 0) split_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, static_cast<__nv_bfloat16*>(parts), n, n_parts);
 }
 
-void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s) {
+void gemv_many(const float* x, const GemvPart* parts, int n_parts, ElemType type, int64_t T, int64_t K, cudaStream_t s,
+               Epilogue act) {
   if (T == 0) return;
   for (int first = 0; first < n_parts; first += kGemvMaxParts) {
     const int n = n_parts - first < kGemvMaxParts ? n_parts - first : kGemvMaxParts;
     switch (type) {
-      case ElemType::f16: launch_gemv<__half>(x, parts + first, n, T, K, s); break;
-      case ElemType::bf16: launch_gemv<__nv_bfloat16>(x, parts + first, n, T, K, s); break;
-      default: launch_gemv<float>(x, parts + first, n, T, K, s); break;
+      case ElemType::f16: launch_gemv<__half>(x, parts + first, n, T, K, act, s); break;
+      case ElemType::bf16: launch_gemv<__nv_bfloat16>(x, parts + first, n, T, K, act, s); break;
+      default: launch_gemv<float>(x, parts + first, n, T, K, act, s); break;
     }
   }
 }

@@ -73,8 +73,8 @@ namespace {
 // matmul_experts over MLX affine experts (one shape, checked by ops::matmul_experts): the experts' codes,
 // scales and biases as a device table (uploaded once: the model's constants), x rounded once for the
 // 4-bit int16 GEMV.
-void affine_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
-  const char* op = "matmul_experts";
+void affine_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y,
+                    kernels::Epilogue act, const char* op) {
   const kernels::AffineArgs a = detail::affine_args(experts.front(), op);
   KAPITSA_CHECK(kernels::affine_experts_supported(a), "{}: affine experts of {} bits, groups of {} (the cuda backend "
                 "runs 2, 3, 4, 5, 6 or 8 bits in groups of a power of two ≥ 32)", op, a.bits, a.group_size);
@@ -94,13 +94,13 @@ void affine_experts(const Tensor& x, std::span<const Linear> experts, const Tens
                             : nullptr;
   const kernels::ExpertRoute route{device_table, expert_ids.data_as<const int32_t>(),
                                    static_cast<int64_t>(experts.size()), k};
-  kernels::affine_experts(x.f32(), scratch, a, route, y.f32(), T, experts.front().rows(), aligned, detail::stream());
-  detail::check_launch("matmul_experts (affine)");
+  kernels::affine_experts(x.f32(), scratch, a, route, y.f32(), T, experts.front().rows(), aligned, detail::stream(), act);
+  detail::check_launch(op);
 }
 // matmul_experts over llama.cpp block experts (one type and shape): the experts' block pointers as a
 // device table (uploaded once), the routed GEMV (int8 x for Q8_0, Q4_K and Q6_K, as matmul).
-void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
-  const char* op = "matmul_experts";
+void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y,
+                  const char* op) {
   const kernels::GgmlArgs a = detail::ggml_args(experts.front(), op);
   KAPITSA_CHECK(reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 && expert_ids.numel() <= 65535,
                 "{}: block experts need x 16-byte aligned and at most 65535 (token, choice) pairs, got {}", op,
@@ -124,19 +124,24 @@ void ggml_experts(const Tensor& x, std::span<const Linear> experts, const Tensor
   } else {
     kernels::ggml_experts(x.f32(), a, route, addresses, y.f32(), T, N, detail::stream());
   }
-  detail::check_launch("matmul_experts (ggml)");
+  detail::check_launch(op);
 }
-}  // namespace
 
 // x: [T, K];  experts[e]: [N, K] dense, MLX affine or llama.cpp blocks;  expert_ids: [T, k] i32 on the device;  y: [T·k, N].
-void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
-  const char* op = "matmul_experts";
+// With act, relu² in the GEMVs' stores (the llama.cpp block GEMVs have no epilogue: a pass of its own).
+void routed_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y,
+                    kernels::Epilogue act, const char* op) {
   check_f32(x, op, "x"), check_f32(y, op, "y"), detail::check_on_device(expert_ids, op, "expert_ids");
   KAPITSA_CHECK(expert_ids.rank() == 2 && detail::rows_of(x) == expert_ids.dim(0) && x.dim(-1) == experts.front().cols(),
                 "{}: x {} and expert_ids {} (x: [T, K] with the experts' K, expert_ids: [T, k])", op, x.shape().str(),
                 expert_ids.shape().str());
-  if (experts.front().format() == WeightFormat::affine) return affine_experts(x, experts, expert_ids, y);
-  if (experts.front().format() == WeightFormat::ggml) return ggml_experts(x, experts, expert_ids, y);
+  if (experts.front().format() == WeightFormat::affine) return affine_experts(x, experts, expert_ids, y, act, op);
+  if (experts.front().format() == WeightFormat::ggml) {
+    ggml_experts(x, experts, expert_ids, y, op);
+    if (act == kernels::Epilogue::relu_squared) kernels::relu_squared(y.f32(), y.f32(), y.numel(), detail::stream());
+    detail::check_launch(op);
+    return;
+  }
   const Tensor& w0 = experts.front().dense(op);  // stops naming the format for other quantized experts
   KAPITSA_CHECK(detail::is_weight_dtype(w0.dtype()), "{}: expert dtype {} (F32, F16 or BF16)", op,
                 dtype_name(w0.dtype()));
@@ -155,8 +160,18 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   const auto* table = static_cast<const void* const*>(
       detail::upload_constant(pointers.data(), pointers.size() * sizeof(const void*)));
   kernels::matmul_experts(x.f32(), table, static_cast<int64_t>(experts.size()), detail::elem_type(w0.dtype()),
-                          expert_ids.data_as<const int32_t>(), y.f32(), T, k, K, N, aligned, detail::stream());
+                          expert_ids.data_as<const int32_t>(), y.f32(), T, k, K, N, aligned, detail::stream(), act);
   detail::check_launch(op);
+}
+}  // namespace
+
+void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids, const Tensor& y) {
+  routed_experts(x, experts, expert_ids, y, kernels::Epilogue::none, "matmul_experts");
+}
+
+void matmul_experts_relu_squared(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids,
+                                 const Tensor& y) {
+  routed_experts(x, experts, expert_ids, y, kernels::Epilogue::relu_squared, "matmul_experts_relu_squared");
 }
 
 // y: [T·k, H];  expert_weights: [T, k];  addend: [T, H] or empty;  out: [T, H].

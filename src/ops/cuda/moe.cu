@@ -109,7 +109,7 @@ __device__ __forceinline__ float dot_row(const float* x, const W* w, int64_t K, 
 
 template <typename W>
 __global__ void matmul_experts_kernel(const float* x, const void* const* experts, int64_t E, const int32_t* ids,
-                                      float* y, int64_t k, int64_t K, int64_t N, bool aligned) {
+                                      float* y, int64_t k, int64_t K, int64_t N, bool aligned, Epilogue act) {
   pdl_trigger();
   pdl_wait();
   const int lane = threadIdx.x & 31;
@@ -122,7 +122,7 @@ __global__ void matmul_experts_kernel(const float* x, const void* const* experts
   }
   const W* w = static_cast<const W*>(experts[e]) + n * K;
   const float sum = dot_row(x + (p / k) * K, w, K, lane, aligned);
-  if (lane == 0) y[p * N + n] = sum;
+  if (lane == 0) y[p * N + n] = epilogue(sum, act);
 }
 
 // addend: [T, H] or null; out may be the addend (each element read before it is written, by one thread).
@@ -141,7 +141,7 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, const f
 }  // namespace
 
 void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemType type, const int32_t* ids,
-                    float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s) {
+                    float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s, Epilogue act) {
   const int64_t P = T * k;
   if (P == 0 || N == 0) return;
   const unsigned bx = static_cast<unsigned>((N + kExpertWarps - 1) / kExpertWarps);
@@ -152,14 +152,16 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
     const dim3 grid(bx, static_cast<unsigned>(n));
     switch (type) {
       case ElemType::f32:
-        launch(matmul_experts_kernel<float>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        launch(matmul_experts_kernel<float>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned,
+               act);
         break;
       case ElemType::f16:
-        launch(matmul_experts_kernel<__half>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned);
+        launch(matmul_experts_kernel<__half>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned,
+               act);
         break;
       case ElemType::bf16:
         launch(matmul_experts_kernel<__nv_bfloat16>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k,
-               K, N, aligned);
+               K, N, aligned, act);
         break;
     }
   }

@@ -35,4 +35,8 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
   composed::matmul_swiglu(*backend(), x, w_gate, w_up, up, y);
 }
 
+void matmul_relu_squared(const Tensor& x, const Linear& w, const Tensor& y) {
+  composed::matmul_relu_squared(*backend(), x, w, y);
+}
+
 }  // namespace kapitsa::ops::ref

@@ -1,6 +1,7 @@
 // Reference mixture-of-experts plumbing: softmax top-k routing, gathering token rows for an expert,
 // scattering weighted expert outputs back (accumulating), and the device-routed pair: each token row
 // through its chosen experts (matmul_experts) and the weighted sum of those rows (moe_combine).
+#include "ops/composed/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -69,6 +70,11 @@ void matmul_experts(const Tensor& x, std::span<const Linear> experts, const Tens
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j)
       matmul(x.rows(t, t + 1), experts[static_cast<size_t>(ids[t * k + j])], y.rows(t * k + j, t * k + j + 1));
+}
+
+void matmul_experts_relu_squared(const Tensor& x, std::span<const Linear> experts, const Tensor& expert_ids,
+                                 const Tensor& y) {
+  composed::matmul_experts_relu_squared(*backend(), x, experts, expert_ids, y);
 }
 
 // y: [T·k, H];  expert_weights: [T, k];  addend: [T, H] or empty;  out: [T, H] (may be the addend).
