@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 namespace kapitsa::ops {
 namespace {
@@ -42,6 +43,26 @@ TEST_P(OnBackend, MoeRouteSigmoidMatchesRef) {
         for (int j = 0; j < c.k; ++j) sum += w_ref.f32()[t * c.k + j];
         EXPECT_NEAR(sum, c.scale, 1e-5);
       }
+  }
+}
+
+// Ties: logits from nine values and no bias, so many experts score the same; the choice must still be
+// the reference's (ties to the lower index, in the order repeated argmax picks them), with groups too.
+TEST_P(OnBackend, MoeRouteSigmoidTiesGoToTheLowerIndex) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for (const auto& [E, k, n_group, topk_group] : {std::tuple{128, 6, 1, 1}, std::tuple{64, 8, 8, 3}}) {
+    SCOPED_TRACE("E=" + std::to_string(E) + " groups " + std::to_string(n_group));
+    const int64_t T = 7;
+    Buffer logits = test::random_f32(r, {T, E}, -2.0f, 2.0f);
+    for (int64_t i = 0; i < T * E; ++i) logits.f32()[i] = std::round(logits.f32()[i] * 2.0f) / 2.0f;
+    const Buffer bias = Buffer::zeros(DType::f32, {E});
+    Buffer ids_ref = Buffer::allocate(DType::i32, {T, k}), ids = Buffer::allocate(DType::i32, {T, k});
+    Buffer w_ref = Buffer::allocate(DType::f32, {T, k}), w = Buffer::allocate(DType::f32, {T, k});
+    test::run(test::ref(), moe_route_sigmoid, logits, bias, k, n_group, topk_group, true, 1.0f, ids_ref, w_ref);
+    test::run(backend(), moe_route_sigmoid, logits, bias, k, n_group, topk_group, true, 1.0f, ids, w);
+    EXPECT_TRUE(test::bit_equal(ids, ids_ref));
+    EXPECT_LE(max_abs_diff(w, w_ref), 1e-6);
   }
 }
 
