@@ -326,10 +326,15 @@ void BM_SsdDecode16(benchmark::State& state) {
   const ops::SeqBatch batch{offsets, slots};
   const float inf = std::numeric_limits<float>::infinity();
   ops::ScopedBackend cpu(ops::find_backend("cpu"));
+  // The varlen op reads x | B | C as one array's columns (the conv output's).
+  Buffer xbc = Buffer::allocate(DType::f32, {kSeqs, H * P + 2 * G * N});
+  const Tensor columns[] = {x.tensor().reshape({kSeqs, H * P}), B.tensor().reshape({kSeqs, G * N}),
+                            C.tensor().reshape({kSeqs, G * N})};
+  ops::concat_columns(columns, xbc);
   default_thread_pool();
   for (auto _ : state) {
     if (state.range(0) == 1) {
-      ops::ssd_scan_varlen(x, dt, B, C, A_log, D, dt_bias, 0.0f, inf, 256, states, batch, y);
+      ops::ssd_scan_varlen(xbc, G, dt, A_log, D, dt_bias, 0.0f, inf, 256, states, batch, y);
     } else {
       for (int64_t i = 0; i < kSeqs; ++i)
         ops::ssd_scan_recurrent(x.tensor().rows(i, i + 1), dt.tensor().rows(i, i + 1), B.tensor().rows(i, i + 1),

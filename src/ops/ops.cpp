@@ -690,18 +690,28 @@ void gdn_core_varlen(const Tensor& qkv, const Tensor& a, const Tensor& b_, const
   KAPITSA_CALL(b, gdn_core_varlen, qkv, a, b_, A_log, dt_bias, z, norm_w, norm_eps, states, batch, o);
 }
 
-void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
-                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+void ssd_scan_varlen(const Tensor& xbc, int64_t n_groups, const Tensor& dt, const Tensor& A_log, const Tensor& D,
+                     const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size, const Tensor& states,
+                     const SeqBatch& batch, const Tensor& y) {
   const BackendTable& b = current_backend();
   const char* op = "ssd_scan_varlen";
-  f32(b, states, op, "states");
+  for (const Tensor* t : {&xbc, &dt, &A_log, &D, &dt_bias, &states, &y}) f32(b, *t, op, "every tensor");
   KAPITSA_CHECK(states.rank() == 4, "{}: states {} must be [n_slots, H, P, N]", op, states.shape().str());
-  if (states.dim(0) > 0) check_ssd(b, x, dt, B, C, A_log, D, dt_bias, states.index(0), y, op);
+  const int64_t H = states.dim(1), P = states.dim(2), N = states.dim(3), G = n_groups, T = xbc.dim(0);
+  KAPITSA_CHECK(G > 0 && H % G == 0, "{}: {} heads not a multiple of {} groups", op, H, G);
+  KAPITSA_CHECK(xbc.rank() == 2 && xbc.dim(1) == H * P + 2 * G * N, "{}: xbc {} must be [T, {}] (H·P + 2·G·N)", op,
+                xbc.shape().str(), H * P + 2 * G * N);
+  KAPITSA_CHECK(y.rank() == 3 && y.dim(0) == T && y.dim(1) == H && y.dim(2) == P, "{}: y {} must be [{}, {}, {}]", op,
+                y.shape().str(), T, H, P);
+  KAPITSA_CHECK(dt.numel() == T * H, "{}: dt {} for T={} H={}", op, dt.shape().str(), T, H);
+  KAPITSA_CHECK(A_log.numel() == H && D.numel() == H && dt_bias.numel() == H,
+                "{}: A_log {}, D {}, dt_bias {} for {} heads", op, A_log.shape().str(), D.shape().str(),
+                dt_bias.shape().str(), H);
+  KAPITSA_CHECK(y.numel() == 0 || y.data() != xbc.data(), "{}: y must not alias xbc", op);
   KAPITSA_CHECK(chunk_size >= 1, "{}: chunk_size {}", op, chunk_size);
-  check_batch_rows(batch, x.dim(0), op);
+  check_batch_rows(batch, T, op);
   check_batch_slots(batch, states.dim(0), op);
-  KAPITSA_CALL(b, ssd_scan_varlen, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, chunk_size, states, batch, y);
+  KAPITSA_CALL(b, ssd_scan_varlen, xbc, n_groups, dt, A_log, D, dt_bias, dt_min, dt_max, chunk_size, states, batch, y);
 }
 
 void attention_paged_varlen(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages, const SeqBatch& batch,

@@ -260,6 +260,11 @@ TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
       const int64_t T = g.rows();
       Buffer x = test::random_f32(r, {T, H, P}), dt = test::random_f32(r, {T, H}, -4.0f, 2.0f);
       Buffer B = test::random_f32(r, {T, G, N}), C = test::random_f32(r, {T, G, N});
+      // The op reads them as the columns of one array (the conv output's x | B | C).
+      Buffer xbc = Buffer::allocate(DType::f32, {T, H * P + 2 * G * N});
+      const Tensor columns[] = {x.tensor().reshape({T, H * P}), B.tensor().reshape({T, G * N}),
+                                C.tensor().reshape({T, G * N})};
+      test::run(test::ref(), concat_columns, std::span<const Tensor>(columns), xbc);
       Buffer A_log = test::random_f32(r, {H}, -1.0f, 2.0f), D = test::random_f32(r, {H}, 0.5f, 1.5f);
       Buffer dt_bias = test::random_f32(r, {H}, -2.0f, 0.5f);
       Buffer states0 = test::random_f32(r, {g.n_slots, H, P, N}, -0.5f, 0.5f);
@@ -278,7 +283,7 @@ TEST_P(OnBackend, SsdScanVarlenMatchesEachSequenceAlone) {
                                  state, out.rows(a, b));
                    },
                    [&](const BackendTable& on, const Tensor& states, const SeqBatch& batch, const Tensor& out) {
-                     test::run(on, ssd_scan_varlen, x, dt, B, C, A_log, D, dt_bias, 0.0f, inf, chunk, states, batch,
+                     test::run(on, ssd_scan_varlen, xbc, G, dt, A_log, D, dt_bias, 0.0f, inf, chunk, states, batch,
                                out);
                    }};
       for (const BackendTable* b : with_ref(backend())) check_varlen(c, *b);

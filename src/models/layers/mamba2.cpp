@@ -40,7 +40,7 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
                     const Tensor& x, const Tensor& out, ForwardContext& ctx) {
   Workspace& ws = ctx.workspace;
   Workspace::Scope scope(ws);
-  const int64_t T = x.dim(0), Hm = c.n_heads, P = c.head_dim, G = c.n_groups, N = c.d_state;
+  const int64_t T = x.dim(0), Hm = c.n_heads, P = c.head_dim, G = c.n_groups;
   const int64_t d_inner = c.d_inner(), conv_dim = c.conv_dim();
 
   // z | xBC | dt: three row ranges of in_proj in one matmul_many (one launch on a GPU, no split's copy).
@@ -62,15 +62,9 @@ void mamba2_forward(const Mamba2Config& c, const Mamba2Weights& w, int64_t layer
   ops::conv1d_causal_varlen(xbc, w.conv, c.conv_bias ? w.conv_bias.tensor() : Tensor(), windows, /*silu=*/true,
                             step.seqs, xbc_act);
 
-  Tensor xs = ws.take(DType::f32, {T, Hm, P});
-  Tensor B = ws.take(DType::f32, {T, G, N});
-  Tensor C = ws.take(DType::f32, {T, G, N});
-  const Tensor xbc_parts[] = {xs.reshape({T, d_inner}), B.reshape({T, G * N}),
-                              C.reshape({T, G * N})};
-  ops::split_columns(xbc_act, xbc_parts);
-
+  // The scan reads x | B | C in xbc_act's rows (no split).
   Tensor y = ws.take(DType::f32, {T, Hm, P});
-  ops::ssd_scan_varlen(xs, dt, B, C, w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max, c.chunk_size, states, step.seqs, y);
+  ops::ssd_scan_varlen(xbc_act, G, dt, w.A_log, w.D, w.dt_bias, c.dt_min, c.dt_max, c.chunk_size, states, step.seqs, y);
 
   const Tensor y_flat = y.reshape({T, d_inner});
   ops::rms_norm_group_gated(y_flat, z, w.norm, d_inner / G, c.norm_eps, y_flat);

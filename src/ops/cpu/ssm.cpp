@@ -19,13 +19,18 @@ namespace {
 
 constexpr int64_t kRowsPerTask = 16;
 
+// The dimensions of one (checked) ssd_scan call and where its x, B and C rows are: token t's x at
+// x + t·x_stride ([H, P]), its B and C at B / C + t·bc_stride ([G, N]).
 struct SsdDims {
   int64_t T, H, P, G, N, heads_per_group;
+  const float *x, *B, *C;
+  int64_t x_stride, bc_stride;
 };
 
-// The dimensions of one (checked) ssd_scan call.
-SsdDims ssd_dims(const Tensor& x, const Tensor& B) {
-  return {x.dim(0), x.dim(1), x.dim(2), B.dim(1), B.dim(2), x.dim(1) / B.dim(1)};
+// x: [T, H, P];  B, C: [T, G, N].
+SsdDims ssd_dims(const Tensor& x, const Tensor& B, const Tensor& C) {
+  return {x.dim(0), x.dim(1), x.dim(2), B.dim(1), B.dim(2), x.dim(1) / B.dim(1),
+          x.f32(),  B.f32(),  C.f32(),  x.dim(1) * x.dim(2), B.dim(1) * B.dim(2)};
 }
 
 // One sequence of a call: rows [row0, row0 + T) and its state [H, P, N]. Checkpoints: after token
@@ -39,9 +44,8 @@ struct SsdSeq {
 
 // Every (sequence, head, block of state rows) task in one parallel loop; rows of the activations are
 // indexed across the whole call (Δ and the decay are computed once per row and head).
-void scan(const SsdDims& d, std::span<const SsdSeq> seqs, const Tensor& x, const Tensor& dt, const Tensor& B,
-          const Tensor& C, const Tensor& A_log, const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max,
-          const Tensor& y) {
+void scan(const SsdDims& d, std::span<const SsdSeq> seqs, const Tensor& dt, const Tensor& A_log, const Tensor& D,
+          const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& y) {
   const int64_t P = d.P, N = d.N, H = d.H;
   // Δ and the per-token decay exp(Δ·A) for every (row, head), computed once.
   std::vector<float> delta(static_cast<size_t>(d.T * H)), decay(static_cast<size_t>(d.T * H));
@@ -54,7 +58,6 @@ void scan(const SsdDims& d, std::span<const SsdSeq> seqs, const Tensor& x, const
       decay[static_cast<size_t>(t * H + h)] = std::exp(dl * -std::exp(A_log.f32()[h]));
     }
   const int64_t blocks = (P + kRowsPerTask - 1) / kRowsPerTask, per_seq = H * blocks;
-  const float *px = x.f32(), *pB = B.f32(), *pC = C.f32();
   float* py = y.f32();
   parallel_for(static_cast<size_t>(per_seq) * seqs.size(), 1, [&](size_t begin, size_t end) {
     using namespace simd;
@@ -68,11 +71,12 @@ void scan(const SsdDims& d, std::span<const SsdSeq> seqs, const Tensor& x, const
       for (int64_t tl = 0; tl < sq.T; ++tl) {
         const int64_t t = sq.row0 + tl;
         const float dl = delta[static_cast<size_t>(t * H + h)], a = decay[static_cast<size_t>(t * H + h)];
-        const float* b = pB + (t * d.G + g) * N;
-        const float* c = pC + (t * d.G + g) * N;
+        const float* b = d.B + t * d.bc_stride + g * N;
+        const float* c = d.C + t * d.bc_stride + g * N;
+        const float* x = d.x + t * d.x_stride + h * P;
         const vf va = set1(a);
         for (int64_t p = p0; p < p1; ++p) {
-          const float xp = px[(t * H + h) * P + p], coef = dl * xp;
+          const float xp = x[p], coef = dl * xp;
           const vf vc = set1(coef);
           float* s = S + (h * P + p) * N;
           vf acc = zero();
@@ -104,21 +108,23 @@ void ssd_scan_recurrent(const Tensor& x, const Tensor& dt, const Tensor& B, cons
                         const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, const Tensor& state,
                         const Tensor& y) {
   const SsdSeq seq{0, x.dim(0), state.f32()};
-  scan(ssd_dims(x, B), {&seq, 1}, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
+  scan(ssd_dims(x, B, C), {&seq, 1}, dt, A_log, D, dt_bias, dt_min, dt_max, y);
 }
 
 void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
                       const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
                       const Tensor& state, const Tensor& y) {
   const SsdSeq seq{0, x.dim(0), state.f32()};
-  scan(ssd_dims(x, B), {&seq, 1}, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
+  scan(ssd_dims(x, B, C), {&seq, 1}, dt, A_log, D, dt_bias, dt_min, dt_max, y);
 }
 
-// states: [n_slots, H, P, N].  Both forms are the recurrence here, so all sequences run as one scan.
-void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
-                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
-  const SsdDims d = ssd_dims(x, B);
+// states: [n_slots, H, P, N].  Both forms are the recurrence here, so all sequences run as one scan, reading
+// x, B and C in xbc's rows.
+void ssd_scan_varlen(const Tensor& xbc, int64_t n_groups, const Tensor& dt, const Tensor& A_log, const Tensor& D,
+                     const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size, const Tensor& states,
+                     const SeqBatch& batch, const Tensor& y) {
+  const int64_t H = states.dim(1), P = states.dim(2), N = states.dim(3), G = n_groups, width = xbc.dim(1);
+  const SsdDims d{xbc.dim(0), H, P, G, N, H / G, xbc.f32(), xbc.f32() + H * P, xbc.f32() + H * P + G * N, width, width};
   const int64_t state_size = d.H * d.P * d.N;
   std::vector<float*> ckpt(batch.ckpt_slots.size());
   for (size_t c = 0; c < ckpt.size(); ++c) ckpt[c] = states.f32() + batch.ckpt_slots[c] * state_size;
@@ -131,7 +137,7 @@ void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const T
     }
     seqs.push_back(sq);
   }
-  scan(d, seqs, x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, y);
+  scan(d, seqs, dt, A_log, D, dt_bias, dt_min, dt_max, y);
 }
 
 }  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -311,15 +311,18 @@ void gdn_core(const GdnCoreArgs& a, cudaStream_t s);
 
 // ssm.cu — Mamba-2 recurrence.
 struct SsdArgs {
-  const float* x;                     // [T, H, P]
+  const float* x;                     // [T, H, P], token rows x_stride apart
   const float* dt;                    // [T, H]
-  const float *B, *C;                 // [T, G, N]
+  const float *B, *C;                 // [T, G, N], token rows bc_stride apart
   const float *A_log, *D, *dt_bias;   // [H]
   float dt_min, dt_max;
   float* state;                       // [n_slots, H, P, N] in/out
   float* y;                           // [T, H, P]
   int64_t T, H, P, G, N;
   Seqs seqs;
+  // Elements between tokens' rows: H·P and G·N when x, B and C are arrays of their own, the conv output's
+  // width when they are its columns (ssd_scan_varlen). The chunked kernels take only the former.
+  int64_t x_stride, bc_stride;
 };
 constexpr int64_t kSsdMaxStateDim = 256;
 void ssd_scan(const SsdArgs& a, cudaStream_t s);

@@ -31,8 +31,9 @@ kernels::SsdArgs scan_args(const Tensor& x, const Tensor& dt, const Tensor& B, c
                 D.shape().str(), dt_bias.shape().str(), T, H);
   KAPITSA_CHECK(state.rank() == 3 && state.dim(0) == H && state.dim(1) == P && state.dim(2) == N,
                 "ssd_scan: state {} for H={} P={} N={}", state.shape().str(), H, P, N);
-  return kernels::SsdArgs{x.f32(),  dt.f32(), B.f32(), C.f32(), A_log.f32(), D.f32(), dt_bias.f32(), dt_min, dt_max,
-                          state.f32(), y.f32(), T, H, P, G, N, {}};
+  return kernels::SsdArgs{x.f32(),     dt.f32(), B.f32(), C.f32(), A_log.f32(), D.f32(), dt_bias.f32(), dt_min, dt_max,
+                          state.f32(), y.f32(),  T,       H,       P,           G,       N,             {},     H * P,
+                          G * N};
 }
 
 // Where the chunked kernels apply: a prefill-sized call, the state's rows (N) within the scan's tiles
@@ -76,21 +77,38 @@ void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const 
   run_chunked(a, chunks, pack);
 }
 
-// states: [n_slots, H, P, N] (checked with the batch in ops.cpp).
-void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
-                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+// xbc: [T, H·P + 2·G·N];  states: [n_slots, H, P, N] (checked with the batch in ops.cpp). Decode-sized
+// calls read x, B and C in xbc's rows (strides); a prefill split xbc into arrays of their own first (in
+// Slot::temp1), as the chunked kernels read them.
+void ssd_scan_varlen(const Tensor& xbc, int64_t n_groups, const Tensor& dt, const Tensor& A_log, const Tensor& D,
+                     const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size, const Tensor& states,
+                     const SeqBatch& batch, const Tensor& y) {
   KAPITSA_CHECK(chunk_size >= 1, "ssd_scan_varlen: chunk_size {}", chunk_size);
   if (states.dim(0) == 0 || batch.n_seqs() == 0) return;
-  kernels::SsdArgs a = scan_args(x, dt, B, C, A_log, D, dt_bias, dt_min, dt_max, states.index(0), y);
+  const int64_t T = xbc.dim(0), H = states.dim(1), P = states.dim(2), N = states.dim(3), G = n_groups;
+  const int64_t width = xbc.dim(1);
+  // Shapes only: scan_args' checks over views of xbc's first columns (the data pointers are set below).
+  const Tensor x(DType::f32, {T, H, P}, xbc.data(), Device::cuda), B(DType::f32, {T, G, N}, xbc.data(), Device::cuda);
+  kernels::SsdArgs a = scan_args(x, dt, B, B, A_log, D, dt_bias, dt_min, dt_max, states.index(0), y);
   a.state = states.f32();
+  a.x = xbc.f32(), a.B = xbc.f32() + H * P, a.C = xbc.f32() + H * P + G * N;
+  a.x_stride = a.bc_stride = width;
   detail::HostPack pack;
   const detail::SeqsInPack at = detail::add_seqs(pack, batch);
   const bool chunked = chunked_applies(a, batch.ckpt_offsets);
   const detail::ChunksInPack chunks = chunked ? detail::add_chunks(pack, batch.row_offsets) : detail::ChunksInPack{};
   pack.upload();
   a.seqs = detail::device_seqs(pack, at, batch);
-  if (chunked) return run_chunked(a, chunks, pack);
+  if (chunked) {
+    auto* split = static_cast<float*>(detail::scratch(detail::Slot::temp1, static_cast<size_t>(xbc.numel()) * sizeof(float)));
+    const Tensor parts[] = {Tensor(DType::f32, {T, H * P}, split, Device::cuda),
+                            Tensor(DType::f32, {T, G * N}, split + T * H * P, Device::cuda),
+                            Tensor(DType::f32, {T, G * N}, split + T * (H * P + G * N), Device::cuda)};
+    split_columns(xbc, parts);
+    a.x = parts[0].f32(), a.B = parts[1].f32(), a.C = parts[2].f32();
+    a.x_stride = H * P, a.bc_stride = G * N;
+    return run_chunked(a, chunks, pack);
+  }
   kernels::ssd_scan(a, detail::stream());
   detail::check_launch("ssd_scan_varlen");
 }

@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kThreads) ssd_scan_kernel(SsdArgs a) {
     const float v = a.dt[t * a.H + h] + bias;
     const float delta = fminf(fmaxf(v > 20.0f ? v : log1pf(expf(v)), a.dt_min), a.dt_max);
     const float decay = expf(delta * A);
-    const float xp = valid ? a.x[(t * a.H + h) * P + p] : 0.0f;
-    const float* Bt = a.B + (t * a.G + g) * N;
-    const float* Ct = a.C + (t * a.G + g) * N;
+    const float xp = valid ? a.x[t * a.x_stride + h * P + p] : 0.0f;
+    const float* Bt = a.B + t * a.bc_stride + g * N;
+    const float* Ct = a.C + t * a.bc_stride + g * N;
     float acc = 0.0f;
 #pragma unroll
     for (int m = 0; m < kCols; ++m) {

@@ -121,11 +121,17 @@ void ssd_scan_chunked(const Tensor& x, const Tensor& dt, const Tensor& B, const 
   }
 }
 
-// states: [n_slots, H, P, N].  As gated_delta_rule_varlen: recurrent for one token, chunked for more, up
-// to the checkpoints, then token by token copying the state after each.
-void ssd_scan_varlen(const Tensor& x, const Tensor& dt, const Tensor& B, const Tensor& C, const Tensor& A_log,
-                     const Tensor& D, const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size,
-                     const Tensor& states, const SeqBatch& batch, const Tensor& y) {
+// states: [n_slots, H, P, N].  xbc split into x, B and C first; then as gated_delta_rule_varlen: recurrent
+// for one token, chunked for more, up to the checkpoints, then token by token copying the state after each.
+void ssd_scan_varlen(const Tensor& xbc, int64_t n_groups, const Tensor& dt, const Tensor& A_log, const Tensor& D,
+                     const Tensor& dt_bias, float dt_min, float dt_max, int64_t chunk_size, const Tensor& states,
+                     const SeqBatch& batch, const Tensor& y) {
+  const int64_t T = xbc.dim(0), H = states.dim(1), P = states.dim(2), N = states.dim(3), G = n_groups;
+  std::vector<float> split(static_cast<size_t>(xbc.numel()));
+  const Tensor x(DType::f32, {T, H, P}, split.data()), B(DType::f32, {T, G, N}, split.data() + T * H * P),
+      C(DType::f32, {T, G, N}, split.data() + T * (H * P + G * N));
+  const Tensor parts[] = {x.reshape({T, H * P}), B.reshape({T, G * N}), C.reshape({T, G * N})};
+  split_columns(xbc, parts);
   for (int64_t i = 0; i < batch.n_seqs(); ++i) {
     const int64_t r0 = batch.row_offsets[size_t(i)], n = batch.n_ckpts(i), r1 = r0 + batch.rows(i) - n;
     const Tensor state = states.index(batch.state_slots[size_t(i)]);
