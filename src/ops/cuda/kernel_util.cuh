@@ -190,4 +190,17 @@ __device__ __forceinline__ uint4 load_weights(const void* p) {
   return v;
 }
 
+// acc += x[k … k + kVec) · the kVec weights (f32, f16 or bf16) in raw, four products a step: the order of
+// the dense GEMVs (matmul.cu, the experts' in moe.cu), whatever the rounds of loads around it.
+template <typename W>
+__device__ __forceinline__ void dot_add(float& acc, const uint4& raw, const float* xk) {
+  constexpr int kVec = 16 / sizeof(W);
+  const W* v = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec; i += 4) {
+    const float4 xv = *reinterpret_cast<const float4*>(xk + i);
+    acc += xv.x * to_float(v[i]) + xv.y * to_float(v[i + 1]) + xv.z * to_float(v[i + 2]) + xv.w * to_float(v[i + 3]);
+  }
+}
+
 }  // namespace kapitsa::ops::cuda::kernels

@@ -27,19 +27,6 @@ __device__ __forceinline__ float widen(W v) {
   else return v;
 }
 
-// acc += x[k … k + kVec) · the kVec weights in raw, four products a step: the order of the one-token
-// kernels below (gemv_vec_kernel's use() writes out the same sums).
-template <typename W>
-__device__ __forceinline__ void dot_add(float& acc, const uint4& raw, const float* xk) {
-  constexpr int kVec = 16 / sizeof(W);
-  const W* v = reinterpret_cast<const W*>(&raw);
-#pragma unroll
-  for (int i = 0; i < kVec; i += 4) {
-    const float4 xv = *reinterpret_cast<const float4*>(xk + i);
-    acc += xv.x * widen(v[i]) + xv.y * widen(v[i + 1]) + xv.z * widen(v[i + 2]) + xv.w * widen(v[i + 3]);
-  }
-}
-
 // The weights of one launch (matmul_many; a plain matmul is one part): blocks [first_block[p],
 // first_block[p + 1]) compute part p. Passed by value, so a graph replay needs no table in memory.
 template <typename W>

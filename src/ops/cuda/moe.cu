@@ -77,52 +77,61 @@ __global__ void scale_add_rows_kernel(const float* src, const int32_t* rows, con
 
 constexpr int kExpertWarps = 8;
 
+// Rows wa and wb (two rows of one expert) by one warp when aligned: 12 loads of 16 bytes a
+// lane and row in flight before any is summed (one round for a 2688-wide bf16 row: each warp has twice the
+// bytes of one row in flight, and half as many blocks pass through the SMs — the two-row trick of the
+// dense gemv_pair_kernel). Each row is summed in the same order whatever the rounds (lane l adds its k
+// ascending through dot_add, then warp_sum). Otherwise row wa only, element by element.
 template <typename W>
-__device__ __forceinline__ float dot_row(const float* x, const W* w, int64_t K, int lane, bool aligned) {
-  float acc = 0.0f;
+__device__ __forceinline__ float2 dot_rows(const float* x, const W* __restrict__ wa, const W* __restrict__ wb,
+                                           int64_t K, int lane, bool aligned) {
+  float acc0 = 0.0f, acc1 = 0.0f;
   if (aligned) {
-    // 16 bytes of weight per lane and step, kUnroll steps in flight before any is used (a 2688-wide
-    // bf16 row is 11 a lane: one round), then summed in the order of one step at a time.
-    constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
-    uint4 raw[kUnroll];
+    constexpr int kVec = 16 / sizeof(W), kUnroll = 12, kStep = 32 * kVec;
+    uint4 r0[kUnroll], r1[kUnroll];
     for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (k0 + u * kStep < K) raw[u] = load_weights(w + k0 + u * kStep);
+        if (k0 + u * kStep < K) r0[u] = load_weights(wa + k0 + u * kStep), r1[u] = load_weights(wb + k0 + u * kStep);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        if (k0 + u * kStep >= K) break;
-        const W* v = reinterpret_cast<const W*>(&raw[u]);
-        const float* xk = x + k0 + u * kStep;
-#pragma unroll
-        for (int j = 0; j < kVec; j += 4) {
-          const float4 xv = *reinterpret_cast<const float4*>(xk + j);
-          acc += xv.x * to_float(v[j]) + xv.y * to_float(v[j + 1]) + xv.z * to_float(v[j + 2]) + xv.w * to_float(v[j + 3]);
-        }
+        const int64_t k = k0 + u * kStep;
+        if (k < K) dot_add<W>(acc0, r0[u], x + k), dot_add<W>(acc1, r1[u], x + k);
       }
     }
   } else {
-    for (int64_t i = lane; i < K; i += 32) acc += x[i] * to_float(w[i]);
+    for (int64_t i = lane; i < K; i += 32) acc0 += x[i] * to_float(wa[i]);
   }
-  return warp_sum(acc);
+  return make_float2(warp_sum(acc0), warp_sum(acc1));
 }
 
+// Aligned: warp i of block (bx, p) computes rows 2·(8·bx + i) and the next of (token, choice) p's expert
+// (the last of an odd N reads its row twice and stores it once). Not aligned: one row a warp.
+// At most 128 registers (two blocks an SM, no spills; 150 without the bound kept one).
 template <typename W>
-__global__ void matmul_experts_kernel(const float* x, const void* const* experts, int64_t E, const int32_t* ids,
-                                      float* y, int64_t k, int64_t K, int64_t N, bool aligned, Epilogue act) {
+__global__ void __launch_bounds__(kExpertWarps * 32, 2)
+    matmul_experts_kernel(const float* x, const void* const* experts, int64_t E, const int32_t* ids, float* y, int64_t k,
+                          int64_t K, int64_t N, bool aligned, Epilogue act) {
   pdl_trigger();
   pdl_wait();
-  const int lane = threadIdx.x & 31;
-  const int64_t n = blockIdx.x * int64_t{kExpertWarps} + (threadIdx.x >> 5), p = blockIdx.y;
+  const int lane = threadIdx.x & 31, rows = aligned ? 2 : 1;
+  const int64_t n = (blockIdx.x * int64_t{kExpertWarps} + (threadIdx.x >> 5)) * rows, p = blockIdx.y;
   if (n >= N) return;
+  const bool second = aligned && n + 1 < N;
   const int32_t e = ids[p];
   if (e < 0 || e >= E) {
-    if (lane == 0) y[p * N + n] = __int_as_float(0x7fc00000);  // NaN: a bad id must not pass silently
+    if (lane == 0) {
+      y[p * N + n] = __int_as_float(0x7fc00000);  // NaN: a bad id must not pass silently
+      if (second) y[p * N + n + 1] = __int_as_float(0x7fc00000);
+    }
     return;
   }
-  const W* w = static_cast<const W*>(experts[e]) + n * K;
-  const float sum = dot_row(x + (p / k) * K, w, K, lane, aligned);
-  if (lane == 0) y[p * N + n] = epilogue(sum, act);
+  const W* wa = static_cast<const W*>(experts[e]) + n * K;
+  const float2 sums = dot_rows(x + (p / k) * K, wa, second ? wa + K : wa, K, lane, aligned);
+  if (lane == 0) {
+    y[p * N + n] = epilogue(sums.x, act);
+    if (second) y[p * N + n + 1] = epilogue(sums.y, act);
+  }
 }
 
 // addend: [T, H] or null; out may be the addend (each element read before it is written, by one thread).
@@ -144,7 +153,8 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
                     float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s, Epilogue act) {
   const int64_t P = T * k;
   if (P == 0 || N == 0) return;
-  const unsigned bx = static_cast<unsigned>((N + kExpertWarps - 1) / kExpertWarps);
+  const int64_t per_block = kExpertWarps * (aligned ? 2 : 1);
+  const unsigned bx = static_cast<unsigned>((N + per_block - 1) / per_block);
   const int64_t chunk = 65535 / k * k;  // gridDim.y is at most 65535; whole tokens per launch
   for (int64_t p0 = 0; p0 < P; p0 += chunk) {
     const int64_t n = P - p0 < chunk ? P - p0 : chunk;
