@@ -523,9 +523,10 @@ void moe_route_softmax(const Tensor& logits, int k, bool renormalize, const Tens
   KAPITSA_CALL(b, moe_route_softmax, logits, k, renormalize, expert_ids, expert_weights);
 }
 
-namespace {
-void check_route_sigmoid(const BackendTable& b, const Tensor& logits, const Tensor& bias, int k, int n_group,
-                         int topk_group, const Tensor& expert_ids, const Tensor& expert_weights, const char* op) {
+void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_group, int topk_group, bool renormalize,
+                       float scaling, const Tensor& expert_ids, const Tensor& expert_weights) {
+  const BackendTable& b = current_backend();
+  const char* op = "moe_route_sigmoid";
   f32(b, logits, op, "logits"), f32(b, expert_weights, op, "expert_weights"), present(b, expert_ids, op, "expert_ids");
   KAPITSA_CHECK(expert_ids.dtype() == DType::i32, "{}: expert_ids must be I32, got {}", op,
                 dtype_name(expert_ids.dtype()));
@@ -541,26 +542,8 @@ void check_route_sigmoid(const BackendTable& b, const Tensor& logits, const Tens
     f32(b, bias, op, "bias");
     KAPITSA_CHECK(bias.numel() == E, "{}: bias {} for {} experts", op, bias.shape().str(), E);
   }
-}
-}  // namespace
-
-void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_group, int topk_group, bool renormalize,
-                       float scaling, const Tensor& expert_ids, const Tensor& expert_weights) {
-  const BackendTable& b = current_backend();
-  check_route_sigmoid(b, logits, bias, k, n_group, topk_group, expert_ids, expert_weights, "moe_route_sigmoid");
   KAPITSA_CALL(b, moe_route_sigmoid, logits, bias, k, n_group, topk_group, renormalize, scaling, expert_ids,
                expert_weights);
-}
-
-void moe_router_sigmoid(const Tensor& x, const Linear& router, const Tensor& bias, int k, int n_group, int topk_group,
-                        bool renormalize, float scaling, const Tensor& logits, const Tensor& expert_ids,
-                        const Tensor& expert_weights) {
-  const BackendTable& b = current_backend();
-  const char* op = "moe_router_sigmoid";
-  check_matmul(b, x, router, logits, op);
-  check_route_sigmoid(b, logits, bias, k, n_group, topk_group, expert_ids, expert_weights, op);
-  KAPITSA_CALL(b, moe_router_sigmoid, x, router, bias, k, n_group, topk_group, renormalize, scaling, logits,
-               expert_ids, expert_weights);
 }
 
 void gather_rows(const Tensor& x, std::span<const int32_t> rows, const Tensor& out) {

@@ -66,38 +66,6 @@ TEST_P(OnBackend, MoeRouteSigmoidTiesGoToTheLowerIndex) {
   }
 }
 
-// moe_router_sigmoid is the backend's matmul then moe_route_sigmoid, bit for bit (cuda: for one token
-// one launch whose last block routes; more tokens, an unaligned K: the two ops), each router dtype, with
-// groups too; called again with the same shapes (the cuda kernel's block counter must start from zero).
-TEST_P(OnBackend, MoeRouterSigmoidIsMatmulThenRoute) {
-  Rng r;
-  SCOPED_TRACE(r.trace());
-  struct Case {
-    int64_t T, E, H;
-    int k, n_group, topk_group;
-  };
-  for (DType dt : {DType::f32, DType::bf16})
-    for (const Case c : {Case{1, 128, 2688, 6, 1, 1}, Case{1, 8, 264, 6, 1, 1}, Case{1, 64, 512, 8, 8, 3},
-                         Case{3, 128, 264, 6, 1, 1}, Case{1, 16, 100, 4, 1, 1}})
-      for (int repeat = 0; repeat < 2; ++repeat) {
-        SCOPED_TRACE(fmt::format("{} T={} E={} H={} groups {} (call {})", dtype_name(dt), c.T, c.E, c.H, c.n_group, repeat));
-        const Buffer x = test::random_f32(r, {c.T, c.H});
-        const Buffer router = kapitsa::testing::random_buffer(r.gen, dt, {c.E, c.H});
-        const Buffer bias = test::random_f32(r, {c.E}, -0.3f, 0.3f);
-        Buffer logits = Buffer::zeros(DType::f32, {c.T, c.E}), ids = Buffer::zeros(DType::i32, {c.T, c.k});
-        Buffer w = Buffer::zeros(DType::f32, {c.T, c.k});
-        test::run(backend(), matmul, x, Linear(router), logits);
-        test::run(backend(), moe_route_sigmoid, logits, bias, c.k, c.n_group, c.topk_group, true, 2.5f, ids, w);
-        Buffer fused_logits = Buffer::zeros(DType::f32, {c.T, c.E}), fused_ids = Buffer::zeros(DType::i32, {c.T, c.k});
-        Buffer fused_w = Buffer::zeros(DType::f32, {c.T, c.k});
-        test::run(backend(), moe_router_sigmoid, x, Linear(router), bias, c.k, c.n_group, c.topk_group, true, 2.5f,
-                  fused_logits, fused_ids, fused_w);
-        EXPECT_TRUE(test::bit_equal(fused_logits, logits));
-        EXPECT_TRUE(test::bit_equal(fused_ids, ids));
-        EXPECT_TRUE(test::bit_equal(fused_w, w));
-      }
-}
-
 // 4 experts in 2 groups. Scores s = sigmoid(l). The bias lifts expert 3 into the top 2 but its
 // weight is its unbiased score; with 1 group of 2 kept, only the group with the larger top-2 sum counts.
 TEST_P(OnBackend, MoeRouteSigmoidBiasSelectsOnlyAndGroupsLimit) {

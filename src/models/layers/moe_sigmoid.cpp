@@ -53,11 +53,12 @@ void sigmoid_moe_forward(const SigmoidMoeConfig& c, const SigmoidMoeWeights& w, 
   Workspace& ws = ctx.workspace;
   Workspace::Scope scope(ws);
   const int64_t T = x.dim(0), E = c.n_experts, k = c.top_k, H = c.hidden_size;
-  Tensor logits = ws.take(DType::f32, {T, E});  // f32 accumulation over the checkpoint's router weights
+  Tensor logits = ws.take(DType::f32, {T, E});
+  ops::matmul(x, w.router, logits);  // f32 accumulation over the checkpoint's router weights
   Tensor ids = ws.take(DType::i32, {T, k});
   Tensor weights = ws.take(DType::f32, {T, k});
-  ops::moe_router_sigmoid(x, w.router, w.correction_bias, static_cast<int>(k), static_cast<int>(c.n_group),
-                          static_cast<int>(c.topk_group), c.renormalize, c.routed_scaling_factor, logits, ids, weights);
+  ops::moe_route_sigmoid(logits, w.correction_bias, static_cast<int>(k), static_cast<int>(c.n_group),
+                         static_cast<int>(c.topk_group), c.renormalize, c.routed_scaling_factor, ids, weights);
   auto expert = [&](int64_t e, const Tensor& xe, const Tensor& ye) {
     relu2_mlp_forward(w.experts[static_cast<size_t>(e)], xe, ye, ctx);
   };

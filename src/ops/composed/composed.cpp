@@ -68,11 +68,4 @@ void matmul_experts_relu_squared(const BackendTable& b, const Tensor& x, std::sp
   b.relu_squared(y, y);
 }
 
-void moe_router_sigmoid(const BackendTable& b, const Tensor& x, const Linear& router, const Tensor& bias, int k,
-                        int n_group, int topk_group, bool renormalize, float scaling, const Tensor& logits,
-                        const Tensor& expert_ids, const Tensor& expert_weights) {
-  b.matmul(x, router, logits);
-  b.moe_route_sigmoid(logits, bias, k, n_group, topk_group, renormalize, scaling, expert_ids, expert_weights);
-}
-
 }  // namespace kapitsa::ops::composed

@@ -24,9 +24,5 @@ void matmul_swiglu(const BackendTable& b, const Tensor& x, const Linear& w_gate,
 void matmul_relu_squared(const BackendTable& b, const Tensor& x, const Linear& w, const Tensor& y);
 void matmul_experts_relu_squared(const BackendTable& b, const Tensor& x, std::span<const Linear> experts,
                                  const Tensor& expert_ids, const Tensor& y);
-// Any backend: matmul into logits, then moe_route_sigmoid.
-void moe_router_sigmoid(const BackendTable& b, const Tensor& x, const Linear& router, const Tensor& bias, int k,
-                        int n_group, int topk_group, bool renormalize, float scaling, const Tensor& logits,
-                        const Tensor& expert_ids, const Tensor& expert_weights);
 
 }  // namespace kapitsa::ops::composed

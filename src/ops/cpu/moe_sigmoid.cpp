@@ -1,7 +1,6 @@
 // CPU sigmoid router (Nemotron-H MoE): f32 scores, selection by partial sort on (score desc, index asc)
 // — the same tie rule as the oracle — with no fixed bound on k; tokens split across threads.
 #include "base/thread_pool.h"
-#include "ops/composed/composed.h"
 #include "ops/cpu/level.h"
 
 #include <algorithm>
@@ -66,13 +65,6 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
       }
     }
   });
-}
-
-void moe_router_sigmoid(const Tensor& x, const Linear& router, const Tensor& bias, int k, int n_group, int topk_group,
-                        bool renormalize, float scaling, const Tensor& logits, const Tensor& expert_ids,
-                        const Tensor& expert_weights) {
-  composed::moe_router_sigmoid(*backend_for(Level::KAPITSA_CPU_LEVEL), x, router, bias, k, n_group, topk_group, renormalize, scaling, logits, expert_ids,
-                               expert_weights);
 }
 
 }  // namespace kapitsa::ops::cpu::KAPITSA_CPU_LEVEL

@@ -357,10 +357,5 @@ constexpr int kMoeMaxGroups = 64;
 constexpr int64_t kMoeMaxExperts = 2048;  // 64 experts a lane of the router's warp
 void moe_route_sigmoid(const float* logits, const float* bias, int64_t T, int64_t E, int k, int n_group,
                        int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights, cudaStream_t s);
-// One token: logits: [E] = x: [K] · router: [E, K] (of `type`, 16-byte aligned rows, K a multiple of 16
-// bytes of weights, x aligned), then the routing as moe_route_sigmoid, in one launch.
-void moe_router_sigmoid(const float* x, const void* router, ElemType type, int64_t K, const float* bias, int64_t E, int k,
-                        int n_group, int topk_group, bool renormalize, float scaling, float* logits, int32_t* ids,
-                        float* weights, cudaStream_t s);
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -1,5 +1,4 @@
 // CUDA sigmoid router (Nemotron-H / DeepSeek-V3 style): checks, then the kernel of moe_sigmoid.cu.
-#include "ops/composed/composed.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/runtime.h"
@@ -34,36 +33,6 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
   kernels::moe_route_sigmoid(logits.f32(), bias.empty() ? nullptr : bias.f32(), T, E, k, n_group, topk_group, renormalize,
                              scaling, expert_ids.data_as<int32_t>(), expert_weights.f32(), detail::stream());
   detail::check_launch("moe_route_sigmoid");
-}
-
-// One token over a dense router with aligned rows: the fused kernel (the router's GEMV and the routing in
-// one launch); otherwise matmul then moe_route_sigmoid.
-void moe_router_sigmoid(const Tensor& x, const Linear& router, const Tensor& bias, int k, int n_group, int topk_group,
-                        bool renormalize, float scaling, const Tensor& logits, const Tensor& expert_ids,
-                        const Tensor& expert_weights) {
-  const char* op = "moe_router_sigmoid";
-  const int64_t E = router.rows(), K = router.cols();
-  const bool one_token = detail::rows_of(x) == 1 && router.format() == WeightFormat::dense && K > 0 &&
-                         detail::is_weight_dtype(router.weight().dtype()) &&
-                         K % static_cast<int64_t>(16 / dtype_size(router.weight().dtype())) == 0 &&
-                         reinterpret_cast<uintptr_t>(x.data()) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(router.weight().data()) % 16 == 0;
-  if (!one_token) {
-    composed::moe_router_sigmoid(*backend(), x, router, bias, k, n_group, topk_group, renormalize, scaling, logits,
-                                 expert_ids, expert_weights);
-    return;
-  }
-  const Tensor& w = router.dense(op);
-  detail::check_on_device(w, op, "router"), detail::check_on_device(expert_ids, op, "expert_ids");
-  check_f32(x, op, "x"), check_f32(logits, op, "logits"), check_f32(expert_weights, op, "expert_weights");
-  KAPITSA_CHECK(n_group >= 1 && n_group <= kernels::kMoeMaxGroups && E <= kernels::kMoeMaxExperts && k <= 32,
-                "{}: {} experts in {} groups, k = {} (the cuda router takes at most {} experts, {} groups, k ≤ 32)", op, E,
-                n_group, k, kernels::kMoeMaxExperts, kernels::kMoeMaxGroups);
-  if (!bias.empty()) check_f32(bias, op, "bias");
-  kernels::moe_router_sigmoid(x.f32(), w.data(), detail::elem_type(w.dtype()), K, bias.empty() ? nullptr : bias.f32(), E,
-                              k, n_group, topk_group, renormalize, scaling, logits.f32(),
-                              expert_ids.data_as<int32_t>(), expert_weights.f32(), detail::stream());
-  detail::check_launch(op);
 }
 
 }  // namespace kapitsa::ops::cuda

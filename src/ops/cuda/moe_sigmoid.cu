@@ -7,13 +7,17 @@
 // reference's repeated argmax picks them. One pass of E comparisons a thread (most stop after a few:
 // k experts beat them) instead of k warp reductions one after another: the warp-argmax kernel took 6.9 µs
 // a layer of Nemotron-3-Nano's decode (128 experts, top 6; H100, session 40), one thread per token 23.
-// moe_router_kernel computes the logits too (moe_router_sigmoid), its last block routing.
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
 
 constexpr int kRouteThreads = 128;
+
+__device__ __forceinline__ double score(const float* row, int64_t e) { return 1.0 / (1.0 + exp(-static_cast<double>(row[e]))); }
+__device__ __forceinline__ double biased(const float* row, const float* bias, int64_t e) {
+  return score(row, e) + (bias != nullptr ? static_cast<double>(bias[e]) : 0.0);
+}
 
 // The groups that compete (bit gi), chosen by warp 0 from the biased scores in `choice`.
 __device__ uint64_t kept_groups(const double* choice, int64_t per_group, int n_group, int topk_group) {
@@ -44,29 +48,25 @@ __device__ uint64_t kept_groups(const double* choice, int64_t per_group, int n_g
   return kept;
 }
 
-// What the routing of a token needs besides its logits.
-struct RouteArgs {
-  const float* bias;  // [E] or null
-  int64_t E;
-  int k, n_group, topk_group;
-  bool renormalize;
-  float scaling;
-};
-
-// The kRouteThreads threads of a block route one token: row, its E logits (read through L2: in the fused
-// router another block wrote them); ids, weights: its k outputs; choice: E doubles of shared memory.
-__device__ void route_token(const float* row, const RouteArgs& r, int32_t* ids, float* weights, double* choice) {
+// Block t (kRouteThreads threads) routes token t. Shared: the token's E biased scores.
+__global__ void __launch_bounds__(kRouteThreads) moe_route_sigmoid_kernel(const float* logits, const float* bias,
+                                                                          int64_t E, int k, int n_group,
+                                                                          int topk_group, bool renormalize,
+                                                                          float scaling, int32_t* ids, float* weights) {
+  extern __shared__ double choice[];  // [E]
   __shared__ uint64_t kept;
   __shared__ int chosen[32];  // k ≤ 32 (moe_route_sigmoid)
-  const int tid = threadIdx.x, lane = tid & 31, k = r.k;
-  const int64_t E = r.E, per_group = E / r.n_group;
+  pdl_trigger();
+  pdl_wait();  // the logits
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int64_t t = blockIdx.x, per_group = E / n_group;
+  const float* row = logits + t * E;
   if (tid < 32) chosen[tid] = 0;  // (every slot below k is written unless a score is NaN: then ids stay in range)
-  for (int64_t e = tid; e < E; e += kRouteThreads)
-    choice[e] = 1.0 / (1.0 + exp(-static_cast<double>(__ldcg(row + e)))) + (r.bias != nullptr ? static_cast<double>(r.bias[e]) : 0.0);
+  for (int64_t e = tid; e < E; e += kRouteThreads) choice[e] = biased(row, bias, e);
   __syncthreads();
-  if (r.n_group > 1) {
+  if (n_group > 1) {
     if (tid < 32) {
-      const uint64_t groups = kept_groups(choice, per_group, r.n_group, r.topk_group);
+      const uint64_t groups = kept_groups(choice, per_group, n_group, topk_group);
       if (lane == 0) kept = groups;
     }
     __syncthreads();
@@ -89,98 +89,22 @@ __device__ void route_token(const float* row, const RouteArgs& r, int32_t* ids, 
   // Lane j < k scores its choice (the exps side by side); every lane sums them in choice order, as the
   // reference does.
   const int mine = lane < k ? chosen[lane] : 0;
-  const double w = lane < k ? 1.0 / (1.0 + exp(-static_cast<double>(__ldcg(row + mine)))) : 0.0;
+  const double w = lane < k ? score(row, mine) : 0.0;
   double sum = 0.0;
   for (int j = 0; j < k; ++j) sum += __shfl_sync(0xffffffffu, w, j);
   if (lane < k) {
-    ids[lane] = mine;
-    weights[lane] = static_cast<float>((r.renormalize ? w / (sum + 1e-20) : w) * r.scaling);
+    ids[t * k + lane] = mine;
+    weights[t * k + lane] = static_cast<float>((renormalize ? w / (sum + 1e-20) : w) * scaling);
   }
-}
-
-// Block t (kRouteThreads threads) routes token t. Shared: the token's E biased scores.
-__global__ void __launch_bounds__(kRouteThreads) moe_route_sigmoid_kernel(const float* logits, RouteArgs r,
-                                                                          int32_t* ids, float* weights) {
-  extern __shared__ double choice[];  // [E]
-  pdl_trigger();
-  pdl_wait();  // the logits
-  const int64_t t = blockIdx.x;
-  route_token(logits + t * r.E, r, ids + t * r.k, weights + t * r.k, choice);
-}
-
-// Blocks that have finished their logits in the running moe_router_kernel (its last block resets it).
-__device__ unsigned int router_blocks_done = 0;
-
-// moe_router_sigmoid for one token: warp i of block b computes logit 4·b + i as gemv_vec_kernel does (16
-// loads of 16 bytes a lane in flight, the first round before pdl_wait(); the same sums as matmul's GEMVs),
-// then the last block to finish (a fence and a counter) routes the token: one launch where the router's
-// GEMV and moe_route_sigmoid_kernel were two. w: [E, K] of W, 16-byte aligned rows; x: [K], aligned.
-template <typename W>
-__global__ void __launch_bounds__(kRouteThreads) moe_router_kernel(const float* x, const W* w, int64_t K, float* logits,
-                                                                   RouteArgs r, int32_t* ids, float* weights) {
-  extern __shared__ double choice[];  // [E]
-  __shared__ bool last;
-  constexpr int kVec = 16 / sizeof(W), kUnroll = 16, kStep = 32 * kVec;
-  pdl_trigger();
-  const int lane = threadIdx.x & 31;
-  const int64_t n = blockIdx.x * int64_t{kRouteThreads / 32} + (threadIdx.x >> 5);
-  if (n < r.E) {
-    const W* __restrict__ wn = w + n * K;
-    float acc = 0.0f;
-    uint4 raw[kUnroll];
-    for (int64_t k0 = int64_t{lane} * kVec; k0 < K; k0 += kUnroll * kStep) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (k0 + u * kStep < K) raw[u] = load_weights(wn + k0 + u * kStep);
-      if (k0 < kUnroll * kStep) pdl_wait();
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (k0 + u * kStep < K) dot_add<W>(acc, raw[u], x + k0 + u * kStep);
-    }
-    const float sum = warp_sum(acc);
-    if (lane == 0) logits[n] = sum;
-  }
-  pdl_wait();  // (warps without a row; and before the counter, which the kernel before may still hold)
-  __threadfence();  // this block's logits visible to the last block
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&router_blocks_done, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  route_token(logits, r, ids, weights, choice);
-  if (threadIdx.x == 0) router_blocks_done = 0;
 }
 
 }  // namespace
 
 void moe_route_sigmoid(const float* logits, const float* bias, int64_t T, int64_t E, int k, int n_group,
                        int topk_group, bool renormalize, float scaling, int32_t* ids, float* weights, cudaStream_t s) {
-  const RouteArgs r{bias, E, k, n_group, topk_group, renormalize, scaling};
   if (T > 0)
-    launch_smem(moe_route_sigmoid_kernel, static_cast<unsigned>(T), kRouteThreads, static_cast<size_t>(E) * sizeof(double),
-                s, logits, r, ids, weights);
-}
-
-void moe_router_sigmoid(const float* x, const void* router, ElemType type, int64_t K, const float* bias, int64_t E, int k,
-                        int n_group, int topk_group, bool renormalize, float scaling, float* logits, int32_t* ids,
-                        float* weights, cudaStream_t s) {
-  const RouteArgs r{bias, E, k, n_group, topk_group, renormalize, scaling};
-  const unsigned blocks = static_cast<unsigned>((E + kRouteThreads / 32 - 1) / (kRouteThreads / 32));
-  const size_t smem = static_cast<size_t>(E) * sizeof(double);
-  switch (type) {
-    case ElemType::f16:
-      launch_smem(moe_router_kernel<__half>, blocks, kRouteThreads, smem, s, x, static_cast<const __half*>(router), K,
-                  logits, r, ids, weights);
-      break;
-    case ElemType::bf16:
-      launch_smem(moe_router_kernel<__nv_bfloat16>, blocks, kRouteThreads, smem, s, x,
-                  static_cast<const __nv_bfloat16*>(router), K, logits, r, ids, weights);
-      break;
-    default:
-      launch_smem(moe_router_kernel<float>, blocks, kRouteThreads, smem, s, x, static_cast<const float*>(router), K,
-                  logits, r, ids, weights);
-      break;
-  }
+    launch_smem(moe_route_sigmoid_kernel, static_cast<unsigned>(T), kRouteThreads, static_cast<size_t>(E) * sizeof(double), s,
+                logits, bias, E, k, n_group, topk_group, renormalize, scaling, ids, weights);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

@@ -1,7 +1,6 @@
 // Reference sigmoid router (Nemotron-H MoE, DeepSeek-V3 style): sigmoid scores, a correction bias
 // used only to choose, optional group-limited selection, weights from the unbiased scores. Scores in
 // double; selection by repeated argmax (ties → lower index), so any k ≤ E works.
-#include "ops/composed/composed.h"
 #include "ops/ref/ref.h"
 #include "ops/ref/ref_util.h"
 
@@ -64,13 +63,6 @@ void moe_route_sigmoid(const Tensor& logits, const Tensor& bias, int k, int n_gr
       expert_weights.f32()[t * k + j] = static_cast<float>(w * scaling);
     }
   }
-}
-
-void moe_router_sigmoid(const Tensor& x, const Linear& router, const Tensor& bias, int k, int n_group, int topk_group,
-                        bool renormalize, float scaling, const Tensor& logits, const Tensor& expert_ids,
-                        const Tensor& expert_weights) {
-  composed::moe_router_sigmoid(*backend(), x, router, bias, k, n_group, topk_group, renormalize, scaling, logits, expert_ids,
-                               expert_weights);
 }
 
 }  // namespace kapitsa::ops::ref
