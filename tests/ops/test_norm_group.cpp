@@ -18,7 +18,9 @@ TEST_P(OnBackend, RmsNormGroupGatedMatchesRefAndInPlace) {
   struct Case {
     int64_t R, D, group;
   };
-  for (const Case c : {Case{1, 128, 64}, Case{7, 24, 3}, Case{5, 4096, 512}, Case{3, 40, 40}}) {
+  // (cuda: groups of up to 512 and 1024 in registers, 2000 the loop kernel.)
+  for (const Case c : {Case{1, 128, 64}, Case{7, 24, 3}, Case{5, 4096, 512}, Case{3, 40, 40}, Case{2, 4096, 1024},
+                       Case{2, 4000, 2000}}) {
     SCOPED_TRACE("D=" + std::to_string(c.D) + " group=" + std::to_string(c.group));
     const Buffer x = test::random_f32(r, {c.R, c.D}, -3.0f, 3.0f), z = test::random_f32(r, {c.R, c.D}, -4.0f, 4.0f);
     const Buffer w = test::random_f32(r, {c.D}, 0.5f, 1.5f);
