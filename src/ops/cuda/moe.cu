@@ -135,6 +135,10 @@ __global__ void __launch_bounds__(kExpertWarps * 32, 2)
 }
 
 // addend: [T, H] or null; out may be the addend (each element read before it is written, by one thread).
+// For k ≤ MaxK (0: any k, a loop) an element's k weights and rows are loaded at once into registers, then
+// summed in j order (the loop waits on memory once per j: ~4 µs a layer of a Nemotron decode step on an
+// H100 for k = 6); the same sums either way.
+template <int MaxK>
 __global__ void moe_combine_kernel(const float* y, const float* weights, const float* addend, float* out, int64_t T,
                                    int64_t k, int64_t H) {
   pdl_trigger();
@@ -142,7 +146,17 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, const f
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * H; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / H, h = i % H;
     float acc = 0.0f;
-    for (int64_t j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], y[(t * k + j) * H + h]));
+    if constexpr (MaxK > 0) {
+      float wv[MaxK], yv[MaxK];
+#pragma unroll
+      for (int j = 0; j < MaxK; ++j)
+        if (j < k) wv[j] = weights[t * k + j], yv[j] = y[(t * k + j) * H + h];
+#pragma unroll
+      for (int j = 0; j < MaxK; ++j)
+        if (j < k) acc = __fadd_rn(acc, __fmul_rn(wv[j], yv[j]));
+    } else {
+      for (int64_t j = 0; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + j], y[(t * k + j) * H + h]));
+    }
     out[i] = addend == nullptr ? acc : __fadd_rn(acc, addend[i]);
   }
 }
@@ -179,7 +193,9 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
 
 void moe_combine(const float* y, const float* weights, const float* addend, float* out, int64_t T, int64_t k, int64_t H,
                  cudaStream_t s) {
-  if (T * H > 0) launch(moe_combine_kernel, grid_for(T * H, 256), 256, s, y, weights, addend, out, T, k, H);
+  if (T * H == 0) return;
+  if (k <= 8) launch(moe_combine_kernel<8>, grid_for(T * H, 256), 256, s, y, weights, addend, out, T, k, H);
+  else launch(moe_combine_kernel<0>, grid_for(T * H, 256), 256, s, y, weights, addend, out, T, k, H);
 }
 
 void moe_route_softmax(const float* logits, int64_t T, int64_t E, int k, bool renormalize, int32_t* ids,
