@@ -130,27 +130,42 @@ TEST_P(OnBackend, MatmulManyEqualsOneMatmulEach) {
 // matmul_swiglu against ref's matmul, matmul, silu_mul: one token (the GPU's fused GEMV; K of one round
 // of loads and of several, a K that is not a multiple of 8: the fallback), a few tokens and a prefill
 // batch (matmul_many and silu_mul), each weight dtype; matmul's relative tolerance.
-TEST_P(OnBackend, MatmulSwigluMatchesRef) {
-  Rng r;
-  SCOPED_TRACE(r.trace());
+// The cases of the matmuls with an activation (matmul_swiglu, matmul_relu_squared): each weight dtype; one
+// token, a few and more than cuda's GEMVs take; K of whole 16-byte loads and not. run_case(dt, T, K, x)
+// with x: [T, K] fresh random.
+template <typename Case>
+void for_each_activation_case(Rng& r, Case run_case) {
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (int64_t T : {1, 3, 12})
       for (int64_t K : {264, 3328, 100}) {
         SCOPED_TRACE(fmt::format("{} T={} K={}", dtype_name(dt), T, K));
-        const int64_t I = 75;
-        const Buffer x = test::random_f32(r, {T, K});
-        const Buffer wg = kapitsa::testing::random_buffer(r.gen, dt, {I, K}), wu = kapitsa::testing::random_buffer(r.gen, dt, {I, K});
-        Buffer g = Buffer::zeros(DType::f32, {T, I}), u = Buffer::zeros(DType::f32, {T, I});
-        test::run(test::ref(), matmul, x, Linear(wg), g);
-        test::run(test::ref(), matmul, x, Linear(wu), u);
-        test::run(test::ref(), silu_mul, g, u, g);
-        Buffer y = Buffer::allocate(DType::f32, {T, I}), scratch = Buffer::zeros(DType::f32, {T, I});
-        for (int64_t j = 0; j < T * I; ++j) y.f32()[j] = std::nanf("");
-        test::run(backend(), matmul_swiglu, x, Linear(wg), Linear(wu), scratch, y);
-        EXPECT_LE(relative_error(y, g), 2e-6);
-        // Each output is a product of two dot products of ~√(K/3) each: errors scale with K, not √K.
-        EXPECT_LE(kapitsa::testing::max_abs_diff(y, g) / (static_cast<double>(K) / 9.0), 5e-5);
+        run_case(dt, T, K, test::random_f32(r, {T, K}));
       }
+}
+
+// [rows, cols] f32 of NaN: an output the op must overwrite everywhere.
+Buffer nan_output(int64_t rows, int64_t cols) {
+  Buffer y = Buffer::allocate(DType::f32, {rows, cols});
+  for (int64_t j = 0; j < rows * cols; ++j) y.f32()[j] = std::nanf("");
+  return y;
+}
+
+TEST_P(OnBackend, MatmulSwigluMatchesRef) {
+  Rng r;
+  SCOPED_TRACE(r.trace());
+  for_each_activation_case(r, [&](DType dt, int64_t T, int64_t K, const Buffer& x) {
+    const int64_t I = 75;
+    const Buffer wg = kapitsa::testing::random_buffer(r.gen, dt, {I, K}), wu = kapitsa::testing::random_buffer(r.gen, dt, {I, K});
+    Buffer g = Buffer::zeros(DType::f32, {T, I}), u = Buffer::zeros(DType::f32, {T, I});
+    test::run(test::ref(), matmul, x, Linear(wg), g);
+    test::run(test::ref(), matmul, x, Linear(wu), u);
+    test::run(test::ref(), silu_mul, g, u, g);
+    Buffer y = nan_output(T, I), scratch = Buffer::zeros(DType::f32, {T, I});
+    test::run(backend(), matmul_swiglu, x, Linear(wg), Linear(wu), scratch, y);
+    EXPECT_LE(relative_error(y, g), 2e-6);
+    // Each output is a product of two dot products of ~√(K/3) each: errors scale with K, not √K.
+    EXPECT_LE(kapitsa::testing::max_abs_diff(y, g) / (static_cast<double>(K) / 9.0), 5e-5);
+  });
 }
 
 // matmul_relu_squared is the backend's own matmul then relu_squared, bit for bit (on cuda relu² in the
@@ -159,27 +174,22 @@ TEST_P(OnBackend, MatmulSwigluMatchesRef) {
 TEST_P(OnBackend, MatmulReluSquaredIsMatmulThenReluSquared) {
   Rng r;
   SCOPED_TRACE(r.trace());
-  for (DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (int64_t T : {1, 3, 12})
-      for (int64_t K : {264, 3328, 100}) {
-        SCOPED_TRACE(fmt::format("{} T={} K={}", dtype_name(dt), T, K));
-        const int64_t N = 75;
-        const Buffer x = test::random_f32(r, {T, K});
-        const Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
-        Buffer plain = Buffer::zeros(DType::f32, {T, N}), expected = Buffer::zeros(DType::f32, {T, N});
-        test::run(backend(), matmul, x, Linear(w), plain);
-        test::run(backend(), relu_squared, plain, expected);
-        Buffer y = Buffer::allocate(DType::f32, {T, N});
-        for (int64_t j = 0; j < T * N; ++j) y.f32()[j] = std::nanf("");
-        test::run(backend(), matmul_relu_squared, x, Linear(w), y);
-        int64_t positive = 0;
-        for (int64_t j = 0; j < T * N; ++j) {
-          ASSERT_EQ(y.f32()[j], expected.f32()[j]) << "at " << j;
-          positive += plain.f32()[j] > 0;
-        }
-        EXPECT_GT(positive, 0);
-        EXPECT_LT(positive, T * N);
-      }
+  for_each_activation_case(r, [&](DType dt, int64_t T, int64_t K, const Buffer& x) {
+    const int64_t N = 75;
+    const Buffer w = kapitsa::testing::random_buffer(r.gen, dt, {N, K});
+    Buffer plain = Buffer::zeros(DType::f32, {T, N}), expected = Buffer::zeros(DType::f32, {T, N});
+    test::run(backend(), matmul, x, Linear(w), plain);
+    test::run(backend(), relu_squared, plain, expected);
+    Buffer y = nan_output(T, N);
+    test::run(backend(), matmul_relu_squared, x, Linear(w), y);
+    int64_t positive = 0;
+    for (int64_t j = 0; j < T * N; ++j) {
+      ASSERT_EQ(y.f32()[j], expected.f32()[j]) << "at " << j;
+      positive += plain.f32()[j] > 0;
+    }
+    EXPECT_GT(positive, 0);
+    EXPECT_LT(positive, T * N);
+  });
 }
 
 // The AMX bf16 GEMM (the cpu's avx512 level on Intel CPUs with AMX, matmul_amx.cpp) called directly,

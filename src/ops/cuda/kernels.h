@@ -47,7 +47,8 @@ void copy_columns(const ColumnCopies& c, int64_t R, cudaStream_t s);
 // Each token's row is summed in the one-token order whatever T (batch-invariant), unless
 // KAPITSA_GEMV_ROWS=0 (then dense_gemv_rows_enabled() is false and matmul sends 2+ tokens to cuBLAS).
 bool dense_gemv_rows_enabled();
-void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s);
+void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s,
+          Epilogue act = Epilogue::none);
 constexpr int64_t kGemvMaxTokens = 8;
 // Several weights of one type applied to the same x in one launch (matmul_many): part i computes
 // y_i: [T, N_i] = x · w_iᵀ, w_i: [N_i, K]. Any number of parts (launched kGemvMaxParts at a time).

@@ -27,8 +27,9 @@ using detail::check_launch;
 using detail::stream;
 
 namespace {
-void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y);
+void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y, kernels::Epilogue act);
 void ggml_matmul(const Tensor& x, const Linear& linear, const Tensor& y);
+void dense_gemm(const Tensor& x, const Tensor& w, const Tensor& y);
 template <typename DequantizeRows>
 void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, const char* what, DequantizeRows dequantize);
 
@@ -79,6 +80,15 @@ const void* rounded_x(const Tensor& x, int64_t T, int64_t K) {
   kernels::quantize_x_int16(x.f32(), T, K, xq, stream());
   return xq;
 }
+
+// The epilogue as a pass of its own over y, for the paths whose kernels have none (cuBLAS, the chunk GEMVs).
+void apply_after(const Tensor& y, kernels::Epilogue act) {
+  if (act == kernels::Epilogue::none) return;
+  kernels::relu_squared(y.f32(), y.f32(), y.numel(), stream());
+  check_launch("matmul_relu_squared (relu² after the product)");
+}
+
+void matmul_then(const Tensor& x, const Linear& linear, const Tensor& y, kernels::Epilogue act);
 }  // namespace
 
 // Dense weights: the GEMVs up to kGemvMaxTokens rows (each token's sums in the one-token order);
@@ -102,7 +112,18 @@ int64_t matmul_invariant_rows(const Linear& w) {
 // x: [T, K] f32;  w: [N, K] f32|f16|bf16, MLX affine (up to kGemvMaxTokens rows: the fused
 // dequantize-GEMV, for 4 bits on x rounded to int16; more: quantized_prefill) or llama.cpp blocks
 // (ggml_matmul);  y: [T, N] f32.
-void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
+void matmul(const Tensor& x, const Linear& linear, const Tensor& y) { matmul_then(x, linear, y, kernels::Epilogue::none); }
+
+// matmul with relu(v)² on every output: in the GEMV's stores for dense weights up to kGemvMaxTokens
+// rows and 4-bit affine weights on the int16 GEMV (a Nemotron decode step: one kernel less a relu² MLP),
+// a pass after the product on the other paths.
+void matmul_relu_squared(const Tensor& x, const Linear& w, const Tensor& y) {
+  matmul_then(x, w, y, kernels::Epilogue::relu_squared);
+}
+
+namespace {
+// matmul, then `act` on every output.
+void matmul_then(const Tensor& x, const Linear& linear, const Tensor& y, kernels::Epilogue act) {
   if (x.rank() == 2 && y.rank() == 2 && x.dim(0) > kernels::kGemvMaxTokens && x.dim(0) <= kChunkedGemvMaxTokens &&
       x.dim(0) == y.dim(0) && gemv_takes(x, linear)) {
     // A few more rows than the GEMVs take (a verification step of k ≥ 8 guesses): GEMVs over even
@@ -111,12 +132,15 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
     const int64_t T = x.dim(0), chunks = (T + kernels::kGemvMaxTokens - 1) / kernels::kGemvMaxTokens;
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t r0 = T * c / chunks, r1 = T * (c + 1) / chunks;
-      matmul(x.rows(r0, r1), linear, y.rows(r0, r1));
+      matmul_then(x.rows(r0, r1), linear, y.rows(r0, r1), act);
     }
     return;
   }
-  if (linear.format() == WeightFormat::ggml) return ggml_matmul(x, linear, y);
-  if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y);
+  if (linear.format() == WeightFormat::ggml) {
+    ggml_matmul(x, linear, y);
+    return apply_after(y, act);
+  }
+  if (linear.format() != WeightFormat::affine) return dense_matmul(x, linear.dense("matmul"), y, act);
   const kernels::AffineArgs a = detail::affine_args(linear, "matmul");
   const int64_t N = linear.rows(), K = linear.cols();
   check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");
@@ -125,23 +149,23 @@ void matmul(const Tensor& x, const Linear& linear, const Tensor& y) {
                 "matmul: x {}, affine w [{}, {}], y {} (y must not alias x)", x.shape().str(), N, K, y.shape().str());
   if (kernels::affine_int16_supported(a, T) && aligned16(x.data())) {
     float* out = y.f32();
-    kernels::affine_gemv_int16(rounded_x(x, T, K), &a, &out, &N, 1, T, stream());
+    kernels::affine_gemv_int16(rounded_x(x, T, K), &a, &out, &N, 1, T, stream(), act);
     check_launch("matmul (affine int16 gemv)");
     return;
   }
   if (kernels::affine_gemv_supported(a, x.f32(), T)) {
     kernels::affine_gemv(x.f32(), a, y.f32(), T, N, stream());
     check_launch("matmul (affine gemv)");
-    return;
+    return apply_after(y, act);
   }
   KAPITSA_CHECK(a.group_size % 8 == 0, "matmul: affine group size {} (the GPU's prefill needs a multiple of 8)",
                 a.group_size);
   quantized_prefill(x, N, K, y, "matmul (dequantize affine)", [&](int64_t r0, int64_t rows, void* out) {
     kernels::dequantize_affine(kernels::affine_rows_from(a, r0), nullptr, out, kernels::DequantOut::bf16_pair, rows, stream());
   });
+  apply_after(y, act);
 }
 
-namespace {
 // matmul_many over 4-bit affine weights that all take the int16 GEMV (one group size and scale type): x
 // rounded once, one launch for up to four weights.
 // False (nothing done) otherwise.
@@ -254,35 +278,6 @@ void matmul_swiglu(const Tensor& x, const Linear& w_gate, const Linear& w_up, co
   check_launch("matmul_swiglu (gemv)");
 }
 
-// Dense weights for up to kGemvMaxTokens rows and 4-bit affine weights on the int16 GEMV: relu² in the
-// GEMV's stores (a Nemotron decode step: one kernel less a relu² MLP); otherwise matmul then relu_squared.
-void matmul_relu_squared(const Tensor& x, const Linear& w, const Tensor& y) {
-  const char* op = "matmul_relu_squared";
-  check_f32(x, op, "x"), check_f32(y, op, "y");
-  const int64_t T = detail::rows_of(x), K = x.dim(-1), N = w.rows();
-  KAPITSA_CHECK(w.cols() == K && y.dim(-1) == N && detail::rows_of(y) == T && (x.data() != y.data() || x.numel() == 0),
-                "{}: x {}, w [{}, {}], y {} (y must not alias x)", op, x.shape().str(), N, w.cols(), y.shape().str());
-  if (T >= 1 && N > 0 && K > 0 && w.format() == WeightFormat::dense && dense_gemv_takes(T, N, K)) {
-    const Tensor& wd = w.dense(op);
-    detail::check_on_device(wd, op, "w");
-    KAPITSA_CHECK(detail::is_weight_dtype(wd.dtype()), "{}: w dtype {} (F32, F16 or BF16)", op, dtype_name(wd.dtype()));
-    const kernels::GemvPart part{wd.data(), y.f32(), N};
-    kernels::gemv_many(x.f32(), &part, 1, detail::elem_type(wd.dtype()), T, K, stream(), kernels::Epilogue::relu_squared);
-    check_launch("matmul_relu_squared (gemv)");
-    return;
-  }
-  if (T >= 1 && N > 0 && w.format() == WeightFormat::affine && aligned16(x.data())) {
-    const kernels::AffineArgs a = detail::affine_args(w, op);
-    if (kernels::affine_int16_supported(a, T)) {
-      float* out = y.f32();
-      kernels::affine_gemv_int16(rounded_x(x, T, K), &a, &out, &N, 1, T, stream(), kernels::Epilogue::relu_squared);
-      check_launch("matmul_relu_squared (affine int16 gemv)");
-      return;
-    }
-  }
-  composed::matmul_relu_squared(*backend(), x, w, y);
-}
-
 namespace {
 // x: [T, K] f32;  w: llama.cpp blocks [N, K];  y: [T, N] f32. Up to kGemvMaxTokens tokens: for Q8_0,
 // Q4_K and Q6_K the int8-activation GEMV (x rounded as the cpu backend rounds it), else the
@@ -358,8 +353,9 @@ void quantized_prefill(const Tensor& x, int64_t N, int64_t K, const Tensor& y, c
   }
 }
 
-// x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened).
-void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
+// x: [T, K] f32;  w: [N, K] f32|f16|bf16;  y: [T, N] f32 (leading dims of x and y flattened), then `act`
+// on every output (in the GEMV's stores, else a pass after cuBLAS).
+void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y, kernels::Epilogue act) {
   check_f32(x, "matmul", "x"), check_f32(y, "matmul", "y");
   KAPITSA_CHECK(w.rank() == 2 && detail::is_weight_dtype(w.dtype()), "matmul: w {} {} must be [N, K] f32|f16|bf16",
                 dtype_name(w.dtype()), w.shape().str());
@@ -370,10 +366,17 @@ void dense_matmul(const Tensor& x, const Tensor& w, const Tensor& y) {
   KAPITSA_CHECK(x.data() != y.data() || x.numel() == 0, "matmul: y must not alias x");
   if (T == 0 || N == 0) return;
   if (dense_gemv_takes(T, N, K) || K == 0) {
-    kernels::gemv(x.f32(), w.data(), detail::elem_type(w.dtype()), y.f32(), T, K, N, stream());
+    kernels::gemv(x.f32(), w.data(), detail::elem_type(w.dtype()), y.f32(), T, K, N, stream(), act);
     check_launch("matmul (gemv)");
     return;
   }
+  dense_gemm(x, w, y);
+  apply_after(y, act);
+}
+
+// dense_matmul's cuBLAS paths (more rows than the GEMV takes).
+void dense_gemm(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t N = w.dim(0), K = w.dim(1), T = detail::rows_of(x);
   // Column-major view: yᵀ [N, T] = (w as col-major [K, N])ᵀ · (x as col-major [K, T]).
   const float one = 1.0f, zero = 0.0f;
   const int n = static_cast<int>(N), t = static_cast<int>(T), k = static_cast<int>(K);

@@ -376,9 +376,10 @@ void gemv_swiglu(const float* x, const void* w_gate, const void* w_up, ElemType 
   }
 }
 
-void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s) {
+void gemv(const float* x, const void* w, ElemType type, float* y, int64_t T, int64_t K, int64_t N, cudaStream_t s,
+          Epilogue act) {
   const GemvPart part{w, y, N};
-  gemv_many(x, &part, 1, type, T, K, s);
+  gemv_many(x, &part, 1, type, T, K, s, act);
 }
 
 }  // namespace kapitsa::ops::cuda::kernels

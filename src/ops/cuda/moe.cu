@@ -102,7 +102,7 @@ __device__ __forceinline__ float2 dot_rows(const float* x, const W* __restrict__
   } else {
     for (int64_t i = lane; i < K; i += 32) acc0 += x[i] * to_float(wa[i]);
   }
-  return make_float2(warp_sum(acc0), warp_sum(acc1));
+  return make_float2(warp_sum(acc0), aligned ? warp_sum(acc1) : 0.0f);  // (aligned is the whole warp's)
 }
 
 // Aligned: warp i of block (bx, p) computes rows 2·(8·bx + i) and the next of (token, choice) p's expert

@@ -10,6 +10,11 @@ constexpr int kThreads = 128;
 
 __device__ __forceinline__ float gated(float x, float z) { return x * (z / (1.0f + expf(-z))); }
 
+// Each thread's first kPer values of u (elements threadIdx.x + i·kThreads) are loaded at once and kept in
+// registers (a loop waiting on memory once per element took 6.3 µs a Mamba-2 layer of Nemotron-3-Nano's
+// decode on an H100, groups of 512); a group longer than kPer · kThreads recomputes the rest in a loop.
+// Each thread sums its elements in index order whatever kPer: the same bits.
+template <int kPer>
 __global__ void rms_norm_group_gated_kernel(const float* x, const float* z, const float* w, int64_t group_size,
                                             float eps, float* y, int64_t D) {
   __shared__ float shared[32];
@@ -18,28 +23,7 @@ __global__ void rms_norm_group_gated_kernel(const float* x, const float* z, cons
   const int64_t row = blockIdx.y, g0 = blockIdx.x * group_size;
   const float* xr = x + row * D + g0;
   const float* zr = z + row * D + g0;
-  float ss = 0.0f;
-  for (int64_t d = threadIdx.x; d < group_size; d += blockDim.x) {
-    const float u = gated(xr[d], zr[d]);
-    ss += u * u;
-  }
-  const float inv = rsqrtf(block_sum(ss, shared) / static_cast<float>(group_size) + eps);
-  float* yr = y + row * D + g0;
-  for (int64_t d = threadIdx.x; d < group_size; d += blockDim.x) yr[d] = gated(xr[d], zr[d]) * inv * w[g0 + d];
-}
-
-// The same for groups of at most kPer · kThreads: each thread's kPer values of u loaded at once and kept in
-// registers (the loop above waits on memory once per element: 6.3 µs a Mamba-2 layer of Nemotron-3-Nano's
-// decode on an H100, groups of 512). Each thread sums its values in the loop's order: the same bits.
-template <int kPer>
-__global__ void rms_norm_group_gated_regs_kernel(const float* x, const float* z, const float* w, int64_t group_size,
-                                                 float eps, float* y, int64_t D) {
-  __shared__ float shared[32];
-  pdl_trigger();
-  pdl_wait();
-  const int64_t row = blockIdx.y, g0 = blockIdx.x * group_size;
-  const float* xr = x + row * D + g0;
-  const float* zr = z + row * D + g0;
+  constexpr int64_t kInRegisters = int64_t{kPer} * kThreads;
   float u[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
@@ -49,6 +33,10 @@ __global__ void rms_norm_group_gated_regs_kernel(const float* x, const float* z,
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) ss += u[i] * u[i];
+  for (int64_t d = threadIdx.x + kInRegisters; d < group_size; d += kThreads) {
+    const float v = gated(xr[d], zr[d]);
+    ss += v * v;
+  }
   const float inv = rsqrtf(block_sum(ss, shared) / static_cast<float>(group_size) + eps);
   float* yr = y + row * D + g0;
 #pragma unroll
@@ -56,6 +44,7 @@ __global__ void rms_norm_group_gated_regs_kernel(const float* x, const float* z,
     const int64_t d = threadIdx.x + int64_t{i} * kThreads;
     if (d < group_size) yr[d] = u[i] * inv * w[g0 + d];
   }
+  for (int64_t d = threadIdx.x + kInRegisters; d < group_size; d += kThreads) yr[d] = gated(xr[d], zr[d]) * inv * w[g0 + d];
 }
 
 }  // namespace
@@ -68,11 +57,9 @@ void rms_norm_group_gated(const float* x, const float* z, const float* w, int64_
     const int64_t n = R - r0 < 65535 ? R - r0 : 65535;
     const dim3 grid(groups, static_cast<unsigned>(n));
     if (group_size <= 4 * kThreads)
-      launch(rms_norm_group_gated_regs_kernel<4>, grid, kThreads, s, x + r0 * D, z + r0 * D, w, group_size, eps, y + r0 * D, D);
-    else if (group_size <= 8 * kThreads)
-      launch(rms_norm_group_gated_regs_kernel<8>, grid, kThreads, s, x + r0 * D, z + r0 * D, w, group_size, eps, y + r0 * D, D);
+      launch(rms_norm_group_gated_kernel<4>, grid, kThreads, s, x + r0 * D, z + r0 * D, w, group_size, eps, y + r0 * D, D);
     else
-      launch(rms_norm_group_gated_kernel, grid, kThreads, s, x + r0 * D, z + r0 * D, w, group_size, eps, y + r0 * D, D);
+      launch(rms_norm_group_gated_kernel<8>, grid, kThreads, s, x + r0 * D, z + r0 * D, w, group_size, eps, y + r0 * D, D);
   }
 }
 
