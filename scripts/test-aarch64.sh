@@ -2,13 +2,15 @@
 # The AArch64 (ARM NEON) pass of scripts/test.sh: cross-compiles the op libraries and tests/ops with
 # Debian's g++-aarch64-linux-gnu (cmake/aarch64-linux-gnu.cmake, KAPITSA_OPS_ONLY: no arm64 packages,
 # linked statically) into build/aarch64, and runs test_ops under qemu-aarch64 twice:
-#   -cpu max         every AArch64 level (baseline, dotprod and i8mm): each op test runs on each;
-#   -cpu cortex-a53  an ARMv8.0 CPU without the dot product: the dispatcher must pick baseline, and any
-#                    v8.1+ instruction reaching the baseline path is an illegal instruction here.
+#   -cpu max         the dotprod and i8mm levels (each op test on each) and the ref-only tests;
+#   -cpu cortex-a53  an ARMv8.0 CPU without the dot product: the dispatcher must pick baseline (the op tests
+#                    on the cpu backend: the baseline level's run, the only one), and any v8.1+ instruction
+#                    reaching the baseline path is an illegal instruction here.
 #   -cpu neoverse-n1 dot product without i8mm: CpuLevels.* only (the dispatcher picks dotprod);
 # and checks the linked test_ops for such instructions outside the dotprod and i8mm kernels
 # (tests/ops/level_isolation_aarch64.sh). Installs the cross compiler and qemu-user when missing
-# (apt-get; sudo when not root). Extra arguments go to test_ops (e.g. --gtest_filter=Affine*).
+# (apt-get; sudo when not root). Extra arguments go to test_ops (e.g. --gtest_filter=Affine*) in place of
+# each run's filter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(g++-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user googletest libfmt-dev nlohmann-json3-dev)
@@ -42,12 +44,16 @@ run_shards() {  # cpu model, expected best level, extra args
   grep -h "tests\? ran\|PASSED\|SKIPPED\|FAILED" build/aarch64/tests/test_ops."$cpu".*.log | sed "s/^/  $cpu: /"
   return $rc
 }
+# Each test runs once: the baseline level under cortex-a53 only, the ref-only tests under max only (the same
+# code on either CPU), 2 minutes less than both runs running everything.
+max_args=(--gtest_filter='-*/cpu_baseline') a53_args=(--gtest_filter='*/cpu:CpuLevels.*')
+[ $# -gt 0 ] && max_args=("$@") a53_args=("$@")
 rc=0
-run_shards max i8mm "$@" || rc=1
+run_shards max i8mm "${max_args[@]}" || rc=1
 # A CPU with the dot product and no i8mm (Neoverse N1, Graviton 2): the dispatcher must stop at dotprod.
 KAPITSA_TEST_CPU_LEVEL=dotprod qemu-aarch64 -cpu neoverse-n1 build/aarch64/tests/test_ops --gtest_brief=1 \
   --gtest_filter='CpuLevels.*' >build/aarch64/tests/test_ops.neoverse-n1.log 2>&1 ||
   { rc=1; echo "kapitsa: test_ops CpuLevels.* under qemu-aarch64 -cpu neoverse-n1 failed:"; tail -n 30 build/aarch64/tests/test_ops.neoverse-n1.log; }
-run_shards cortex-a53 baseline "$@" || rc=1
+run_shards cortex-a53 baseline "${a53_args[@]}" || rc=1
 echo "kapitsa: aarch64 pass: build $((built - start)) s, qemu runs $(($(date +%s) - built)) s"
 exit $rc
