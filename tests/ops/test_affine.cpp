@@ -347,10 +347,11 @@ TEST_P(OnBackend, AffineMatmulExpertsMatchRef) {
     int64_t T, k, E, N;
     int gs, groups;  // K = gs · groups
   };
-  // (One group of 64 or two: the tiny fixtures' expert shapes, a row of 2 or 4 chunks of 32 codes.)
+  // (One group of 64 or two: the tiny fixtures' expert shapes, a row of 2 or 4 chunks of 32 codes; and a
+  // row of 144 chunks, more than a cuda block's threads.)
   for (int bits : kBits)
     for (const Case& c : std::vector<Case>{{1, 6, 8, 40, 64, 5}, {3, 2, 5, 17, 32, 5}, {4, 4, 16, 130, 128, 5},
-                                           {5, 2, 8, 64, 64, 1}, {2, 4, 16, 64, 64, 2}})
+                                           {5, 2, 8, 64, 64, 1}, {2, 4, 16, 64, 64, 2}, {2, 6, 8, 9, 64, 72}})
       for (DType dt : {DType::bf16, DType::f32}) {
         const int64_t K = c.gs * c.groups;
         SCOPED_TRACE(fmt::format("bits {} group {} {} T={} k={} E={} N={} K={}", bits, c.gs, dtype_name(dt), c.T, c.k,
