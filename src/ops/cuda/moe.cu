@@ -9,7 +9,6 @@
 #include "ops/cuda/kernel_util.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace kapitsa::ops::cuda::kernels {
 namespace {
@@ -106,38 +105,20 @@ __device__ __forceinline__ float2 dot_rows(const float* x, const W* __restrict__
   return make_float2(warp_sum(acc0), aligned ? warp_sum(acc1) : 0.0f);  // (aligned is the whole warp's)
 }
 
-// Experts whose weight pointers a block copies into shared memory: up to 512 (Qwen3-Next's count).
-constexpr int64_t kSharedExperts = 512;
-
 // Aligned: warp i of block (bx, p) computes rows 2·(8·bx + i) and the next of (token, choice) p's expert
 // (the last of an odd N reads its row twice and stores it once). Not aligned: one row a warp.
-// The experts' pointer table is read before pdl_wait() (the model's constants) and lands in shared memory
-// after the expert id's load has gone out: the id and the table are one memory round trip before the
-// weights' loads, not two one after the other (a block's start is ~1/5 of its life here).
 // At most 128 registers (two blocks an SM, no spills; 150 without the bound kept one).
 template <typename W>
 __global__ void __launch_bounds__(kExpertWarps * 32, 2)
     matmul_experts_kernel(const float* x, const void* const* experts, int64_t E, const int32_t* ids, float* y, int64_t k,
-                          int64_t K, int64_t N, bool aligned, Epilogue act, bool table_switch) {
-  __shared__ const void* table[kSharedExperts];
-  constexpr int kPerThread = kSharedExperts / (kExpertWarps * 32);
-  const bool shared_table = E <= kSharedExperts && table_switch;
-  const void* mine[kPerThread];
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int64_t j = threadIdx.x + i * kExpertWarps * 32;
-    mine[i] = shared_table && j < E ? experts[j] : nullptr;
-  }
+                          int64_t K, int64_t N, bool aligned, Epilogue act) {
   pdl_trigger();
   pdl_wait();
-  const int32_t e = ids[blockIdx.y];
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) table[threadIdx.x + i * kExpertWarps * 32] = mine[i];
-  __syncthreads();
   const int lane = threadIdx.x & 31, rows = aligned ? 2 : 1;
   const int64_t n = (blockIdx.x * int64_t{kExpertWarps} + (threadIdx.x >> 5)) * rows, p = blockIdx.y;
   if (n >= N) return;
   const bool second = aligned && n + 1 < N;
+  const int32_t e = ids[p];
   if (e < 0 || e >= E) {
     if (lane == 0) {
       y[p * N + n] = __int_as_float(0x7fc00000);  // NaN: a bad id must not pass silently
@@ -145,7 +126,7 @@ __global__ void __launch_bounds__(kExpertWarps * 32, 2)
     }
     return;
   }
-  const W* wa = static_cast<const W*>(shared_table ? table[e] : experts[e]) + n * K;
+  const W* wa = static_cast<const W*>(experts[e]) + n * K;
   const float2 sums = dot_rows(x + (p / k) * K, wa, second ? wa + K : wa, K, lane, aligned);
   if (lane == 0) {
     y[p * N + n] = epilogue(sums.x, act);
@@ -186,7 +167,6 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
                     float* y, int64_t T, int64_t k, int64_t K, int64_t N, bool aligned, cudaStream_t s, Epilogue act) {
   const int64_t P = T * k;
   if (P == 0 || N == 0) return;
-  static const bool table_switch = getenv("KAPITSA_EXPERTS_TABLE") == nullptr || atoi(getenv("KAPITSA_EXPERTS_TABLE")) != 0;
   const int64_t per_block = kExpertWarps * (aligned ? 2 : 1);
   const unsigned bx = static_cast<unsigned>((N + per_block - 1) / per_block);
   const int64_t chunk = 65535 / k * k;  // gridDim.y is at most 65535; whole tokens per launch
@@ -197,15 +177,15 @@ void matmul_experts(const float* x, const void* const* experts, int64_t E, ElemT
     switch (type) {
       case ElemType::f32:
         launch(matmul_experts_kernel<float>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned,
-               act, table_switch);
+               act);
         break;
       case ElemType::f16:
         launch(matmul_experts_kernel<__half>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k, K, N, aligned,
-               act, table_switch);
+               act);
         break;
       case ElemType::bf16:
         launch(matmul_experts_kernel<__nv_bfloat16>, grid, kExpertWarps * 32, s, xs, experts, E, ids + p0, y + p0 * N, k,
-               K, N, aligned, act, table_switch);
+               K, N, aligned, act);
         break;
     }
   }
