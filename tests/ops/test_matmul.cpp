@@ -127,9 +127,6 @@ TEST_P(OnBackend, MatmulManyEqualsOneMatmulEach) {
   check(1, 256, {DType::bf16, DType::f32, DType::bf16}, {40, 24, 8});
 }
 
-// matmul_swiglu against ref's matmul, matmul, silu_mul: one token (the GPU's fused GEMV; K of one round
-// of loads and of several, a K that is not a multiple of 8: the fallback), a few tokens and a prefill
-// batch (matmul_many and silu_mul), each weight dtype; matmul's relative tolerance.
 // The cases of the matmuls with an activation (matmul_swiglu, matmul_relu_squared): each weight dtype; one
 // token, a few and more than cuda's GEMVs take; K of whole 16-byte loads and not. run_case(dt, T, K, x)
 // with x: [T, K] fresh random.
@@ -150,6 +147,9 @@ Buffer nan_output(int64_t rows, int64_t cols) {
   return y;
 }
 
+// matmul_swiglu against ref's matmul, matmul, silu_mul: one token (the GPU's fused GEMV; K of one round
+// of loads and of several, a K that is not a multiple of 8: the fallback), a few tokens and a prefill
+// batch (matmul_many and silu_mul), each weight dtype; matmul's relative tolerance.
 TEST_P(OnBackend, MatmulSwigluMatchesRef) {
   Rng r;
   SCOPED_TRACE(r.trace());

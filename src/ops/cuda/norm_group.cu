@@ -1,6 +1,7 @@
 // Kernel of the gated group RMSNorm, gate first (Mamba-2 output norm): one block per (row, group);
-// u = x·silu(z) is recomputed in the second pass rather than stored, so y may alias x (each thread
-// reads its elements before writing them, and the block sum completes before any write).
+// u = x·silu(z) is kept in registers (a thread's first values) or recomputed in the second pass, never
+// stored, so y may alias x (each thread reads its elements before writing them, and the block sum
+// completes before any write).
 #include "ops/cuda/kernel_util.cuh"
 
 namespace kapitsa::ops::cuda::kernels {
