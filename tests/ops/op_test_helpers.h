@@ -82,6 +82,13 @@ inline std::vector<const BackendTable*> backends_under_test() {
   return v;
 }
 
+// Why level l has no backend here, for a skip message: the CPU lacks a feature, or the build left the
+// level out (KAPITSA_CPU_LEVELS, as the sanitizer pass does for levels this CPU does not run).
+inline std::string level_skip_reason(cpu::Level l) {
+  return cpu::level_compiled(l) ? "this CPU lacks " + cpu::missing_features(l)
+                                : "this build has no " + std::string(cpu::level_name(l)) + " kernels";
+}
+
 // A device backend's memory as the tests reach it: allocation and byte copies. nullptr for host
 // backends; device_memory.cpp registers one per device backend compiled in.
 struct DeviceMemory {

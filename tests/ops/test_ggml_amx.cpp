@@ -83,7 +83,7 @@ void expect_modes_match_panels_and_ref(std::initializer_list<AmxInt8> modes) {
 TEST(AmxInt8, EmulatedTilesMatchPanelsAndRef) {
 #if defined(__x86_64__)
   if (cpu::backend_for(Level::avx512) == nullptr)
-    GTEST_SKIP() << "this CPU runs no avx512 level (it lacks " << cpu::missing_features(Level::avx512) << ")";
+    GTEST_SKIP() << "no avx512 level here (" << test::level_skip_reason(Level::avx512) << ")";
   expect_modes_match_panels_and_ref({AmxInt8::emulated});
 #else
   GTEST_SKIP() << "AMX is x86-64 only";
@@ -95,7 +95,7 @@ TEST(AmxInt8, EmulatedTilesMatchPanelsAndRef) {
 TEST(AmxInt8, TilesMatchPanelsAndRef) {
 #if defined(__x86_64__)
   if (cpu::backend_for(Level::avx512) == nullptr)
-    GTEST_SKIP() << "this CPU runs no avx512 level (it lacks " << cpu::missing_features(Level::avx512) << ")";
+    GTEST_SKIP() << "no avx512 level here (" << test::level_skip_reason(Level::avx512) << ")";
   if (!KAPITSA_CPU_AT(Level::avx512, amx_int8_usable)())
     GTEST_SKIP() << "AMX-INT8 not usable here (AMX: " << KAPITSA_CPU_AT(Level::avx512, amx_status)() << ")";
   expect_modes_match_panels_and_ref({AmxInt8::automatic, AmxInt8::emulated});

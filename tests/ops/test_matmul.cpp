@@ -202,7 +202,7 @@ TEST(AmxBf16, GemmMatchesRef) {
 #if defined(__x86_64__)
   using cpu::Level;
   if (cpu::backend_for(Level::avx512) == nullptr)
-    GTEST_SKIP() << "this CPU runs no avx512 level (it lacks " << cpu::missing_features(Level::avx512) << ")";
+    GTEST_SKIP() << "no avx512 level here (" << test::level_skip_reason(Level::avx512) << ")";
   if (!KAPITSA_CPU_AT(Level::avx512, amx_bf16_usable)())
     GTEST_SKIP() << "AMX not usable here: " << KAPITSA_CPU_AT(Level::avx512, amx_status)();
   Rng r;

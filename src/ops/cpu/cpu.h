@@ -42,7 +42,8 @@ inline constexpr Level kLevels[] = {Level::baseline, Level::avx2, Level::avxvnni
 #endif
 
 std::string_view level_name(Level level);
-// Whether this build compiled the level's kernels (x86-64 and AArch64: all; elsewhere: baseline).
+// Whether this build compiled the level's kernels (all of the architecture's unless KAPITSA_CPU_LEVELS named
+// fewer; the baseline always).
 bool level_compiled(Level level);
 // The best level this CPU and OS run (x86-64: CPUID and XGETBV, the OS must save the AVX / AVX-512
 // registers; AArch64 Linux: the kernel's hwcaps), and what a level needs that this CPU lacks ("" when
@@ -92,6 +93,33 @@ enum class AmxInt8 { automatic, off, emulated };
   std::string amx_int8_status();                                                                   \
   void set_amx_int8(AmxInt8 mode);                                                                 \
   void matmul_amx_bf16(const float* x, const uint16_t* w, float* y, int64_t T, int64_t K, int64_t N);
+// Which levels this build compiled: each 1 unless KAPITSA_CPU_LEVELS left it out (src/ops/cpu/CMakeLists.txt
+// then defines it 0 for everything that links the cpu backend). A left-out level's KAPITSA_CPU_AT is null.
+#if defined(__x86_64__)
+#ifndef KAPITSA_CPU_BUILT_avx2
+#define KAPITSA_CPU_BUILT_avx2 1
+#endif
+#ifndef KAPITSA_CPU_BUILT_avxvnni
+#define KAPITSA_CPU_BUILT_avxvnni 1
+#endif
+#ifndef KAPITSA_CPU_BUILT_avx512
+#define KAPITSA_CPU_BUILT_avx512 1
+#endif
+#elif defined(__aarch64__)
+#ifndef KAPITSA_CPU_BUILT_dotprod
+#define KAPITSA_CPU_BUILT_dotprod 1
+#endif
+#ifndef KAPITSA_CPU_BUILT_i8mm
+#define KAPITSA_CPU_BUILT_i8mm 1
+#endif
+#endif
+// KAPITSA_CPU_FN_OF(KAPITSA_CPU_BUILT_x, x, fn): &x::fn, or a null of its type (named only inside decltype,
+// so the linker is not asked for a level that was not built).
+#define KAPITSA_CPU_FN_OF(built, level, fn) KAPITSA_CPU_FN_PASTE(built, level, fn)
+#define KAPITSA_CPU_FN_PASTE(built, level, fn) KAPITSA_CPU_FN_##built(level, fn)
+#define KAPITSA_CPU_FN_1(level, fn) (&::kapitsa::ops::cpu::level::fn)
+#define KAPITSA_CPU_FN_0(level, fn) static_cast<decltype(&::kapitsa::ops::cpu::level::fn)>(nullptr)
+
 // clang-format off
 namespace kapitsa::ops::cpu::baseline {
 #include "ops/op_list.inc"
@@ -110,10 +138,10 @@ namespace kapitsa::ops::cpu::avx512 {
 #include "ops/op_list.inc"
 KAPITSA_CPU_DECLARE_LEVEL
 }  // namespace kapitsa::ops::cpu::avx512
-#define KAPITSA_CPU_AT(level, fn)                                                        \
-  ((level) == ::kapitsa::ops::cpu::Level::avx512    ? &::kapitsa::ops::cpu::avx512::fn  \
-   : (level) == ::kapitsa::ops::cpu::Level::avxvnni ? &::kapitsa::ops::cpu::avxvnni::fn \
-   : (level) == ::kapitsa::ops::cpu::Level::avx2    ? &::kapitsa::ops::cpu::avx2::fn    \
+#define KAPITSA_CPU_AT(level, fn)                                                                             \
+  ((level) == ::kapitsa::ops::cpu::Level::avx512    ? KAPITSA_CPU_FN_OF(KAPITSA_CPU_BUILT_avx512, avx512, fn)   \
+   : (level) == ::kapitsa::ops::cpu::Level::avxvnni ? KAPITSA_CPU_FN_OF(KAPITSA_CPU_BUILT_avxvnni, avxvnni, fn) \
+   : (level) == ::kapitsa::ops::cpu::Level::avx2    ? KAPITSA_CPU_FN_OF(KAPITSA_CPU_BUILT_avx2, avx2, fn)       \
                                                     : &::kapitsa::ops::cpu::baseline::fn)
 #elif defined(__aarch64__)
 namespace kapitsa::ops::cpu::dotprod {
@@ -124,9 +152,9 @@ namespace kapitsa::ops::cpu::i8mm {
 #include "ops/op_list.inc"
 KAPITSA_CPU_DECLARE_LEVEL
 }  // namespace kapitsa::ops::cpu::i8mm
-#define KAPITSA_CPU_AT(level, fn)                                                     \
-  ((level) == ::kapitsa::ops::cpu::Level::i8mm      ? &::kapitsa::ops::cpu::i8mm::fn    \
-   : (level) == ::kapitsa::ops::cpu::Level::dotprod ? &::kapitsa::ops::cpu::dotprod::fn \
+#define KAPITSA_CPU_AT(level, fn)                                                                             \
+  ((level) == ::kapitsa::ops::cpu::Level::i8mm      ? KAPITSA_CPU_FN_OF(KAPITSA_CPU_BUILT_i8mm, i8mm, fn)       \
+   : (level) == ::kapitsa::ops::cpu::Level::dotprod ? KAPITSA_CPU_FN_OF(KAPITSA_CPU_BUILT_dotprod, dotprod, fn) \
                                                     : &::kapitsa::ops::cpu::baseline::fn)
 #else
 #define KAPITSA_CPU_AT(level, fn) (&::kapitsa::ops::cpu::baseline::fn)

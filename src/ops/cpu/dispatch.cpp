@@ -123,13 +123,21 @@ Level level_from_env(Level best) {
   bad_setting(fmt::format("KAPITSA_CPU_ISA={}: no such level ({})", env, level_names()));
 }
 
+// Only for a level_compiled level (KAPITSA_CPU_BUILT_<level>: cpu.h).
 BackendTable make_table(Level level, std::string_view name) {
-#if defined(__x86_64__)
+#if KAPITSA_CPU_BUILT_avx512
   if (level == Level::avx512) return avx512::table(name);
+#endif
+#if KAPITSA_CPU_BUILT_avxvnni
   if (level == Level::avxvnni) return avxvnni::table(name);
+#endif
+#if KAPITSA_CPU_BUILT_avx2
   if (level == Level::avx2) return avx2::table(name);
-#elif defined(__aarch64__)
+#endif
+#if KAPITSA_CPU_BUILT_i8mm
   if (level == Level::i8mm) return i8mm::table(name);
+#endif
+#if KAPITSA_CPU_BUILT_dotprod
   if (level == Level::dotprod) return dotprod::table(name);
 #endif
   return baseline::table(name);
@@ -152,11 +160,18 @@ std::string_view level_name(Level level) {
 }
 
 bool level_compiled(Level level) {
-#if defined(__x86_64__) || defined(__aarch64__)
-  return true;
-#else
-  return level == Level::baseline;
+  switch (level) {
+#if defined(__aarch64__)
+    case Level::dotprod: return KAPITSA_CPU_BUILT_dotprod != 0;
+    case Level::i8mm: return KAPITSA_CPU_BUILT_i8mm != 0;
+#elif defined(__x86_64__)
+    case Level::avx2: return KAPITSA_CPU_BUILT_avx2 != 0;
+    case Level::avxvnni: return KAPITSA_CPU_BUILT_avxvnni != 0;
+    case Level::avx512: return KAPITSA_CPU_BUILT_avx512 != 0;
 #endif
+    case Level::baseline: return true;
+    default: return false;  // another architecture: the baseline only
+  }
 }
 
 std::string missing_features(Level level) {
