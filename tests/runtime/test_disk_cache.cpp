@@ -104,12 +104,14 @@ Outcome run(Engine& engine, std::vector<int32_t> prompt, int max_tokens) {
   return o;
 }
 
-// Same ids, and logprobs within 1e-5 relative (the runs fold tokens in other chunks).
+// Same ids, and logprobs within 1e-4 relative: the runs fold tokens in other chunks, so the f32 sums differ
+// in order (qwen35-dense-tiny with seed 1796664912661948820 differs by 1.6e-5 relative on an AVX2 machine,
+// 1.3e-5 at the baseline level; CI, session 43).
 void expect_same_output(const Outcome& a, const Outcome& b) {
   ASSERT_EQ(a.ids, b.ids);
   ASSERT_EQ(a.tokens.size(), b.tokens.size());
   for (size_t i = 0; i < a.tokens.size(); ++i) {
-    EXPECT_NEAR(a.tokens[i].logprob, b.tokens[i].logprob, 1e-5 * std::max(1.0f, std::abs(b.tokens[i].logprob)));
+    EXPECT_NEAR(a.tokens[i].logprob, b.tokens[i].logprob, 1e-4 * std::max(1.0f, std::abs(b.tokens[i].logprob)));
     ASSERT_EQ(a.tokens[i].top.size(), b.tokens[i].top.size());
     for (size_t k = 0; k < a.tokens[i].top.size(); ++k) EXPECT_EQ(a.tokens[i].top[k].id, b.tokens[i].top[k].id);
   }
