@@ -76,10 +76,11 @@ async function main() {
   const { server, port, log } = await startServer(env);
   let forced = false;
   const rewrite = mode !== "tool" ? null : (rec, body) => {
-    if (forced || !/\/v1\/(chat\/completions|responses|messages)/.test(rec.url) || !(body.tools ?? []).length) return null;
-    forced = true;
+    if (!/\/v1\/(chat\/completions|responses|messages)/.test(rec.url) || !(body.tools ?? []).length) return null;
     // Strings of at most 24 characters in the forced tool's arguments: the demo model would otherwise
-    // fill a path with text until max_tokens (the agent then gets a cut-off call it cannot run).
+    // fill a path with text until max_tokens (the agent then gets a cut-off call it cannot run). The
+    // same tools in every request, as the agent sent them each time: a tool list that changed after
+    // the first request would make the next one prefill its prompt again from the changed tool on.
     const tools = body.tools.map((t) => {
       if ((t.name ?? t.function?.name) !== spec.tool) return t;
       const copy = structuredClone(t);
@@ -87,6 +88,8 @@ async function main() {
       for (const p of Object.values(schema?.properties ?? {})) if (p.type === "string") p.maxLength = 24;
       return copy;
     });
+    if (forced) return { ...body, tools };
+    forced = true;
     // A small output budget for the forced reply (a call with short arguments needs < 100 tokens),
     // so that a reply that goes astray fails in seconds instead of running to the agent's budget.
     const budget = {};
@@ -112,7 +115,8 @@ async function main() {
     const g = generated(c);
     const names = (body.tools ?? []).map((t) => t.name ?? t.function?.name ?? t.type).join(",");
     console.log(`request ${c.method} ${c.url} -> ${c.status}: ${c.body.length} bytes, tools [${names}], ` +
-                `tool_choice ${JSON.stringify(body.tool_choice)}, ${((c.ended ?? Date.now()) - c.started) / 1000} s; ` +
+                `tool_choice ${JSON.stringify(body.tool_choice)}, ${((c.ended ?? Date.now()) - c.started) / 1000} s, ` +
+                `prompt ${g.prompt.tokens ?? "?"} tokens (${g.prompt.cached ?? "?"} from the cache); ` +
                 `reply ${JSON.stringify(g.text.slice(0, 200))}, ${g.reasoning.length} reasoning chars, ` +
                 `${g.toolCalls.length} tool calls, finish ${g.finish}`);
   }
@@ -144,8 +148,13 @@ async function main() {
       try { args = JSON.parse(call?.arguments ?? ""); } catch { args = undefined; }
       check(args !== null && typeof args === "object", "its arguments are a JSON object");
       const later = calls.slice(calls.indexOf(first) + 1);
-      check(call?.callId && later.some((c) => { try { return carriesToolResult(JSON.parse(c.body), call.callId); } catch { return false; } }),
-            "the agent ran the tool and sent its result back to the model");
+      const followUp = call?.callId && later.find((c) => { try { return carriesToolResult(JSON.parse(c.body), call.callId); } catch { return false; } });
+      check(Boolean(followUp), "the agent ran the tool and sent its result back to the model");
+      // The agent's history comes back unchanged: the prefix cache serves all of the forced request's
+      // prompt (and the reply's echo, folded after it), only the tool result is prefilled.
+      const before = forcedReply?.prompt.tokens, cached = followUp ? generated(followUp).prompt.cached : undefined;
+      check(before !== undefined && cached >= before,
+            `the request with the tool result took the forced request's whole prompt from the prefix cache (${cached} cached, that prompt ${before} tokens)`);
     }
     if (mode === "schema") {
       let format = null;

@@ -67,9 +67,18 @@ function sseEvents(text) {
   return events;
 }
 
-// What the server generated in one response: { text, toolCalls: [{name, arguments}], finish }.
+// What the server generated in one response: { text, toolCalls: [{name, arguments}], finish, prompt }
+// (prompt: { tokens, cached } from the response's usage, where it reports them).
 export function generated(rec) {
-  const out = { text: "", reasoning: "", toolCalls: [], finish: null };
+  const out = { text: "", reasoning: "", toolCalls: [], finish: null, prompt: {} };
+  const noteUsage = (u) => {
+    if (!u) return;
+    const cached = u.cache_read_input_tokens ?? u.prompt_tokens_details?.cached_tokens ?? u.input_tokens_details?.cached_tokens;
+    // Anthropic's input_tokens leaves out the tokens read from the cache; the OpenAI APIs' counts include them.
+    const tokens = u.prompt_tokens ?? (u.cache_read_input_tokens !== undefined ? u.input_tokens + u.cache_read_input_tokens : u.input_tokens);
+    if (tokens !== undefined) out.prompt.tokens = tokens;
+    if (cached !== undefined) out.prompt.cached = cached;
+  };
   const isSse = /^(event|data):/m.test(rec.response);
   if (!isSse) {
     let j;
@@ -79,19 +88,23 @@ export function generated(rec) {
       out.text = m.content ?? "";
       for (const c of m.tool_calls ?? []) out.toolCalls.push({ name: c.function.name, arguments: c.function.arguments, callId: c.id });
       out.finish = j.choices[0]?.finish_reason;
+      noteUsage(j.usage);
     } else if (j.type === "message") {
       for (const b of j.content ?? []) {
         if (b.type === "text") out.text += b.text;
         if (b.type === "tool_use") out.toolCalls.push({ name: b.name, arguments: JSON.stringify(b.input), callId: b.id });
       }
       out.finish = j.stop_reason;
+      noteUsage(j.usage);
     } else if (j.output) {
       for (const item of j.output) collectResponsesItem(item, out);
       out.finish = j.status;
+      noteUsage(j.usage);
     }
     return out;
   }
   for (const { data } of sseEvents(rec.response)) {
+    noteUsage(data.usage ?? data.message?.usage ?? data.response?.usage);
     if (data.choices) {  // chat completions chunk
       const c = data.choices[0];
       if (!c) continue;

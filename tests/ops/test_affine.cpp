@@ -146,7 +146,8 @@ struct RandomAffine {
   std::vector<uint32_t> words;
   Buffer scales, biases;
   Linear w;
-  RandomAffine(Rng& r, int64_t N, int64_t K, int bits, int gs, DType dt) {
+  int64_t K;
+  RandomAffine(Rng& r, int64_t N, int64_t K, int bits, int gs, DType dt) : K(K) {
     std::uniform_int_distribution<uint32_t> word;
     words.resize(static_cast<size_t>(N * K * bits / 32));
     for (auto& v : words) v = word(r.gen);
@@ -161,6 +162,17 @@ struct RandomAffine {
            : b.dtype() == DType::f16 ? f16_to_f32(b.data_as<const uint16_t>()[i])
                                      : b.data_as<const float>()[i];
   }
+  // Row n as ref dequantizes it; every row on the first call (the bounds ask for each row once a token).
+  const float* dequantized(int64_t n) const {
+    if (rows_.empty()) {
+      rows_.resize(static_cast<size_t>(w.rows() * K));
+      for (int64_t i = 0; i < w.rows(); ++i) ref::dequantize_row(w, i, rows_.data() + i * K);
+    }
+    return rows_.data() + n * K;
+  }
+
+ private:
+  mutable std::vector<float> rows_;
 };
 
 // Every backend against ref on fresh random weights and inputs: token counts on both sides of the
@@ -206,7 +218,7 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
                 for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k)
                   amax = std::max(amax, std::abs(x.f32()[t * K + k]));
                 for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k)  // |s·q| = |w − b|
-                  rounding += std::abs(row[static_cast<size_t>(k)] - a.bias(n, k / gs)) * amax / cpu::kActMax / 2;
+                  rounding += std::abs(row[k] - a.bias(n, k / gs)) * amax / cpu::kActMax / 2;
               }
               ASSERT_NEAR(yc.f32()[t * N + n], yr.f32()[t * N + n],
                           1.0001 * rounding + test::cuda_prefill_bound(backend(), T, mag) + 2e-6 * mag + 1e-7)
@@ -260,16 +272,15 @@ TEST_P(OnBackend, AffineRowsOfSeveralTokensEqualEachTokenAlone) {
 // Σ|x·w|), plus, for a backend rounding x to int16 per 64 inputs (sx = max|x|/32767), Σ_k |s·q_k|·sx/2;
 // with prefill (cuda's, more than 8 tokens), its bound instead (test::cuda_prefill_bound).
 double affine_bound(const RandomAffine& a, const float* x_t, int64_t n, int64_t K, int gs, bool prefill = false) {
-  std::vector<float> row(static_cast<size_t>(K));
-  ref::dequantize_row(a.w, n, row.data());
+  const float* row = a.dequantized(n);
   double mag = 0, rounding = 0;
-  for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x_t[k]) * row[static_cast<size_t>(k)]);
+  for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x_t[k]) * row[k]);
   if (prefill) return mag / 32768 + 2e-6 * mag + 1e-7;  // cuda's prefill: test::cuda_prefill_bound
   for (int64_t p = 0; p < K / cpu::kActBlock; ++p) {
     float amax = 0;
     for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k) amax = std::max(amax, std::abs(x_t[k]));
     for (int64_t k = p * cpu::kActBlock; k < (p + 1) * cpu::kActBlock; ++k)
-      rounding += std::abs(row[static_cast<size_t>(k)] - a.bias(n, k / gs)) * amax / cpu::kActMax / 2;
+      rounding += std::abs(row[k] - a.bias(n, k / gs)) * amax / cpu::kActMax / 2;
   }
   return 1.0001 * rounding + 2e-6 * mag + 1e-7;
 }
