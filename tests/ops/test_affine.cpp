@@ -207,9 +207,8 @@ TEST_P(OnBackend, AffineMatmulAndEmbeddingMatchRef) {
           // (affine_int16_supported in ops/cuda/affine_gemv.cu; over 8 rows in chunks, ops/cuda/matmul.cpp).
           const bool cuda_int16 = backend().name == "cuda" && bits == 4 && gs % 64 == 0 && T <= 32;
           const bool int16 = (level && KAPITSA_CPU_AT(*level, affine_int16_activations)(bits, gs, T)) || cuda_int16;
-          std::vector<float> row(static_cast<size_t>(K));
           for (int64_t n = 0; n < N; ++n) {
-            ref::dequantize_row(a.w, n, row.data());
+            const float* row = a.dequantized(n);
             for (int64_t t = 0; t < T; ++t) {
               double mag = 0, rounding = 0;
               for (int64_t k = 0; k < K; ++k) mag += std::abs(static_cast<double>(x.f32()[t * K + k]) * row[static_cast<size_t>(k)]);

@@ -72,8 +72,8 @@ struct VarlenCase {
   std::function<void(const BackendTable& b, const Tensor& states, const SeqBatch& batch, const Tensor& out)> varlen;
 };
 
-// The expectation is computed once and checked against each backend of `on` (ref's varlen op and the
-// backend under test): it is most of the test's time (the fresh runs per checkpoint).
+// The expectation is computed once (the single-sequence ref ops) and checked against each backend of
+// `on` (ref's varlen op and the backend under test).
 void check_varlen(const VarlenCase& c, const std::vector<const BackendTable*>& on) {
   const Ragged& g = c.g;
   // Expected: each sequence alone from its initial state (the final state and outputs in one call;
